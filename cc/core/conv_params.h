@@ -1,0 +1,84 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The one parameter struct of the compute core. No TensorFlow header may be
+// included anywhere under cc/core/.
+#ifndef TF_FUSED_INT8_CC_CORE_CONV_PARAMS_H_
+#define TF_FUSED_INT8_CC_CORE_CONV_PARAMS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace tf_fused_int8 {
+
+enum class Padding { kSame, kValid };
+enum class Activation { kNone, kRelu };
+
+// Geometry of one 2-D convolution, NHWC input, HWIO filter, NHWC output.
+struct ConvGeometry {
+  int64_t batch = 0;
+  int64_t in_h = 0, in_w = 0, in_c = 0;
+  int64_t filter_h = 0, filter_w = 0, out_c = 0;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t dilation_h = 1, dilation_w = 1;
+  // Filled in by ComputeGeometry().
+  int64_t out_h = 0, out_w = 0;
+  int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+
+  int64_t InputElements() const { return batch * in_h * in_w * in_c; }
+  int64_t FilterElements() const { return filter_h * filter_w * in_c * out_c; }
+  int64_t OutputElements() const { return batch * out_h * out_w * out_c; }
+  // Depth of the GEMM reduction: Kh * Kw * Ci.
+  int64_t ReductionDepth() const { return filter_h * filter_w * in_c; }
+};
+
+// Fills out_h/out_w and the paddings from the sizes, strides, dilations and
+// padding mode, with TensorFlow's SAME/VALID rules. Validates every value
+// (positive strides/dilations, non-negative sizes, no int32/int64 overflow of
+// any element count or index the kernels use, exact int32 accumulation).
+// Returns an empty string on success, otherwise a human-readable message that
+// names the offending argument and what was expected. Never aborts.
+std::string ComputeGeometry(Padding padding, ConvGeometry* g);
+
+// Everything a kernel needs for one call. Plain pointers, no ownership.
+struct FusedConvArgs {
+  ConvGeometry geo;
+  const int8_t* input = nullptr;       // [N, H, W, Ci]
+  const int8_t* filter = nullptr;      // [Kh, Kw, Ci, Co]
+  const float* bias = nullptr;         // [Co]
+  const int8_t* side_input = nullptr;  // [N, Ho, Wo, Co] or nullptr
+  const float* conv_input_scale = nullptr;  // [1] or [Co]
+  bool per_channel_scale = false;           // true: conv_input_scale has Co
+  float side_input_scale = 0.0f;  // used only when side_input != nullptr
+  Activation activation = Activation::kNone;
+  int8_t* output = nullptr;  // [N, Ho, Wo, Co]
+
+  // Side input takes part only when given and its scale is non-zero.
+  bool HasSideInput() const {
+    return side_input != nullptr && side_input_scale != 0.0f;
+  }
+};
+
+// A parallel-for supplied by the caller (TF's intra-op pool in the op, a
+// plain loop or std::threads in stand-alone tests/benchmarks). It must run
+// fn(begin, end) over disjoint sub-ranges that together cover [0, total); each
+// unit costs about cost_per_unit cycles. An empty ParallelFor runs serially.
+struct ParallelFor {
+  int num_threads = 1;
+  std::function<void(int64_t total, int64_t cost_per_unit,
+                     const std::function<void(int64_t, int64_t)>& fn)>
+      run;
+  void operator()(int64_t total, int64_t cost_per_unit,
+                  const std::function<void(int64_t, int64_t)>& fn) const {
+    if (total <= 0) return;
+    if (run && num_threads > 1) {
+      run(total, cost_per_unit, fn);
+    } else {
+      fn(0, total);
+    }
+  }
+};
+
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CONV_PARAMS_H_

@@ -1,0 +1,136 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Run-time selection of the CPU kernel: CPU features are probed once; the
+// environment variable TF_FUSED_INT8_CPU_KERNEL forces a path (read on every
+// call so that tests and benchmarks can switch paths within one process).
+#include <cstdlib>
+#include <string>
+
+#include "cc/core/fused_conv.h"
+
+namespace tf_fused_int8 {
+namespace {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool avxvnni = false;
+  bool avx512vnni = false;
+};
+
+[[maybe_unused]] const CpuFeatures& Features() {
+  static const CpuFeatures features = [] {
+    CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.fma = __builtin_cpu_supports("fma");
+    f.avxvnni = f.avx2 && __builtin_cpu_supports("avxvnni");
+    f.avx512vnni = __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") &&
+                   __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512vnni");
+#endif
+    return f;
+  }();
+  return features;
+}
+
+struct PathName {
+  KernelPath path;
+  const char* name;
+};
+constexpr PathName kNames[] = {
+    {KernelPath::kAuto, "auto"},
+    {KernelPath::kReference, "reference"},
+    {KernelPath::kPortable, "portable"},
+    {KernelPath::kAvx2, "avx2"},
+    {KernelPath::kAvxVnni, "avxvnni"},
+    {KernelPath::kAvx512Vnni, "avx512vnni"},
+};
+
+}  // namespace
+
+const char* KernelPathName(KernelPath path) {
+  for (const PathName& p : kNames) {
+    if (p.path == path) return p.name;
+  }
+  return "unknown";
+}
+
+bool ParseKernelPath(const std::string& name, KernelPath* path) {
+  for (const PathName& p : kNames) {
+    if (name == p.name) {
+      *path = p.path;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool KernelPathSupported(KernelPath path) {
+  switch (path) {
+    case KernelPath::kAuto:
+    case KernelPath::kReference:
+    case KernelPath::kPortable:
+      return true;
+    default:
+      // Instruction-set kernels register here once they are built in.
+      return false;
+  }
+}
+
+KernelPath BestKernelPath() {
+  static const KernelPath best = [] {
+    for (KernelPath p : {KernelPath::kAvx512Vnni, KernelPath::kAvxVnni,
+                         KernelPath::kAvx2}) {
+      if (KernelPathSupported(p)) return p;
+    }
+    return KernelPath::kPortable;
+  }();
+  return best;
+}
+
+std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
+  KernelPath path = requested;
+  if (path == KernelPath::kAuto) {
+    const char* env = std::getenv("TF_FUSED_INT8_CPU_KERNEL");
+    if (env != nullptr && env[0] != '\0') {
+      if (!ParseKernelPath(env, &path)) {
+        return std::string("TF_FUSED_INT8_CPU_KERNEL=") + env +
+               " is not one of auto, reference, portable, avx2, avxvnni, "
+               "avx512vnni";
+      }
+    }
+  }
+  if (path == KernelPath::kAuto) path = BestKernelPath();
+  if (!KernelPathSupported(path)) {
+    return std::string("CPU kernel '") + KernelPathName(path) +
+           "' is not available on this CPU or in this build (best available: " +
+           KernelPathName(BestKernelPath()) + ")";
+  }
+  *resolved = path;
+  return "";
+}
+
+std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
+                         const ParallelFor& parallel_for) {
+  KernelPath resolved;
+  std::string err = ResolveKernelPath(path, &resolved);
+  if (!err.empty()) return err;
+  if (args.geo.OutputElements() == 0) return "";
+  switch (resolved) {
+    case KernelPath::kReference:
+      RunReference(args);
+      return "";
+    case KernelPath::kPortable:
+      RunPortable(args, parallel_for);
+      return "";
+    default:
+      return std::string("CPU kernel '") + KernelPathName(resolved) +
+             "' has no implementation";
+  }
+}
+
+}  // namespace tf_fused_int8

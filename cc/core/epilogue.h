@@ -1,0 +1,61 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// THE contract epilogue. Every kernel (reference, each CPU instruction set,
+// GPU) must produce exactly what EpilogueScalar produces:
+//
+//   y = float32(acc) * conv_input_scale[c]        (float32, round to nearest even)
+//   if side input: y = fmaf(side, side_input_scale, y)   (one rounding)
+//   y = y + bias[c]                               (float32)
+//   out = clip(round_half_to_even(y), lo, 127)    lo = 0 for Relu, -128 otherwise
+//
+// NaN y (from NaN/Inf scales or bias) gives lo; +Inf gives 127, -Inf gives lo.
+// This is what max(y, lo) then min(y, 127) does with x86 MAXPS/MINPS operand
+// order, so vector kernels get it for free. Clipping before rounding is the
+// same as rounding before clipping because lo and 127 are integers, and it
+// keeps the float-to-int conversion defined for every input.
+//
+// Compile every file that includes this with -ffp-contract=off: the compiler
+// must not fuse the scale multiply with the bias add.
+#ifndef TF_FUSED_INT8_CC_CORE_EPILOGUE_H_
+#define TF_FUSED_INT8_CC_CORE_EPILOGUE_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "cc/core/conv_params.h"
+
+namespace tf_fused_int8 {
+
+inline float ActivationLowerBound(Activation activation) {
+  return activation == Activation::kRelu ? 0.0f : -128.0f;
+}
+
+inline int8_t EpilogueScalar(int32_t acc, float scale, float bias,
+                             bool has_side, int8_t side, float side_scale,
+                             float lo) {
+  float y = static_cast<float>(acc) * scale;
+  if (has_side) y = std::fma(static_cast<float>(side), side_scale, y);
+  y = y + bias;
+  y = (y > lo) ? y : lo;  // NaN -> lo
+  y = (y < 127.0f) ? y : 127.0f;
+  return static_cast<int8_t>(std::nearbyint(y));  // default mode: half-even
+}
+
+// Applies the epilogue to `count` consecutive output channels [c0, c0+count)
+// of one output pixel. acc[i] belongs to channel c0 + i; side may be null.
+inline void EpilogueRow(const FusedConvArgs& a, const int32_t* acc, int64_t c0,
+                        int64_t count, const int8_t* side, int8_t* out) {
+  const bool has_side = a.HasSideInput();
+  const float lo = ActivationLowerBound(a.activation);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t c = c0 + i;
+    const float scale = a.conv_input_scale[a.per_channel_scale ? c : 0];
+    out[i] = EpilogueScalar(acc[i], scale, a.bias[c], has_side,
+                            has_side ? side[i] : int8_t{0},
+                            a.side_input_scale, lo);
+  }
+}
+
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_EPILOGUE_H_

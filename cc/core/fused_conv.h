@@ -1,0 +1,52 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Public entry points of the TF-free compute core.
+#ifndef TF_FUSED_INT8_CC_CORE_FUSED_CONV_H_
+#define TF_FUSED_INT8_CC_CORE_FUSED_CONV_H_
+
+#include <string>
+
+#include "cc/core/conv_params.h"
+
+namespace tf_fused_int8 {
+
+// The CPU kernel implementations. kAuto picks the fastest one this CPU runs,
+// unless the environment variable TF_FUSED_INT8_CPU_KERNEL names another
+// (reference, portable, avx2, avxvnni, avx512vnni); it is read on every call
+// so that tests and benchmarks can force each path in turn.
+enum class KernelPath {
+  kAuto,
+  kReference,
+  kPortable,
+  kAvx2,
+  kAvxVnni,
+  kAvx512Vnni,
+};
+
+const char* KernelPathName(KernelPath path);
+// Parses a name as accepted by TF_FUSED_INT8_CPU_KERNEL ("auto" included).
+bool ParseKernelPath(const std::string& name, KernelPath* path);
+// Whether this build has the path and this CPU can run it.
+bool KernelPathSupported(KernelPath path);
+// The fastest supported path (CPU features are probed once).
+KernelPath BestKernelPath();
+// Resolves kAuto through the environment variable and BestKernelPath().
+// Returns an error message for an unknown or unsupported forced path.
+std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved);
+
+// Runs the fused convolution. args.geo must have been filled in by
+// ComputeGeometry and every pointer must cover its tensor. Returns an empty
+// string on success or an error message (nothing is written then).
+std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
+                         const ParallelFor& parallel_for);
+
+// The individual kernels (no path resolution, no validation).
+// reference.cc: obvious, slow, exact; the one every other path is tested
+// against.
+void RunReference(const FusedConvArgs& args);
+// cpu/conv_portable.cc: blocked im2col + int32 GEMM in plain C++.
+void RunPortable(const FusedConvArgs& args, const ParallelFor& parallel_for);
+
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_FUSED_CONV_H_

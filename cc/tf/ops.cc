@@ -1,0 +1,224 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Registration of the FusedInt8Conv2DBiasActivation op and its shape
+// function. The op name is our own: TensorFlow special-cases
+// FusedConv2DBiasActivation in grappler, so that name is not reused.
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/padding.h"
+
+namespace tf_fused_int8 {
+namespace {
+
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+absl::Status CheckWindowAttr(const char* name, const std::vector<int32_t>& v,
+                             int batch_dim, int channel_dim,
+                             const std::string& data_format) {
+  if (v.size() != 4) {
+    return absl::InvalidArgumentError(
+        std::string(name) + " must have 4 elements (one per dimension of " +
+        data_format + "), got " + std::to_string(v.size()));
+  }
+  if (v[batch_dim] != 1 || v[channel_dim] != 1) {
+    return absl::InvalidArgumentError(
+        std::string(name) + " must be 1 in the batch and depth dimensions of " +
+        data_format + ", got [" + std::to_string(v[0]) + ", " +
+        std::to_string(v[1]) + ", " + std::to_string(v[2]) + ", " +
+        std::to_string(v[3]) + "]");
+  }
+  for (int32_t x : v) {
+    if (x < 1) {
+      return absl::InvalidArgumentError(std::string(name) +
+                                        " must be positive, got " +
+                                        std::to_string(x));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Makes `a` and `b` equal or fails with a message naming both arguments.
+absl::Status MergeNamed(InferenceContext* c, DimensionHandle a, DimensionHandle b,
+                        const std::string& what_a, const std::string& what_b,
+                        DimensionHandle* out) {
+  if (c->ValueKnown(a) && c->ValueKnown(b) && c->Value(a) != c->Value(b)) {
+    return absl::InvalidArgumentError(
+        what_a + " (" + std::to_string(c->Value(a)) + ") must equal " + what_b +
+        " (" + std::to_string(c->Value(b)) + ")");
+  }
+  return c->Merge(a, b, out);
+}
+
+absl::Status FusedInt8ConvShape(InferenceContext* c) {
+  std::string data_format, filter_format, padding_name;
+  TF_RETURN_IF_ERROR(c->GetAttr("data_format", &data_format));
+  TF_RETURN_IF_ERROR(c->GetAttr("filter_format", &filter_format));
+  TF_RETURN_IF_ERROR(c->GetAttr("padding", &padding_name));
+  const bool vect = data_format == "NCHW_VECT_C";
+  if (vect != (filter_format == "OIHW_VECT_I")) {
+    return absl::InvalidArgumentError(
+        "data_format " + data_format + " requires filter_format " +
+        (vect ? "OIHW_VECT_I" : "HWIO") + ", got " + filter_format);
+  }
+  std::vector<int32_t> strides, dilations;
+  TF_RETURN_IF_ERROR(c->GetAttr("strides", &strides));
+  TF_RETURN_IF_ERROR(c->GetAttr("dilations", &dilations));
+  const int channel_dim = vect ? 1 : 3;
+  const int h_dim = vect ? 2 : 1;
+  TF_RETURN_IF_ERROR(
+      CheckWindowAttr("strides", strides, 0, channel_dim, data_format));
+  TF_RETURN_IF_ERROR(
+      CheckWindowAttr("dilations", dilations, 0, channel_dim, data_format));
+  tensorflow::Padding padding;
+  TF_RETURN_IF_ERROR(tensorflow::GetPaddingFromString(padding_name, &padding));
+
+  const int rank = vect ? 5 : 4;
+  ShapeHandle input, filter;
+  if (!c->WithRank(c->input(0), rank, &input).ok()) {
+    return absl::InvalidArgumentError(
+        "conv_input must be rank " + std::to_string(rank) + " (" + data_format +
+        "), got shape " + c->DebugString(c->input(0)));
+  }
+  if (!c->WithRank(c->input(1), rank, &filter).ok()) {
+    return absl::InvalidArgumentError(
+        "filter must be rank " + std::to_string(rank) + " (" + filter_format +
+        "), got shape " + c->DebugString(c->input(1)));
+  }
+  DimensionHandle batch = c->Dim(input, 0);
+  DimensionHandle in_h = c->Dim(input, h_dim);
+  DimensionHandle in_w = c->Dim(input, h_dim + 1);
+  DimensionHandle in_c, k_h, k_w, filter_in_c, out_c;
+  if (!vect) {
+    in_c = c->Dim(input, 3);
+    k_h = c->Dim(filter, 0);
+    k_w = c->Dim(filter, 1);
+    filter_in_c = c->Dim(filter, 2);
+    out_c = c->Dim(filter, 3);
+  } else {
+    DimensionHandle unused;
+    if (!c->WithValue(c->Dim(input, 4), 4, &unused).ok() ||
+        !c->WithValue(c->Dim(filter, 4), 4, &unused).ok()) {
+      return absl::InvalidArgumentError(
+          "NCHW_VECT_C conv_input and OIHW_VECT_I filter must have 4 in their "
+          "last dimension, got " + c->DebugString(c->input(0)) + " and " +
+          c->DebugString(c->input(1)));
+    }
+    TF_RETURN_IF_ERROR(c->Multiply(c->Dim(input, 1), 4, &in_c));
+    TF_RETURN_IF_ERROR(c->Multiply(c->Dim(filter, 1), 4, &filter_in_c));
+    out_c = c->Dim(filter, 0);
+    k_h = c->Dim(filter, 2);
+    k_w = c->Dim(filter, 3);
+  }
+  TF_RETURN_IF_ERROR(MergeNamed(c, in_c, filter_in_c, "conv_input depth",
+                                "filter input depth", &in_c));
+
+  ShapeHandle bias;
+  if (!c->WithRank(c->input(2), 1, &bias).ok()) {
+    return absl::InvalidArgumentError("bias must be rank 1 [output depth], got " +
+                                      c->DebugString(c->input(2)));
+  }
+  TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(bias, 0), out_c, "bias length",
+                                "filter output depth", &out_c));
+
+  ShapeHandle scale;
+  if (!c->WithRankAtMost(c->input(4), 1, &scale).ok()) {
+    return absl::InvalidArgumentError(
+        "conv_input_scale must be a scalar or a vector of length 1 or output "
+        "depth, got " + c->DebugString(c->input(4)));
+  }
+  if (c->RankKnown(scale) && c->Rank(scale) == 1) {
+    DimensionHandle len = c->Dim(scale, 0);
+    if (c->ValueKnown(len) && c->Value(len) != 1 && c->ValueKnown(out_c) &&
+        c->Value(len) != c->Value(out_c)) {
+      return absl::InvalidArgumentError(
+          "conv_input_scale must have length 1 or output depth (" +
+          std::to_string(c->Value(out_c)) + "), got " +
+          std::to_string(c->Value(len)));
+    }
+  }
+  ShapeHandle side_scale;
+  if (!c->WithRank(c->input(5), 0, &side_scale).ok()) {
+    return absl::InvalidArgumentError("side_input_scale must be a scalar, got " +
+                                      c->DebugString(c->input(5)));
+  }
+
+  DimensionHandle out_h, out_w;
+  TF_RETURN_IF_ERROR(tensorflow::shape_inference::GetWindowedOutputSizeFromDimsV2(
+      c, in_h, k_h, dilations[h_dim], strides[h_dim], padding, -1, -1, &out_h));
+  TF_RETURN_IF_ERROR(tensorflow::shape_inference::GetWindowedOutputSizeFromDimsV2(
+      c, in_w, k_w, dilations[h_dim + 1], strides[h_dim + 1], padding, -1, -1,
+      &out_w));
+
+  ShapeHandle output;
+  if (!vect) {
+    output = c->MakeShape({batch, out_h, out_w, out_c});
+  } else {
+    DimensionHandle out_c4;
+    if (!c->Divide(out_c, 4, /*evenly_divisible=*/true, &out_c4).ok()) {
+      return absl::InvalidArgumentError(
+          "NCHW_VECT_C needs an output depth divisible by 4, got " +
+          c->DebugString(out_c));
+    }
+    output = c->MakeShape({batch, out_c4, out_h, out_w, c->MakeDim(4)});
+  }
+
+  // side_input: empty, or exactly the output shape.
+  ShapeHandle side = c->input(3);
+  if (c->RankKnown(side)) {
+    bool empty = false;
+    for (int i = 0; i < c->Rank(side); ++i) {
+      if (c->ValueKnown(c->Dim(side, i)) && c->Value(c->Dim(side, i)) == 0) {
+        empty = true;
+      }
+    }
+    if (!empty) {
+      ShapeHandle merged;
+      if (c->Rank(side) != rank || !c->Merge(side, output, &merged).ok()) {
+        return absl::InvalidArgumentError(
+            "side_input must be empty or have the output shape " +
+            c->DebugString(output) + ", got " + c->DebugString(side));
+      }
+      output = merged;
+    }
+  }
+  c->set_output(0, output);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("FusedInt8Conv2DBiasActivation")
+    .Input("conv_input: T")
+    .Input("filter: T")
+    .Input("bias: float")
+    .Input("side_input: T")
+    .Input("conv_input_scale: float")
+    .Input("side_input_scale: float")
+    .Output("output: T")
+    .Attr("T: {int8, qint8}")
+    .Attr("strides: list(int)")
+    .Attr("padding: {'SAME', 'VALID'}")
+    .Attr("data_format: {'NHWC', 'NCHW_VECT_C'} = 'NHWC'")
+    .Attr("filter_format: {'HWIO', 'OIHW_VECT_I'} = 'HWIO'")
+    .Attr("activation_mode: {'Relu', 'None'} = 'Relu'")
+    .Attr("dilations: list(int) = [1, 1, 1, 1]")
+    .SetShapeFn(FusedInt8ConvShape)
+    .Doc(R"doc(
+Fused int8 convolution: conv2d + scale + side input + bias + activation.
+
+Per output element, with acc the exact int32 sum of int8 products:
+  y = float32(acc) * conv_input_scale[c]
+  if side_input is non-empty and side_input_scale != 0:
+    y = fmaf(side_input, side_input_scale, y)
+  y = y + bias[c]
+  output = clip(round_half_to_even(y), Relu ? 0 : -128, 127)
+conv_input_scale is a scalar or has one value per output channel.
+)doc");
+
+}  // namespace tf_fused_int8

@@ -1,0 +1,104 @@
+"""Runs cases through the op and the reference (shared by several tests)."""
+
+import contextlib
+import os
+
+import numpy as np
+import tensorflow as tf
+
+import reference
+import tf_fused_int8
+
+KERNEL_ENV = "TF_FUSED_INT8_CPU_KERNEL"
+
+
+@contextlib.contextmanager
+def forced_kernel(path):
+  """Forces the CPU kernel path for the duration of the block."""
+  old = os.environ.get(KERNEL_ENV)
+  if path is None:
+    os.environ.pop(KERNEL_ENV, None)
+  else:
+    os.environ[KERNEL_ENV] = path
+  try:
+    yield
+  finally:
+    if old is None:
+      os.environ.pop(KERNEL_ENV, None)
+    else:
+      os.environ[KERNEL_ENV] = old
+
+
+def cpu_flags():
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return set()
+
+
+# Instruction-set kernels the build has; each one this CPU supports is
+# required to be available (a missing one fails, it is never skipped).
+BUILT_ISA_PATHS = ()
+
+
+def expected_paths():
+  """CPU kernel paths this machine must be able to run."""
+  flags = cpu_flags()
+  paths = ["reference", "portable"]
+  if {"avx2", "fma"} <= flags:
+    paths.append("avx2")
+  if {"avx2", "fma", "avx_vnni"} <= flags:
+    paths.append("avxvnni")
+  if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags:
+    paths.append("avx512vnni")
+  return [p for p in paths if p in ("reference", "portable") + BUILT_ISA_PATHS]
+
+
+def run_op(case, inputs, dtype=tf.int8, use_function=False):
+  """Our op on `inputs` (numpy), returns numpy int8."""
+  def cast(a):
+    if a is None:
+      return None
+    t = tf.constant(a)
+    return tf.bitcast(t, tf.qint8) if dtype == tf.qint8 else t
+
+  args = dict(
+      conv_input=cast(inputs["conv_input"]), filter=cast(inputs["filter"]),
+      bias=inputs["bias"], strides=case.strides, padding=case.padding,
+      conv_input_scale=inputs["conv_input_scale"],
+      side_input_scale=inputs["side_input_scale"],
+      side_input=cast(inputs["side_input"]), activation_mode=case.activation,
+      dilations=case.dilations)
+  if use_function:
+    fn = tf.function(lambda: tf_fused_int8.fused_conv2d_bias_activation(**args))
+    out = fn()
+  else:
+    out = tf_fused_int8.fused_conv2d_bias_activation(**args)
+  if out.dtype == tf.qint8:
+    out = tf.bitcast(out, tf.int8)
+  return out.numpy()
+
+
+def run_reference(case, inputs):
+  return reference.fused_conv2d_reference(
+      inputs["conv_input"], inputs["filter"], inputs["bias"],
+      side_input=inputs["side_input"],
+      conv_input_scale=inputs["conv_input_scale"],
+      side_input_scale=inputs["side_input_scale"],
+      strides=case.strides, padding=case.padding,
+      activation=case.activation, dilations=case.dilations)
+
+
+def assert_same_bits(got, want, what=""):
+  assert got.dtype == np.int8, got.dtype
+  assert got.shape == want.shape, (what, got.shape, want.shape)
+  if not np.array_equal(got, want):
+    diff = np.argwhere(got != want)
+    first = tuple(diff[0])
+    raise AssertionError(
+        f"{what}: {len(diff)} of {got.size} elements differ; first at {first}: "
+        f"got {got[first]}, want {want[first]}")

@@ -1,0 +1,101 @@
+"""The op against the independent numpy reference, bit for bit, on the
+generated sweep: every CPU kernel path, int8 and qint8, eager and tf.function."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import op_harness
+from tf_fused_int8 import testing
+
+CASES = testing.sweep_cases(seed=1)
+IDS = [c.name() for c in CASES]
+
+
+def test_sweep_covers_the_space():
+  assert {c.kernel_h for c in CASES} == set(range(1, 8))
+  assert {c.stride_h for c in CASES} == {1, 2, 3}
+  assert {c.padding for c in CASES} == {"SAME", "VALID"}
+  assert {c.per_channel_scale for c in CASES} == {True, False}
+  assert {c.side_input for c in CASES} == {True, False}
+  assert {c.activation for c in CASES} == {"Relu", "None"}
+  assert {c.batch for c in CASES} == {1, 2, 3, 4}
+  assert any(c.scale_kind == "pow2" for c in CASES)
+  assert any(c.height % 2 == 1 for c in CASES)
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_every_path_matches_reference_on_sweep(path):
+  for i, case in enumerate(CASES):
+    inputs = testing.make_inputs(case, seed=i)
+    want = op_harness.run_reference(case, inputs)
+    with op_harness.forced_kernel(path):
+      got = op_harness.run_op(case, inputs)
+    op_harness.assert_same_bits(got, want, f"{path} {case.name()}")
+
+
+def test_outputs_are_not_degenerate():
+  """The sweep's inputs exercise the whole epilogue, not just the clip."""
+  values = []
+  for i, case in enumerate(CASES[:20]):
+    values.append(op_harness.run_reference(case, testing.make_inputs(case, i)).ravel())
+  values = np.concatenate(values)
+  assert (values == 127).mean() < 0.2
+  assert len(np.unique(values)) > 150
+
+
+@pytest.mark.parametrize("case", CASES[::3], ids=IDS[::3])
+def test_tf_function_and_qint8(case):
+  inputs = testing.make_inputs(case, seed=7)
+  want = op_harness.run_reference(case, inputs)
+  op_harness.assert_same_bits(
+      op_harness.run_op(case, inputs, use_function=True), want, "tf.function")
+  op_harness.assert_same_bits(
+      op_harness.run_op(case, inputs, dtype=tf.qint8), want, "qint8")
+  op_harness.assert_same_bits(
+      op_harness.run_op(case, inputs, dtype=tf.qint8, use_function=True), want,
+      "qint8 tf.function")
+
+
+def test_dilations_match_reference():
+  cases = [c for c in testing.sweep_cases(seed=5, dilations=True)
+           if c.dilations != (1, 1)]
+  assert len(cases) >= 10
+  for path in op_harness.expected_paths():
+    for i, case in enumerate(cases):
+      inputs = testing.make_inputs(case, seed=i)
+      with op_harness.forced_kernel(path):
+        got = op_harness.run_op(case, inputs)
+      op_harness.assert_same_bits(got, op_harness.run_reference(case, inputs),
+                                  f"{path} {case.name()}")
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_large_accumulators_round_to_nearest_even(path):
+  """|acc| > 2^24: float32(acc) rounds to nearest even, in every path."""
+  # 1x1 conv, depth 1040: all -128 * -128 gives acc = 1040 * 16384 > 2^24.
+  case = testing.ConvCase(batch=1, height=3, width=5, in_channels=1040,
+                          kernel_h=1, kernel_w=1, out_channels=19,
+                          padding="VALID", per_channel_scale=True,
+                          activation="None")
+  rng = np.random.default_rng(3)
+  x = np.full(case.input_shape, -128, np.int8)
+  x[0, 0, 0, :7] = rng.integers(-128, 128, 7)  # make some accs odd
+  w = np.full(case.filter_shape, -128, np.int8)
+  w[:, :, :5, :] = rng.integers(-128, 128, (1, 1, 5, 19))
+  inputs = dict(conv_input=x, filter=w, bias=np.zeros(19, np.float32),
+                side_input=None,
+                conv_input_scale=np.full(19, 2.0 ** -18, np.float32),
+                side_input_scale=np.float32(0))
+  want = op_harness.run_reference(case, inputs)
+  assert np.abs(want).max() > 32
+  with op_harness.forced_kernel(path):
+    op_harness.assert_same_bits(op_harness.run_op(case, inputs), want, path)
+
+
+def test_unknown_forced_path_is_a_clear_error():
+  case = CASES[0]
+  inputs = testing.make_inputs(case)
+  with op_harness.forced_kernel("sse9"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="TF_FUSED_INT8_CPU_KERNEL"):
+      op_harness.run_op(case, inputs)

@@ -1,0 +1,34 @@
+"""tf-fused-int8: fused int8 conv2d + scale + side input + bias + activation.
+
+Importing the package loads the op library (once), so that
+``import tf_fused_int8`` before ``tf.saved_model.load`` is all a SavedModel
+that uses the op needs. If the library cannot be loaded, the import still
+succeeds and the clear error is raised on first use (or by ``load_ops()``).
+"""
+
+from tf_fused_int8._loader import load_ops
+from tf_fused_int8.ops import fused_conv2d_bias_activation
+from tf_fused_int8.ops import hwio_to_oihw_vect_i
+from tf_fused_int8.ops import nchw_vect_c_to_nhwc
+from tf_fused_int8.ops import nhwc_to_nchw_vect_c
+from tf_fused_int8.ops import oihw_vect_i_to_hwio
+
+__version__ = "0.1.0"
+
+# tensorflow/addons' name for "load every op before tf.saved_model.load".
+register_all = load_ops
+
+try:
+  load_ops()
+except ImportError:
+  pass  # raised again, with its message, on first use
+
+__all__ = [
+    "fused_conv2d_bias_activation",
+    "hwio_to_oihw_vect_i",
+    "load_ops",
+    "nchw_vect_c_to_nhwc",
+    "nhwc_to_nchw_vect_c",
+    "oihw_vect_i_to_hwio",
+    "register_all",
+]

@@ -1,0 +1,215 @@
+"""Python API of the fused int8 convolution op.
+
+The only caller of the raw op. Argument names, order and defaults follow
+TF 1.x contrib's ``fused_conv2d_bias_activation`` so code written for it runs
+unchanged.
+"""
+
+import numbers
+
+import tensorflow as tf
+
+from tf_fused_int8 import _loader
+
+_PADDINGS = ("SAME", "VALID")
+_ACTIVATIONS = ("Relu", "None")
+_DATA_FORMATS = ("NHWC", "NCHW_VECT_C")
+_FILTER_FORMATS = ("HWIO", "OIHW_VECT_I")
+
+
+def _window_attr(name, value, data_format):
+  """Normalizes strides/dilations to the op's 4-element form.
+
+  Accepts an int, a pair (height, width) or the full 4-element list in
+  `data_format` order.
+  """
+  if value is None:
+    return [1, 1, 1, 1]
+  if isinstance(value, numbers.Integral):
+    value = [int(value), int(value)]
+  value = [int(v) for v in value]
+  if len(value) == 2:
+    if data_format == "NHWC":
+      return [1, value[0], value[1], 1]
+    return [1, 1, value[0], value[1]]
+  if len(value) == 4:
+    return value
+  raise ValueError(
+      f"{name} must be an int, [height, width] or a 4-element list in "
+      f"{data_format} order, got {value}")
+
+
+def _activation(activation_mode):
+  if activation_mode is None:
+    return "None"
+  for a in _ACTIVATIONS:
+    if str(activation_mode).lower() == a.lower():
+      return a
+  raise ValueError(
+      f"activation_mode must be one of {_ACTIVATIONS}, got {activation_mode!r}")
+
+
+def _choice(name, value, choices):
+  if isinstance(value, bytes):
+    value = value.decode()
+  if not isinstance(value, str) or value.upper() not in [c.upper() for c in choices]:
+    raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+  return [c for c in choices if c.upper() == value.upper()][0]
+
+
+def fused_conv2d_bias_activation(conv_input,
+                                 filter,  # pylint: disable=redefined-builtin
+                                 bias,
+                                 strides=None,
+                                 padding=None,
+                                 conv_input_scale=1.0,
+                                 side_input_scale=0.0,
+                                 side_input=None,
+                                 activation_mode="Relu",
+                                 data_format=None,
+                                 filter_format=None,
+                                 dilations=None,
+                                 name=None):
+  """Fused int8 conv2d + scale + side input + bias + activation.
+
+  Per output element, with ``acc`` the exact int32 sum of int8 products:
+
+      y = float32(acc) * conv_input_scale[c]
+      if side_input is given and side_input_scale != 0:
+          y = fmaf(side_input, side_input_scale, y)   # one rounding
+      y = y + bias[c]
+      out = clip(round_half_to_even(y), 0 if Relu else -128, 127)
+
+  Args:
+    conv_input: int8 or qint8 tensor, [N, H, W, C] (NHWC) or
+      [N, C/4, H, W, 4] (NCHW_VECT_C).
+    filter: same dtype, [Kh, Kw, C, Co] (HWIO) or [Co, C/4, Kh, Kw, 4]
+      (OIHW_VECT_I).
+    bias: float32 [Co].
+    strides: int, [h, w] or 4 elements in data_format order. Default 1.
+    padding: "SAME" or "VALID" (required).
+    conv_input_scale: float32 scalar or [Co] (per output channel).
+    side_input_scale: float32 scalar; 0 disables the side input.
+    side_input: None/empty, or a tensor of the output's shape and dtype.
+    activation_mode: "Relu" or "None" (None is accepted too).
+    data_format: "NHWC" (default) or "NCHW_VECT_C" (GPU).
+    filter_format: "HWIO" (default) or "OIHW_VECT_I" (GPU).
+    dilations: like strides. Default 1.
+    name: op name.
+
+  Returns:
+    A tensor of conv_input's dtype in data_format layout.
+  """
+  ops = _loader.load_ops()
+  if padding is None:
+    raise ValueError("padding must be 'SAME' or 'VALID', got None")
+  padding = _choice("padding", padding, _PADDINGS)
+  data_format = _choice("data_format", data_format or "NHWC", _DATA_FORMATS)
+  filter_format = _choice(
+      "filter_format",
+      filter_format or ("OIHW_VECT_I" if data_format == "NCHW_VECT_C" else "HWIO"),
+      _FILTER_FORMATS)
+  strides = _window_attr("strides", strides, data_format)
+  dilations = _window_attr("dilations", dilations, data_format)
+  activation_mode = _activation(activation_mode)
+  with tf.name_scope(name or "fused_conv2d_bias_activation"):
+    conv_input = tf.convert_to_tensor(conv_input, name="conv_input")
+    if conv_input.dtype not in (tf.int8, tf.qint8):
+      raise TypeError(
+          f"conv_input must be int8 or qint8, got {conv_input.dtype.name}")
+    filter = tf.convert_to_tensor(filter, dtype=conv_input.dtype, name="filter")
+    bias = tf.convert_to_tensor(bias, dtype=tf.float32, name="bias")
+    conv_input_scale = tf.convert_to_tensor(
+        conv_input_scale, dtype=tf.float32, name="conv_input_scale")
+    side_input_scale = tf.convert_to_tensor(
+        side_input_scale, dtype=tf.float32, name="side_input_scale")
+    if side_input is None:
+      side_input = tf.zeros([0], dtype=tf.int8)
+      if conv_input.dtype == tf.qint8:
+        side_input = tf.bitcast(side_input, tf.qint8)
+    else:
+      side_input = tf.convert_to_tensor(
+          side_input, dtype=conv_input.dtype, name="side_input")
+    return ops.fused_int8_conv2d_bias_activation(
+        conv_input=conv_input,
+        filter=filter,
+        bias=bias,
+        side_input=side_input,
+        conv_input_scale=conv_input_scale,
+        side_input_scale=side_input_scale,
+        strides=strides,
+        padding=padding,
+        data_format=data_format,
+        filter_format=filter_format,
+        activation_mode=activation_mode,
+        dilations=dilations)
+
+
+def _to_int8_view(x):
+  """(tensor viewed as int8, a function that restores the original dtype)."""
+  x = tf.convert_to_tensor(x)
+  if x.dtype == tf.qint8:
+    return tf.bitcast(x, tf.int8), lambda y: tf.bitcast(y, tf.qint8)
+  return x, lambda y: y
+
+
+def _pad_axis_to_multiple(x, axis, multiple):
+  extra = (-tf.shape(x)[axis]) % multiple
+  paddings = tf.tensor_scatter_nd_update(
+      tf.zeros([x.shape.rank, 2], tf.int32), [[axis, 1]], [extra])
+  return tf.pad(x, paddings)
+
+
+def nhwc_to_nchw_vect_c(x, vect_size=4):
+  """[N, H, W, C] -> [N, ceil(C/v), H, W, v].
+
+  C is zero-padded up to a multiple of `vect_size` (4 for INT8x4, 32 for
+  INT8x32); zero channels add nothing to a convolution. Undo with
+  `nchw_vect_c_to_nhwc(y, channels=C)`.
+  """
+  x, restore = _to_int8_view(x)
+  if x.shape.rank != 4:
+    raise ValueError(f"nhwc_to_nchw_vect_c expects a rank-4 NHWC tensor, got "
+                     f"shape {x.shape}")
+  x = _pad_axis_to_multiple(x, 3, vect_size)
+  s = tf.shape(x)
+  x = tf.reshape(x, [s[0], s[1], s[2], s[3] // vect_size, vect_size])
+  return restore(tf.transpose(x, [0, 3, 1, 2, 4]))
+
+
+def nchw_vect_c_to_nhwc(x, channels=None):
+  """[N, C/v, H, W, v] -> [N, H, W, C]; `channels` drops padded channels."""
+  x, restore = _to_int8_view(x)
+  if x.shape.rank != 5:
+    raise ValueError(f"nchw_vect_c_to_nhwc expects a rank-5 NCHW_VECT_C "
+                     f"tensor, got shape {x.shape}")
+  s = tf.shape(x)
+  x = tf.reshape(tf.transpose(x, [0, 2, 3, 1, 4]), [s[0], s[2], s[3], s[1] * s[4]])
+  if channels is not None:
+    x = x[..., :channels]
+  return restore(x)
+
+
+def hwio_to_oihw_vect_i(w, vect_size=4):
+  """[Kh, Kw, I, O] -> [O, ceil(I/v), Kh, Kw, v], I zero-padded to a multiple."""
+  w, restore = _to_int8_view(w)
+  if w.shape.rank != 4:
+    raise ValueError(f"hwio_to_oihw_vect_i expects a rank-4 HWIO filter, got "
+                     f"shape {w.shape}")
+  w = _pad_axis_to_multiple(w, 2, vect_size)
+  s = tf.shape(w)
+  w = tf.reshape(w, [s[0], s[1], s[2] // vect_size, vect_size, s[3]])
+  return restore(tf.transpose(w, [4, 2, 0, 1, 3]))
+
+
+def oihw_vect_i_to_hwio(w, in_channels=None):
+  """[O, I/v, Kh, Kw, v] -> [Kh, Kw, I, O]; `in_channels` drops padding."""
+  w, restore = _to_int8_view(w)
+  if w.shape.rank != 5:
+    raise ValueError(f"oihw_vect_i_to_hwio expects a rank-5 OIHW_VECT_I "
+                     f"filter, got shape {w.shape}")
+  s = tf.shape(w)
+  w = tf.reshape(tf.transpose(w, [2, 3, 1, 4, 0]), [s[2], s[3], s[1] * s[4], s[0]])
+  if in_channels is not None:
+    w = w[:, :, :in_channels, :]
+  return restore(w)
