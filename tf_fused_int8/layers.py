@@ -1,0 +1,464 @@
+"""Keras 3 layer for the fused int8 convolution.
+
+``QuantizedFusedConv2D`` is a Keras layer whose ``call`` is one
+``fused_conv2d_bias_activation`` (NHWC, HWIO): int8 conv2d, per-channel (or
+per-tensor) scale, optional int8 side input (residual), bias, and optional
+Relu, producing int8. Tensors at the Keras boundary are ``int8`` (Keras has
+no ``qint8`` dtype).
+
+Quantization model (symmetric, zero point 0)
+--------------------------------------------
+A real tensor ``r`` is represented by int8 ``q`` with a float scale ``s``:
+``r ~= s * q``. With input scale ``s_in``, weight scales ``s_w[c]`` (one per
+output channel, or one for the whole kernel), output scale ``s_out`` and the
+scale of the side input (residual) ``s_side``, the real computation
+``y = conv(x, w) + b + residual`` becomes, in the op's int8 terms::
+
+    q_y = round(acc[c] * conv_input_scale[c] + q_side * side_input_scale
+                + bias[c])
+    conv_input_scale[c] = s_in * s_w[c] / s_out
+    side_input_scale    = s_side / s_out
+    bias[c]             = b[c] / s_out
+
+``QuantizedFusedConv2D.from_float_weights`` does exactly this, with
+``s_w[c] = max(|w[..., c]|) / 127`` and ``q_w = round(w / s_w[c])`` clipped
+to [-127, 127].
+
+Saving: the layer is registered with Keras as
+``"tf_fused_int8>QuantizedFusedConv2D"``, so ``import tf_fused_int8`` before
+``keras.models.load_model``. A SavedModel exported from a model with this
+layer contains the custom op ``FusedInt8Conv2DBiasActivation``; ``import
+tf_fused_int8`` before ``tf.saved_model.load`` (see docs/serving.md).
+"""
+
+import numbers
+
+import keras
+import numpy as np
+
+from tf_fused_int8.ops import fused_conv2d_bias_activation
+
+__all__ = ["QuantizedFusedConv2D", "quantize_kernel"]
+
+
+def _pair(value, name):
+  if isinstance(value, numbers.Integral):
+    value = (int(value), int(value))
+  try:
+    value = tuple(int(v) for v in value)
+  except TypeError:
+    raise ValueError(f"{name} must be an int or a pair of ints, got "
+                     f"{value!r}") from None
+  if len(value) != 2 or min(value) < 1:
+    raise ValueError(f"{name} must be a positive int or a pair of positive "
+                     f"ints, got {value!r}")
+  return value
+
+
+def _activation(activation):
+  if activation is None:
+    return None
+  name = str(activation).lower()
+  if name in ("none", "linear"):
+    return None
+  if name == "relu":
+    return "relu"
+  raise ValueError(f"activation must be None or 'relu' (the fused op has no "
+                   f"other activation), got {activation!r}")
+
+
+def _padding(padding):
+  p = str(padding).lower()
+  if p not in ("same", "valid"):
+    raise ValueError(f"padding must be 'same' or 'valid', got {padding!r}")
+  return p
+
+
+def _windowed_size(size, k, stride, dilation, padding, what):
+  """TensorFlow's output size along one axis (None for unknown).
+
+  The same arithmetic as the op's C++ shape function
+  (GetWindowedOutputSizeFromDimsV2): SAME -> ceil(in / stride);
+  VALID -> ceil((in - eff_k + 1) / stride), an error when in < eff_k.
+  """
+  if size is None:
+    return None
+  eff_k = (k - 1) * dilation + 1
+  if padding == "same":
+    return (size + stride - 1) // stride
+  if size < eff_k:
+    raise ValueError(
+        f"{what} {size} is smaller than the dilated kernel ({eff_k}) with "
+        f"padding='valid'; the output would be empty")
+  return (size - eff_k + stride) // stride
+
+
+def quantize_kernel(kernel, per_channel=True):
+  """Symmetric int8 quantization of a float HWIO kernel.
+
+  Returns ``(q, scale)``: ``q`` int8 [Kh, Kw, Ci, Co] with values in
+  [-127, 127] and ``scale`` float64, [Co] when `per_channel` (else a 0-d
+  array), such that ``kernel ~= q * scale``. ``scale = max|w| / 127`` over
+  each output channel (or the whole kernel); an all-zero channel gets scale
+  1.0. Rounding is half to even.
+  """
+  w = np.asarray(kernel, dtype=np.float64)
+  if w.ndim != 4:
+    raise ValueError(f"kernel must be HWIO [Kh, Kw, Ci, Co], got shape "
+                     f"{w.shape}")
+  if not np.all(np.isfinite(w)):
+    raise ValueError("kernel has NaN or Inf values")
+  amax = np.max(np.abs(w), axis=(0, 1, 2)) if per_channel else np.max(np.abs(w))
+  scale = np.where(amax > 0, amax / 127.0, 1.0)
+  q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+  return q, np.asarray(scale, np.float64)
+
+
+def _int8_initializer(initializer):
+  """Wraps a Keras initializer so that it yields int8 (round, clip, cast)."""
+  def init(shape, dtype=None):
+    del dtype
+    values = initializer(shape, dtype="float32")
+    values = keras.ops.clip(keras.ops.round(values), -128, 127)
+    return keras.ops.cast(values, "int8")
+  return init
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class QuantizedFusedConv2D(keras.layers.Layer):
+  """Fused int8 2D convolution + scale + side input + bias + activation.
+
+  ``outputs = layer(inputs)`` or ``layer(inputs, side_input=residual)``;
+  ``inputs`` int8 [N, H, W, Ci] (NHWC), ``residual`` int8 with the output's
+  shape [N, Ho, Wo, filters], ``outputs`` int8 [N, Ho, Wo, filters] (Keras
+  has no qint8: bitcast qint8 tensors to int8 first). Per
+  output element (see ``tf_fused_int8.fused_conv2d_bias_activation``)::
+
+      y = float32(acc) * conv_input_scale[c]
+      y = fmaf(side_input, side_input_scale, y)     # only with a side input
+      y = y + bias[c]
+      out = clip(round_half_to_even(y), 0 if relu else -128, 127)
+
+  Weights (in ``get_weights``/``set_weights`` order):
+    kernel            int8  [Kh, Kw, Ci, filters], non-trainable
+    bias              float32 [filters]
+    conv_input_scale  float32 [filters] (per_channel_scale) or scalar []
+    side_input_scale  float32 scalar, only when ``use_side_input``
+
+  Nothing is trainable (the op has no gradient); the layer is for inference.
+  ``supports_jit`` is False: the op has no XLA kernel, so Keras's
+  ``jit_compile="auto"`` stays off for models containing this layer.
+
+  Args:
+    filters: number of output channels.
+    kernel_size: int or (Kh, Kw).
+    strides: int or (sh, sw).
+    padding: "valid" or "same" (TensorFlow's geometry).
+    activation: None (or "linear") or "relu".
+    use_side_input: when True, ``call`` requires ``side_input`` and the layer
+      has a ``side_input_scale`` weight.
+    per_channel_scale: ``conv_input_scale`` has one value per output channel
+      (True) or is a scalar (False).
+    dilation_rate: int or (dh, dw).
+    kernel_initializer: Keras initializer; its values are rounded, clipped to
+      [-128, 127] and cast to int8. Default "zeros" (weights normally come
+      from ``set_weights`` or ``from_float_weights``).
+    bias_initializer, conv_input_scale_initializer,
+    side_input_scale_initializer: Keras initializers (float32).
+    **kwargs: base Layer arguments (name, ...).
+  """
+
+  def __init__(self,
+               filters,
+               kernel_size,
+               strides=1,
+               padding="valid",
+               activation=None,
+               use_side_input=False,
+               per_channel_scale=True,
+               dilation_rate=1,
+               kernel_initializer="zeros",
+               bias_initializer="zeros",
+               conv_input_scale_initializer="ones",
+               side_input_scale_initializer="ones",
+               **kwargs):
+    kwargs.pop("trainable", None)  # nothing here is trainable
+    super().__init__(trainable=False, **kwargs)
+    if not isinstance(filters, numbers.Integral) or filters < 1:
+      raise ValueError(f"filters must be a positive int, got {filters!r}")
+    self.filters = int(filters)
+    self.kernel_size = _pair(kernel_size, "kernel_size")
+    self.strides = _pair(strides, "strides")
+    self.padding = _padding(padding)
+    self.activation = _activation(activation)
+    self.use_side_input = bool(use_side_input)
+    self.per_channel_scale = bool(per_channel_scale)
+    self.dilation_rate = _pair(dilation_rate, "dilation_rate")
+    self.kernel_initializer = keras.initializers.get(kernel_initializer)
+    self.bias_initializer = keras.initializers.get(bias_initializer)
+    self.conv_input_scale_initializer = keras.initializers.get(
+        conv_input_scale_initializer)
+    self.side_input_scale_initializer = keras.initializers.get(
+        side_input_scale_initializer)
+    # Layer.__init__ sets supports_jit = True; the op has no XLA kernel.
+    self.supports_jit = False
+    self.input_channels = None
+
+  # ------------------------------------------------------------------ build
+
+  def _expected_input(self):
+    ci = "Ci" if self.input_channels is None else self.input_channels
+    return f"int8 [batch, height, width, {ci}] (NHWC)"
+
+  def _check_input_shape(self, shape, what="inputs"):
+    shape = tuple(shape) if shape is not None else None
+    if shape is None or len(shape) != 4:
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' expects {what} of shape "
+          f"{self._expected_input()}, got shape {shape}")
+    if (self.input_channels is not None and shape[3] is not None and
+        shape[3] != self.input_channels):
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' expects {what} of shape "
+          f"{self._expected_input()} (the kernel has {self.input_channels} "
+          f"input channels), got shape {shape}")
+
+  def _check_dtype(self, dtype, what="inputs", shape=None):
+    try:
+      dtype = keras.backend.standardize_dtype(dtype)
+    except ValueError:  # a dtype Keras does not know, e.g. tf.qint8
+      dtype = getattr(dtype, "name", str(dtype))
+    if dtype != "int8":
+      expect = (self._expected_input() if what == "inputs" else
+                f"int8 with the output's shape")
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' expects {what} of "
+          f"{expect}, got dtype {dtype}"
+          + (f" and shape {tuple(shape)}" if shape is not None else "")
+          + ". Quantize float tensors first (q = clip(round(x / scale), "
+          "-128, 127) cast to int8).")
+
+  def build(self, input_shape):
+    input_shape = tuple(input_shape) if input_shape is not None else None
+    if input_shape is None or len(input_shape) != 4:
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' expects inputs of shape "
+          f"{self._expected_input()}, got shape {input_shape}")
+    if input_shape[3] is None:
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' needs a known channel "
+          f"count: expected inputs of shape {self._expected_input()}, got "
+          f"shape {input_shape}")
+    self.input_channels = int(input_shape[3])
+    kh, kw = self.kernel_size
+    co = self.filters
+    self.kernel = self.add_weight(
+        name="kernel", shape=(kh, kw, self.input_channels, co), dtype="int8",
+        initializer=_int8_initializer(self.kernel_initializer),
+        trainable=False, autocast=False)
+    self.bias = self.add_weight(
+        name="bias", shape=(co,), dtype="float32",
+        initializer=self.bias_initializer, trainable=False, autocast=False)
+    self.conv_input_scale = self.add_weight(
+        name="conv_input_scale",
+        shape=(co,) if self.per_channel_scale else (), dtype="float32",
+        initializer=self.conv_input_scale_initializer, trainable=False,
+        autocast=False)
+    if self.use_side_input:
+      self.side_input_scale = self.add_weight(
+          name="side_input_scale", shape=(), dtype="float32",
+          initializer=self.side_input_scale_initializer, trainable=False,
+          autocast=False)
+    else:
+      self.side_input_scale = None
+    # The shape is checked against the new weights (channel count, spatial
+    # size for padding="valid").
+    self.compute_output_shape(input_shape)
+
+  # ------------------------------------------------------------ shape / spec
+
+  def compute_output_shape(self, input_shape):
+    """[N, Ho, Wo, filters]; None where the op's shape function has None.
+
+    Agrees with the C++ shape function: batch passes through, an unknown
+    height/width gives an unknown output height/width, a known one gives
+    TensorFlow's SAME/VALID size.
+    """
+    input_shape = tuple(input_shape) if input_shape is not None else None
+    self._check_input_shape(input_shape)
+    n, h, w, _ = input_shape
+    kh, kw = self.kernel_size
+    (sh, sw), (dh, dw) = self.strides, self.dilation_rate
+    ho = _windowed_size(h, kh, sh, dh, self.padding, "input height")
+    wo = _windowed_size(w, kw, sw, dw, self.padding, "input width")
+    return (n, ho, wo, self.filters)
+
+  def _side_shape(self, output_shape, side_shape):
+    """Merges the side input's shape into the output's (as the op does)."""
+    side_shape = tuple(side_shape) if side_shape is not None else None
+    expected = ("int8 [" + ", ".join(
+        "?" if d is None else str(d) for d in output_shape) + "]")
+    msg = (f"{self.__class__.__name__} '{self.name}' expects side_input of "
+           f"shape {expected} (the output's shape), got shape {side_shape}")
+    if side_shape is None or len(side_shape) != 4:
+      raise ValueError(msg)
+    merged = []
+    for a, b in zip(output_shape, side_shape):
+      if a is not None and b is not None and a != b:
+        raise ValueError(msg)
+      merged.append(a if a is not None else b)
+    return tuple(merged)
+
+  def _check_side(self, side_input):
+    if self.use_side_input and side_input is None:
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' was created with "
+          f"use_side_input=True; call it as layer(inputs, side_input=...)")
+    if not self.use_side_input and side_input is not None:
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' got a side_input but was "
+          f"created with use_side_input=False")
+
+  def compute_output_spec(self, inputs, side_input=None):
+    self._check_dtype(inputs.dtype, shape=inputs.shape)
+    self._check_side(side_input)
+    shape = self.compute_output_shape(inputs.shape)
+    if side_input is not None:
+      self._check_dtype(side_input.dtype, "side_input", side_input.shape)
+      shape = self._side_shape(shape, side_input.shape)
+    return keras.KerasTensor(shape, dtype="int8")
+
+  # ------------------------------------------------------------------- call
+
+  def call(self, inputs, side_input=None):
+    self._check_dtype(inputs.dtype, shape=inputs.shape)
+    self._check_side(side_input)
+    static = tuple(inputs.shape) if inputs.shape.rank is not None else None
+    if static is not None:
+      out_shape = self.compute_output_shape(static)
+    else:
+      out_shape = (None, None, None, self.filters)
+    if side_input is not None:
+      self._check_dtype(side_input.dtype, "side_input", side_input.shape)
+      if side_input.shape.rank is not None:
+        self._side_shape(out_shape, tuple(side_input.shape))
+    return fused_conv2d_bias_activation(
+        inputs,
+        self.kernel.value,
+        self.bias.value,
+        strides=self.strides,
+        padding=self.padding.upper(),
+        conv_input_scale=self.conv_input_scale.value,
+        side_input_scale=(self.side_input_scale.value
+                          if self.use_side_input else 0.0),
+        side_input=side_input,
+        activation_mode="Relu" if self.activation == "relu" else "None",
+        dilations=self.dilation_rate)
+
+  # ---------------------------------------------------------------- weights
+
+  def set_weights(self, weights):
+    """Like Layer.set_weights, refusing a kernel that is not int8-valued.
+
+    Keras would silently cast a float kernel to int8 (truncating); here the
+    kernel must be an integer array with values in [-128, 127].
+    """
+    weights = list(weights)
+    if weights:
+      k = np.asarray(weights[0])
+      if not np.issubdtype(k.dtype, np.integer):
+        raise ValueError(
+            f"{self.__class__.__name__} '{self.name}': the kernel (first "
+            f"weight) must be an int8 array, got dtype {k.dtype}; use "
+            f"QuantizedFusedConv2D.from_float_weights or quantize_kernel for "
+            f"float weights")
+      if k.size and (k.min() < -128 or k.max() > 127):
+        raise ValueError(
+            f"{self.__class__.__name__} '{self.name}': kernel values must be "
+            f"in [-128, 127], got [{k.min()}, {k.max()}]")
+      weights[0] = k.astype(np.int8)
+    super().set_weights(weights)
+
+  @classmethod
+  def from_float_weights(cls,
+                         kernel,
+                         bias=None,
+                         input_scale=1.0,
+                         output_scale=1.0,
+                         side_input_scale=None,
+                         per_channel_scale=True,
+                         **kwargs):
+    """A built layer from float weights and the activations' scales.
+
+    Args:
+      kernel: float HWIO kernel [Kh, Kw, Ci, Co] (e.g. a Conv2D's kernel).
+      bias: float [Co] or None (zeros).
+      input_scale: s_in, the scale of the int8 input (real = s_in * q).
+      output_scale: s_out, the scale of the int8 output.
+      side_input_scale: s_side, the scale of the int8 side input (residual);
+        given -> use_side_input=True.
+      per_channel_scale: per-output-channel weight scales (else one).
+      **kwargs: the other constructor arguments (strides, padding,
+        activation, dilation_rate, name, ...); filters and kernel_size come
+        from the kernel.
+
+    The weights are (computed in float64, stored as float32):
+      q_w, s_w = quantize_kernel(kernel, per_channel_scale)
+      conv_input_scale = s_in * s_w / s_out
+      bias             = b / s_out
+      side_input_scale = s_side / s_out
+    """
+    kernel = np.asarray(kernel)
+    if kernel.ndim != 4:
+      raise ValueError(f"kernel must be HWIO [Kh, Kw, Ci, Co], got shape "
+                       f"{kernel.shape}")
+    kh, kw, ci, co = kernel.shape
+    for key in ("filters", "kernel_size", "use_side_input"):
+      if key in kwargs:
+        raise ValueError(f"from_float_weights takes {key} from its other "
+                         f"arguments, not from {key}=")
+    s_in = float(input_scale)
+    s_out = float(output_scale)
+    if not (np.isfinite(s_in) and s_in > 0 and np.isfinite(s_out) and
+            s_out > 0):
+      raise ValueError(f"input_scale and output_scale must be positive, got "
+                       f"{input_scale!r} and {output_scale!r}")
+    q, s_w = quantize_kernel(kernel, per_channel_scale)
+    b = (np.zeros([co]) if bias is None else
+         np.asarray(bias, np.float64).reshape([co]))
+    weights = [q,
+               (b / s_out).astype(np.float32),
+               (s_in * s_w / s_out).astype(np.float32)]
+    use_side = side_input_scale is not None
+    if use_side:
+      weights.append(np.float32(float(side_input_scale) / s_out))
+    layer = cls(filters=co, kernel_size=(kh, kw), use_side_input=use_side,
+                per_channel_scale=per_channel_scale, **kwargs)
+    layer.build((None, None, None, ci))
+    layer.set_weights(weights)
+    return layer
+
+  # ----------------------------------------------------------------- config
+
+  def get_config(self):
+    config = super().get_config()
+    config.pop("trainable", None)
+    config.update({
+        "filters": self.filters,
+        "kernel_size": self.kernel_size,
+        "strides": self.strides,
+        "padding": self.padding,
+        "activation": self.activation,
+        "use_side_input": self.use_side_input,
+        "per_channel_scale": self.per_channel_scale,
+        "dilation_rate": self.dilation_rate,
+        "kernel_initializer": keras.initializers.serialize(
+            self.kernel_initializer),
+        "bias_initializer": keras.initializers.serialize(
+            self.bias_initializer),
+        "conv_input_scale_initializer": keras.initializers.serialize(
+            self.conv_input_scale_initializer),
+        "side_input_scale_initializer": keras.initializers.serialize(
+            self.side_input_scale_initializer),
+    })
+    return config
