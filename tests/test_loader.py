@@ -81,3 +81,16 @@ def test_library_from_package_dir(tmp_path):
        "import tf_fused_int8, tf_fused_int8._loader as l; print('PATH', l.library_path())"],
       env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
   assert f"PATH {pkg / '_fused_int8_ops.so'}" in r.stdout, r.stdout + r.stderr
+
+
+def test_library_preloaded_by_tensorflow():
+  """TF loaded the library itself (TF_PLUGGABLE_DEVICE_LIBRARY_PATH): the
+  package's API still works, through wrappers generated from the registry."""
+  r = run_python(
+      "import numpy as np, tf_fused_int8\n"
+      "y = tf_fused_int8.fused_conv2d_bias_activation(\n"
+      "    np.full((1, 3, 3, 2), 3, np.int8), np.ones((1, 1, 2, 1), np.int8),\n"
+      "    [0.5], padding='SAME', activation_mode='None')\n"  # 6 + 0.5 -> 6
+      "print('VALUES', sorted(set(y.numpy().ravel().tolist())))\n",
+      TF_PLUGGABLE_DEVICE_LIBRARY_PATH=_loader.library_path())
+  assert "VALUES [6]" in r.stdout, r.stdout + r.stderr

@@ -85,6 +85,20 @@ def check_version(path, tf_version):
   return built
 
 
+def _wrappers_from_registry():
+  """Python wrappers for our op generated from TF's op registry."""
+  import types  # pylint: disable=g-import-not-at-top
+  from tensorflow.core.framework import op_def_pb2  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.framework import _pywrap_python_op_gen  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
+  op_list = op_def_pb2.OpList()
+  op_list.op.add().CopyFrom(op_def_registry.get("FusedInt8Conv2DBiasActivation"))
+  module = types.ModuleType("tf_fused_int8._generated_ops")
+  exec(_pywrap_python_op_gen.GetPythonWrappers(op_list.SerializeToString()),  # pylint: disable=exec-used
+       module.__dict__)
+  return module
+
+
 def load_ops():
   """Loads the op library (once) and returns its generated op module."""
   global _module, _path
@@ -103,6 +117,11 @@ def load_ops():
             f"The library may have been built with another TensorFlow or "
             f"compiler ABI; rebuild it with ./configure.sh && bazel build "
             f"//:{LIBRARY_NAME}.") from e
+      if not hasattr(module, "fused_int8_conv2d_bias_activation"):
+        # TF had loaded the library already (e.g. through
+        # TF_PLUGGABLE_DEVICE_LIBRARY_PATH), so load_op_library returns a
+        # module without wrappers: generate them from the registered op.
+        module = _wrappers_from_registry()
       _path = path
       _module = module
   return _module
