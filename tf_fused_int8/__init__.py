@@ -13,6 +13,10 @@ from tf_fused_int8.ops import hwio_to_oihw_vect_i
 from tf_fused_int8.ops import nchw_vect_c_to_nhwc
 from tf_fused_int8.ops import nhwc_to_nchw_vect_c
 from tf_fused_int8.ops import oihw_vect_i_to_hwio
+from tf_fused_int8 import quantization
+from tf_fused_int8.quantization import Dequantize
+from tf_fused_int8.quantization import Quantize
+from tf_fused_int8.quantization import quantize_model
 
 __version__ = "0.1.0"
 
@@ -25,6 +29,8 @@ except ImportError:
   pass  # raised again, with its message, on first use
 
 __all__ = [
+    "Dequantize",
+    "Quantize",
     "QuantizedFusedConv2D",
     "fused_conv2d_bias_activation",
     "hwio_to_oihw_vect_i",
@@ -32,5 +38,7 @@ __all__ = [
     "nchw_vect_c_to_nhwc",
     "nhwc_to_nchw_vect_c",
     "oihw_vect_i_to_hwio",
+    "quantization",
+    "quantize_model",
     "register_all",
 ]

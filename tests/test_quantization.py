@@ -1,0 +1,439 @@
+"""Post-training quantization (tf_fused_int8.quantization): BN folding in
+float, the scale formulas and the int8 graph on a hand-made model (bit-exact
+against the numpy reference), Quantize/Dequantize, calibration inputs and
+methods, unsupported layers, end-to-end accuracy on scikit-learn's digits,
+and .keras / SavedModel round trips of the quantized model."""
+
+import importlib.util
+import os
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import reference
+import tf_fused_int8
+from tf_fused_int8 import quantization
+from tf_fused_int8.layers import quantize_kernel
+
+# Keras's own saving code trips numpy 2's __array__(copy=...) deprecation.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:__array__ implementation:DeprecationWarning")
+
+L = keras.layers
+QFC = tf_fused_int8.QuantizedFusedConv2D
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def set_bn(layer, rng):
+  n = layer.moving_mean.shape[0]
+  weights = []
+  if layer.scale:
+    weights.append(rng.uniform(0.5, 1.5, n))
+  if layer.center:
+    weights.append(rng.normal(0.0, 0.2, n))
+  weights += [rng.normal(0.0, 0.3, n), rng.uniform(0.3, 2.0, n)]
+  layer.set_weights([w.astype(np.float32) for w in weights])
+
+
+def residual_model(seed=0):
+  """image -> c1+bn1+relu1 -> c2+bn2 -> Add(relu1) -> relu2 -> GAP -> Dense.
+
+  Outputs {"logits", "features" (relu2's output)}; BN statistics random.
+  """
+  inp = keras.Input((9, 7, 3), name="image")
+  h1 = L.ReLU(name="relu1")(L.BatchNormalization(epsilon=1e-3, name="bn1")(
+      L.Conv2D(8, 3, padding="same", name="c1")(inp)))
+  h2 = L.BatchNormalization(epsilon=1e-3, name="bn2")(
+      L.Conv2D(8, 3, padding="same", use_bias=False, name="c2")(h1))
+  out = L.ReLU(name="relu2")(L.Add(name="add")([h2, h1]))
+  logits = L.Dense(5, name="head")(L.GlobalAveragePooling2D(name="gap")(out))
+  model = keras.Model(inp, {"logits": logits, "features": out})
+  rng = np.random.default_rng(seed)
+  for layer in model.layers:
+    if isinstance(layer, L.BatchNormalization):
+      set_bn(layer, rng)
+    elif isinstance(layer, L.Conv2D):
+      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
+                         for w in layer.get_weights()])
+  return model
+
+
+def images(n, seed=1, shape=(9, 7, 3)):
+  return np.random.default_rng(seed).uniform(-1, 1, (n,) + shape).astype(
+      np.float32)
+
+
+# ------------------------------------------------------------- BN folding
+
+@pytest.mark.parametrize("use_bias,center,scale", [(True, True, True),
+                                                   (False, True, True),
+                                                   (True, False, False)])
+def test_bn_folding_is_exact_in_float(use_bias, center, scale):
+  rng = np.random.default_rng(7)
+  inp = keras.Input((10, 10, 4))
+  conv = L.Conv2D(6, 3, strides=2, padding="same", use_bias=use_bias)
+  bn = L.BatchNormalization(epsilon=1e-3, center=center, scale=scale)
+  model = keras.Model(inp, bn(conv(inp)))
+  conv.set_weights([rng.normal(0, 0.5, w.shape) for w in conv.get_weights()])
+  set_bn(bn, rng)
+  k, b = quantization.fold_batch_norm(
+      conv.kernel.numpy(), conv.bias.numpy() if use_bias else None,
+      bn.gamma.numpy() if scale else None, bn.beta.numpy() if center else None,
+      bn.moving_mean.numpy(), bn.moving_variance.numpy(), bn.epsilon)
+  folded = L.Conv2D(6, 3, strides=2, padding="same")
+  folded.build((None, 10, 10, 4))
+  folded.set_weights([k.astype(np.float32), b.astype(np.float32)])
+  x = rng.normal(0, 1, (3, 10, 10, 4)).astype(np.float32)
+  want = model(x, training=False).numpy()
+  got = folded(x).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-5,
+                             atol=1e-5 * np.abs(want).max())
+  # And in float64, to rounding.
+  want64 = (tf.nn.conv2d(x.astype(np.float64), conv.kernel.numpy().astype(
+      np.float64), 2, "SAME").numpy() + (conv.bias.numpy() if use_bias else 0))
+  f = (bn.gamma.numpy() if scale else 1) / np.sqrt(
+      bn.moving_variance.numpy().astype(np.float64) + bn.epsilon)
+  want64 = (want64 - bn.moving_mean.numpy()) * f + (
+      bn.beta.numpy() if center else 0)
+  got64 = tf.nn.conv2d(x.astype(np.float64), k, 2, "SAME").numpy() + b
+  np.testing.assert_allclose(got64, want64, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------- scales on a hand-made model
+
+def test_scale_derivation_and_int8_graph_on_a_hand_made_model():
+  model = residual_model()
+  scales = {"image": 0.0125, "relu1": 0.04, "relu2": 0.0625}
+  # Activation scales are float32 numbers (what Quantize/Dequantize use).
+  s_in, s_h1, s_out = (float(np.float32(scales[k]))
+                       for k in ("image", "relu1", "relu2"))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+  kinds = {l.name: type(l).__name__ for l in qmodel.layers}
+  assert kinds == {"image": "InputLayer", "image_quantize": "Quantize",
+                   "c1": "QuantizedFusedConv2D", "c2": "QuantizedFusedConv2D",
+                   "relu2_dequantize": "Dequantize",
+                   "gap": "GlobalAveragePooling2D", "head": "Dense"}
+  c1, c2 = qmodel.get_layer("c1"), qmodel.get_layer("c2")
+  assert c1.activation == "relu" and not c1.use_side_input
+  assert c2.activation == "relu" and c2.use_side_input
+  assert qmodel.get_layer("image_quantize").scale == s_in
+  assert qmodel.get_layer("relu2_dequantize").scale == s_out
+
+  def folded(conv, bn):  # in float64
+    f64 = lambda v: v.numpy().astype(np.float64)
+    w = f64(conv.kernel)
+    b = f64(conv.bias) if conv.use_bias else np.zeros(w.shape[-1])
+    f = f64(bn.gamma) / np.sqrt(f64(bn.moving_variance) + bn.epsilon)
+    return w * f, (b - f64(bn.moving_mean)) * f + f64(bn.beta)
+
+  # conv_input_scale = s_in * s_w[c] / s_out, bias = b / s_out,
+  # side_input_scale = s_side / s_out; weights symmetric per channel.
+  for qconv, conv, bn, si, so, side in [
+      (c1, "c1", "bn1", s_in, s_h1, None), (c2, "c2", "bn2", s_h1, s_out,
+                                             s_h1)]:
+    w, b = folded(model.get_layer(conv), model.get_layer(bn))
+    s_w = np.max(np.abs(w), axis=(0, 1, 2)) / 127
+    weights = qconv.get_weights()
+    np.testing.assert_array_equal(weights[0], np.clip(np.rint(w / s_w), -127,
+                                                      127).astype(np.int8))
+    np.testing.assert_array_equal(weights[0], quantize_kernel(w)[0])
+    np.testing.assert_array_equal(weights[1], (b / so).astype(np.float32))
+    np.testing.assert_array_equal(weights[2],
+                                  (si * s_w / so).astype(np.float32))
+    if side is not None:
+      assert weights[3] == np.float32(side / so)
+
+  # The int8 graph, bit for bit: quantize, two fused convs (the residual as
+  # side input), dequantize, then the float head.
+  x = images(4)
+  out = qmodel(x)
+  q = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
+  k1, b1, cs1 = c1.get_weights()
+  h1 = reference.fused_conv2d_reference(q, k1, b1, conv_input_scale=cs1,
+                                        padding="SAME", activation="Relu")
+  k2, b2, cs2, ss2 = c2.get_weights()
+  h2 = reference.fused_conv2d_reference(
+      h1, k2, b2, side_input=h1, conv_input_scale=cs2, side_input_scale=ss2,
+      padding="SAME", activation="Relu")
+  features = h2.astype(np.float32) * np.float32(s_out)
+  np.testing.assert_array_equal(out["features"].numpy(), features)
+  assert out["features"].dtype == tf.float32
+  assert len(np.unique(h1)) > 20 and len(np.unique(h2)) > 20
+  head = model.get_layer("head")
+  np.testing.assert_allclose(
+      out["logits"].numpy(), features.mean(axis=(1, 2)) @ head.kernel.numpy()
+      + head.bias.numpy(), rtol=1e-5, atol=1e-5)
+  # The float model is untouched and the quantized one approximates it.
+  want = model(x)
+  assert isinstance(model.get_layer("bn1"), L.BatchNormalization)
+  err = np.abs(out["features"].numpy() - want["features"].numpy())
+  assert err.max() < 3 * s_out
+
+
+def test_missing_or_bad_scales_are_errors():
+  model = residual_model()
+  with pytest.raises(ValueError, match="relu2"):
+    quantization.quantize_model(model, scales={"image": 0.1, "relu1": 0.1},
+                                verbose=0)
+  with pytest.raises(ValueError, match="positive"):
+    quantization.quantize_model(
+        model, scales={"image": 0.1, "relu1": 0.0, "relu2": 0.1}, verbose=0)
+  with pytest.raises(ValueError, match="calibration_data"):
+    quantization.quantize_model(model, verbose=0)
+  with pytest.raises(ValueError, match="method"):
+    quantization.quantize_model(model, images(4), method="kl", verbose=0)
+
+
+# --------------------------------------------------- Quantize / Dequantize
+
+def test_quantize_and_dequantize_layers():
+  s = 0.5
+  x = np.array([-1000, -64.25, -0.75, -0.25, 0.25, 0.75, 1.25, 63.5, 1e9,
+                np.nan, np.inf, -np.inf], np.float32)
+  q = quantization.Quantize(s)(x).numpy()
+  assert q.dtype == np.int8
+  # round half to even of x / s, clipped to [-128, 127]; NaN -> 0.
+  np.testing.assert_array_equal(
+      q, [-128, -128, -2, 0, 0, 2, 2, 127, 127, 0, 127, -128])
+  d = quantization.Dequantize(s)(q).numpy()
+  assert d.dtype == np.float32
+  np.testing.assert_array_equal(d, q.astype(np.float32) * 0.5)
+  layer = quantization.Quantize(0.1, name="qq")
+  config = layer.get_config()
+  assert config["scale"] == float(np.float32(0.1)) and config["name"] == "qq"
+  again = keras.saving.deserialize_keras_object(
+      keras.saving.serialize_keras_object(layer))
+  assert isinstance(again, quantization.Quantize) and again.scale == layer.scale
+  assert keras.saving.get_registered_name(quantization.Dequantize) == (
+      "tf_fused_int8>Dequantize")
+  sym = quantization.Quantize(1.0)(keras.Input((4, 4, 2)))
+  assert sym.dtype == "int8" and tuple(sym.shape) == (None, 4, 4, 2)
+  with pytest.raises(ValueError, match="positive"):
+    quantization.Quantize(-1.0)
+
+
+# ------------------------------------------------------------ calibration
+
+def test_calibration_accepts_dataset_numpy_and_generators(capsys):
+  model = residual_model()
+  x = images(40, seed=3)
+  y = np.arange(40) % 5
+  want = quantization.calibrate(model, x, batch_size=16, verbose=1)
+  out = capsys.readouterr().out
+  assert "3/3" in out  # the Keras progress bar, 3 batches
+  assert set(want) == {"image", "relu1", "relu2"}
+  # min/max: max |x| / 127 over all calibration data, as float32.
+  probe = keras.Model(model.input, [model.get_layer(n).output
+                                    for n in ("relu1", "relu2")])
+  h1, h2 = (t.numpy() for t in probe(x))
+  for key, t in [("image", x), ("relu1", h1), ("relu2", h2)]:
+    assert want[key] == pytest.approx(float(np.float32(
+        np.abs(t).max() / 127)), rel=1e-6), key
+  inputs = {
+      "numpy (x, y)": (x, y),
+      "tf.data.Dataset of (x, y)":
+          tf.data.Dataset.from_tensor_slices((x, y)).batch(16),
+      "tf.data.Dataset of x": tf.data.Dataset.from_tensor_slices(x).batch(7),
+      "generator": (x[i:i + 16] for i in range(0, 40, 16)),
+      "generator of (x, y)": ((x[i:i + 8], y[i:i + 8])
+                              for i in range(0, 40, 8)),
+  }
+  for what, data in inputs.items():
+    got = quantization.calibrate(model, data, batch_size=16, verbose=0)
+    assert got == want, what
+  assert capsys.readouterr().out == ""  # verbose=0 is silent
+  # steps= limits the batches (here: only the first 16 images).
+  first = quantization.calibrate(model, x, batch_size=16, steps=1, verbose=0)
+  assert first == quantization.calibrate(model, x[:16], verbose=0)
+  # An unknown-length generator still gets a progress bar.
+  quantization.calibrate(model, (x[i:i + 10] for i in range(0, 40, 10)))
+  assert "4/Unknown" in capsys.readouterr().out
+  with pytest.raises(TypeError, match="calibration_data"):
+    quantization.calibrate(model, 3.0, verbose=0)
+
+
+def test_percentile_calibration():
+  model = residual_model()
+  x = images(64, seed=5)
+  x[0, 0, 0, 0] = 25.0  # one outlier in the input
+  got = quantization.calibrate(model, x, method="percentile", percentile=99.0,
+                               batch_size=10, verbose=0)
+  probe = keras.Model(model.input, model.get_layer("relu2").output)
+  h2 = probe(x).numpy()
+  for key, t in [("image", x), ("relu2", h2)]:
+    a = np.abs(t).reshape(-1)
+    p = np.percentile(a, 99.0)
+    # Within one histogram bin (range <= 2 max|x|, 2048 bins).
+    assert abs(got[key] * 127 - p) <= 2 * a.max() / 2048 + 1e-6, key
+  assert got["image"] * 127 < 1.0  # the outlier is clipped away
+  full = quantization.calibrate(model, x, method="percentile",
+                                percentile=100.0, verbose=0)
+  assert full["image"] == float(np.float32(25.0 / 127))
+  qmodel = quantization.quantize_model(model, x, method="percentile",
+                                       verbose=0)
+  assert qmodel.get_layer("image_quantize").scale < 25.0 / 127
+
+
+# ------------------------------------------------------ unsupported layers
+
+def test_unsupported_layers_warn_and_stay_float():
+  inp = keras.Input((8, 8, 3), name="image")
+  h = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(
+      L.Conv2D(8, 3, padding="same", name="c1")(inp)))
+  h = L.LayerNormalization(name="ln")(h)                    # unknown layer
+  h = L.Conv2D(8, 3, padding="same", activation="sigmoid", name="c_sig")(h)
+  h = L.Conv2D(8, 3, padding="same", activation="relu", name="c2")(h)
+  h = L.BatchNormalization(name="bn_after_relu")(h)         # not foldable
+  h = L.DepthwiseConv2D(3, padding="same", name="dw")(h)    # unknown layer
+  h = L.Conv2D(4, 1, name="c3")(h)
+  out = L.Dense(3, name="head")(L.Flatten(name="flat")(h))
+  model = keras.Model(inp, out)
+  rng = np.random.default_rng(2)
+  for layer in model.layers:
+    if isinstance(layer, L.BatchNormalization):
+      set_bn(layer, rng)
+  x = images(16, seed=4, shape=(8, 8, 3))
+  with pytest.warns(quantization.QuantizationWarning) as record:
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  message = str(record[0].message)
+  for name in ("'ln' (LayerNormalization)", "'c_sig' (Conv2D: activation",
+               "'bn_after_relu' (BatchNormalization", "'dw' (DepthwiseConv2D"):
+    assert name in message, (name, message)
+  assert "4 layer(s) stay float" in message
+  for name in ("c1", "c2", "c3"):
+    assert isinstance(qmodel.get_layer(name), QFC), name
+  for name, cls in [("ln", L.LayerNormalization), ("c_sig", L.Conv2D),
+                    ("bn_after_relu", L.BatchNormalization),
+                    ("dw", L.DepthwiseConv2D), ("head", L.Dense)]:
+    layer = qmodel.get_layer(name)
+    assert type(layer) is cls, name  # pylint: disable=unidiomatic-typecheck
+    assert layer is not model.get_layer(name)  # a copy, same weights
+    for a, b in zip(layer.get_weights(), model.get_layer(name).get_weights()):
+      np.testing.assert_array_equal(a, b)
+  want = model(x).numpy()
+  got = qmodel(x).numpy()
+  assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+def test_multi_input_model_and_shared_int8_tensors():
+  a = keras.Input((8, 8, 3), name="a")
+  b = keras.Input((8, 8, 4), name="b")
+  ca = L.Conv2D(4, 3, padding="same", activation="relu", name="ca")(a)
+  s = L.Add(name="add")([L.Conv2D(4, 1, name="cb")(b), ca])
+  out = [L.GlobalMaxPooling2D(name="gmp")(s), L.Flatten(name="flat")(ca)]
+  model = keras.Model({"a": a, "b": b}, out)
+  data = {"a": images(12, seed=6, shape=(8, 8, 3)),
+          "b": images(12, seed=7, shape=(8, 8, 4))}
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, data, batch_size=5,
+                                         verbose=0)
+  kinds = sorted(type(l).__name__ for l in qmodel.layers)
+  assert kinds == sorted(["InputLayer", "InputLayer", "Quantize", "Quantize",
+                          "QuantizedFusedConv2D", "QuantizedFusedConv2D",
+                          "Dequantize", "Dequantize", "GlobalMaxPooling2D",
+                          "Flatten"])
+  # ca's int8 output is cb's side input and (dequantized) Flatten's input.
+  assert qmodel.get_layer("cb").use_side_input
+  assert qmodel.get_layer("ca_dequantize").input is qmodel.get_layer(
+      "ca").output
+  assert isinstance(qmodel.input, dict) and set(qmodel.input) == {"a", "b"}
+  want, got = model(data), qmodel(data)
+  assert len(got) == 2
+  for w, g in zip(want, got):
+    assert g.dtype == tf.float32 and g.shape == w.shape
+    assert np.abs(g.numpy() - w.numpy()).max() < 0.03 * np.abs(w).max()
+
+
+def test_sequential_and_subclassed_models():
+  seq = keras.Sequential([keras.Input((6, 6, 2)),
+                          L.Conv2D(4, 3, activation="relu", name="c"),
+                          L.Flatten(), L.Dense(2)])
+  x = images(8, shape=(6, 6, 2))
+  qseq = quantization.quantize_model(seq, x, verbose=0)
+  assert isinstance(qseq.get_layer("c"), QFC)
+  np.testing.assert_allclose(qseq(x).numpy(), seq(x).numpy(), atol=0.05)
+
+  class Sub(keras.Model):
+
+    def __init__(self):
+      super().__init__()
+      self.conv = L.Conv2D(4, 3)
+
+    def call(self, inputs):
+      return self.conv(inputs)
+
+  with pytest.raises(ValueError, match="subclassed"):
+    quantization.quantize_model(Sub(), x, verbose=0)
+
+
+# ------------------------------------------ digits, end to end, and saving
+
+def _load_example():
+  path = os.path.join(ROOT, "examples", "ptq_digits.py")
+  spec = importlib.util.spec_from_file_location("ptq_digits", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.fixture(scope="module")
+def digits():
+  """The example's float CNN trained briefly on digits, and its int8 model."""
+  import sklearn  # pylint: disable=g-import-not-at-top,unused-import  # requirements.txt
+  example = _load_example()
+  x_train, y_train, x_test, y_test = example.load_digits_split()
+  float_model = example.train_float_model(keras, x_train, y_train, epochs=4)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    int8_model = quantization.quantize_model(float_model, x_train[:256],
+                                             verbose=0)
+  return example, float_model, int8_model, x_test, y_test
+
+
+def test_digits_int8_accuracy_within_one_point_of_float(digits):
+  example, float_model, int8_model, x_test, y_test = digits
+  assert sum(isinstance(l, QFC) for l in int8_model.layers) == 6
+  # Residual Adds on the main path; the projection shortcut feeds the side
+  # input of block2_conv2.
+  sides = {l.name for l in int8_model.layers
+           if isinstance(l, QFC) and l.use_side_input}
+  assert sides == {"block1_conv2", "block2_conv2"}
+  assert int8_model.get_layer("block2_shortcut").activation is None
+  assert not any(isinstance(l, (L.BatchNormalization, L.Conv2D, L.Add))
+                 for l in int8_model.layers)
+  r = example.compare(float_model, int8_model, x_test, y_test)
+  assert r["float"] > 0.9, r  # the float model did learn
+  assert r["int8"] >= r["float"] - 0.01, r
+  assert r["agreement"] >= 0.98, r
+
+
+def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
+  _, _, int8_model, x_test, _ = digits
+  x = x_test[:32]
+  want = int8_model(x).numpy()
+  # .keras round trip.
+  path = str(tmp_path / "digits_int8.keras")
+  int8_model.save(path)
+  loaded = keras.models.load_model(path)
+  assert isinstance(loaded.get_layer("image_quantize"), quantization.Quantize)
+  assert isinstance(loaded.get_layer("block1_conv2"), QFC)
+  np.testing.assert_array_equal(loaded(x).numpy(), want)
+  for a, b in zip(int8_model.get_weights(), loaded.get_weights()):
+    assert a.dtype == b.dtype
+    np.testing.assert_array_equal(a, b)
+  # SavedModel export, reloaded with tf.saved_model.load, any batch size.
+  export_dir = str(tmp_path / "digits_int8_savedmodel")
+  int8_model.export(export_dir, verbose=False)
+  with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
+    assert b"FusedInt8Conv2DBiasActivation" in f.read()
+  restored = tf.saved_model.load(export_dir)
+  np.testing.assert_array_equal(restored.serve(tf.constant(x)).numpy(), want)
+  serving = restored.signatures["serving_default"]
+  got = list(serving(tf.constant(x[:5])).values())[0].numpy()
+  np.testing.assert_array_equal(got, want[:5])

@@ -1,0 +1,868 @@
+"""Post-training quantization of a float Keras CNN into QuantizedFusedConv2D.
+
+    import tf_fused_int8
+    from tf_fused_int8 import quantization
+
+    qmodel = quantization.quantize_model(float_model, calibration_images)
+    qmodel.save("model_int8.keras")          # or qmodel.export(...)
+
+``quantize_model`` walks a functional (or Sequential) Keras model and
+rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
+
+* ``Conv2D`` (with or without bias, activation linear or relu);
+* a following ``BatchNormalization`` over the channel axis is folded into the
+  kernel and bias (in float64, before the kernel is quantized);
+* a following ``ReLU`` layer (or ``Activation("relu")``) becomes the op's
+  Relu;
+* a two-input ``Add`` of the (linear) conv stack and another tensor, the
+  residual, maps that tensor to the op's side input, and a ``ReLU`` after the
+  ``Add`` becomes the op's Relu.
+
+Consecutive fused convolutions pass int8 tensors to each other (an "int8
+region"). A ``Quantize`` layer (float -> int8) is put where a float tensor
+enters a region and a ``Dequantize`` layer (int8 -> float) where an int8
+tensor leaves it (to a float layer or a model output). Everything else
+(pooling, Flatten, Dense, ...) runs in float as before, on cloned layers with
+the same weights. The quantized model has the float model's inputs and
+outputs (float, same structure and names).
+
+Quantization (symmetric, zero point 0, ``real ~= scale * q``):
+
+* weights: per output channel, ``s_w[c] = max|w[..., c]| / 127``
+  (``tf_fused_int8.layers.quantize_kernel``);
+* activations: one scale per tensor, from calibration on the float model:
+  ``s = max|x| / 127`` (``method="minmax"``) or ``s = P_p(|x|) / 127``
+  (``method="percentile"``, ``P_p`` the ``percentile``-th percentile of |x|
+  over all calibration values);
+* ``conv_input_scale = s_in * s_w[c] / s_out``, ``side_input_scale = s_side /
+  s_out``, ``bias = b / s_out`` (see docs/quantization.md for the
+  derivation).
+
+Layers the quantizer does not understand stay float, and a
+``QuantizationWarning`` lists them (with the reason for convolutions and
+batch normalizations that could not be quantized / folded). The result is
+never silently different from the float model beyond quantization error.
+
+Saving: ``Quantize`` and ``Dequantize`` are registered Keras layers
+(``"tf_fused_int8>Quantize"``, ``"tf_fused_int8>Dequantize"``), so
+``import tf_fused_int8`` before ``keras.models.load_model``; exported
+SavedModels need ``import tf_fused_int8`` before ``tf.saved_model.load``
+(for the op), like any model with ``QuantizedFusedConv2D``.
+"""
+
+import collections
+import itertools
+import math
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_fused_int8.layers import QuantizedFusedConv2D
+
+__all__ = [
+    "Dequantize",
+    "Quantize",
+    "QuantizationWarning",
+    "calibrate",
+    "fold_batch_norm",
+    "quantize_model",
+]
+
+_METHODS = ("minmax", "percentile")
+_HIST_BINS = 2048
+
+
+class QuantizationWarning(UserWarning):
+  """Part of a model stays float (listed in the message)."""
+
+
+# ----------------------------------------------------------------- layers
+
+def _check_scale(scale, what):
+  try:
+    s = float(scale)
+  except (TypeError, ValueError):
+    raise ValueError(f"{what} must be a positive finite number, got "
+                     f"{scale!r}") from None
+  s32 = float(np.float32(s))
+  if not (math.isfinite(s32) and s32 > 0):
+    raise ValueError(f"{what} must be a positive finite float32 number, got "
+                     f"{scale!r}")
+  return s32
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Quantize(keras.layers.Layer):
+  """float -> int8: ``q = clip(round_half_to_even(x / scale), -128, 127)``.
+
+  ``x`` is cast to float32 first; ``scale`` is a float32 number (the real
+  value of one int8 step). NaN gives 0, +-Inf gives 127 / -128. The output
+  has the input's shape and dtype int8 (what ``QuantizedFusedConv2D``
+  takes).
+  """
+
+  def __init__(self, scale, **kwargs):
+    kwargs.pop("trainable", None)
+    # float32 whatever the global dtype policy (no autocast to float16).
+    kwargs.setdefault("dtype", "float32")
+    super().__init__(trainable=False, **kwargs)
+    self.scale = _check_scale(scale, "Quantize scale")
+
+  def call(self, inputs):
+    x = tf.cast(inputs, tf.float32)
+    q = tf.round(x / tf.constant(self.scale, tf.float32))  # half to even
+    q = tf.where(tf.math.is_nan(q), tf.zeros_like(q), q)
+    q = tf.clip_by_value(q, -128.0, 127.0)
+    return tf.cast(q, tf.int8)
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape)
+
+  def compute_output_spec(self, inputs):
+    return keras.KerasTensor(inputs.shape, dtype="int8")
+
+  def get_config(self):
+    config = super().get_config()
+    config.pop("trainable", None)
+    config["scale"] = self.scale
+    return config
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Dequantize(keras.layers.Layer):
+  """int8 -> float32: ``x = float32(q) * scale`` (exact for int8 q)."""
+
+  def __init__(self, scale, **kwargs):
+    kwargs.pop("trainable", None)
+    # float32 whatever the global dtype policy (no autocast to float16).
+    kwargs.setdefault("dtype", "float32")
+    super().__init__(trainable=False, **kwargs)
+    self.scale = _check_scale(scale, "Dequantize scale")
+
+  def call(self, inputs):
+    return tf.cast(inputs, tf.float32) * tf.constant(self.scale, tf.float32)
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape)
+
+  def compute_output_spec(self, inputs):
+    return keras.KerasTensor(inputs.shape, dtype="float32")
+
+  def get_config(self):
+    config = super().get_config()
+    config.pop("trainable", None)
+    config["scale"] = self.scale
+    return config
+
+
+# ------------------------------------------------------------ BN folding
+
+def fold_batch_norm(kernel, bias, gamma, beta, moving_mean, moving_variance,
+                    epsilon):
+  """Folds inference-mode batch normalization into the preceding conv.
+
+  ``BN(conv(x, W) + b) = conv(x, W * f) + (b - mean) * f + beta`` with
+  ``f = gamma / sqrt(var + epsilon)`` per output channel. ``kernel`` is HWIO
+  (or anything whose last axis is the output channel), ``bias``, ``gamma``,
+  ``beta`` may be None (zeros / ones / zeros). Returns ``(kernel, bias)`` in
+  float64.
+  """
+  w = np.asarray(kernel, np.float64)
+  co = w.shape[-1]
+
+  def vec(v, default):
+    return (np.full([co], default, np.float64) if v is None else
+            np.asarray(v, np.float64).reshape([co]))
+
+  b = vec(bias, 0.0)
+  factor = vec(gamma, 1.0) / np.sqrt(vec(moving_variance, 1.0) +
+                                     float(epsilon))
+  return w * factor, (b - vec(moving_mean, 0.0)) * factor + vec(beta, 0.0)
+
+
+# ----------------------------------------------------------------- graph
+
+def _functional(model):
+  """The functional graph of `model` (Sequential models are converted)."""
+  if isinstance(model, keras.Sequential):
+    if not model.built or not model.inputs:
+      raise ValueError(
+          "quantize_model needs a Sequential model that starts with "
+          "keras.Input(...) (or is built), so that it has a graph")
+    return keras.Model(model.inputs[0], model.outputs[0], name=model.name)
+  if not isinstance(model, keras.Model) or not hasattr(model,
+                                                       "_nodes_by_depth"):
+    raise ValueError(
+        f"quantize_model needs a functional or Sequential Keras model, got "
+        f"{type(model).__name__}: a subclassed model has no graph to rewrite")
+  return model
+
+
+def _tensor_key(t):
+  """A readable, stable name for a graph tensor: its producer's name."""
+  op, node_index, tensor_index = t._keras_history  # pylint: disable=protected-access
+  key = op.name
+  if node_index or tensor_index:
+    key += f":{node_index}:{tensor_index}"
+  return key
+
+
+def _rank4_channels(t):
+  return len(t.shape) == 4 and t.shape[-1] is not None
+
+
+class _Graph:
+  """Nodes of a functional model in topological order, with consumers."""
+
+  def __init__(self, model):
+    self.model = model
+    by_depth = model._nodes_by_depth  # pylint: disable=protected-access
+    self.nodes = [n for d in sorted(by_depth, reverse=True)
+                  for n in by_depth[d]]
+    self.consumers = collections.defaultdict(list)
+    self.producer = {}
+    for node in self.nodes:
+      for t in node.input_tensors:
+        self.consumers[id(t)].append(node)
+      for t in node.outputs:
+        self.producer[id(t)] = node
+    self.output_ids = {id(t) for t in model.outputs}
+    # Longest path (in nodes) from a model input to each tensor.
+    self.level = {}
+    for node in self.nodes:
+      lvl = 1 + max((self.level.get(id(t), 0) for t in node.input_tensors),
+                    default=-1)
+      for t in node.outputs:
+        self.level[id(t)] = lvl
+
+  def sole_consumer(self, t):
+    """The one node using `t` (once), or None (several, none, an output)."""
+    users = self.consumers.get(id(t), [])
+    if len(users) != 1 or id(t) in self.output_ids:
+      return None
+    node = users[0]
+    if sum(id(x) == id(t) for x in node.input_tensors) != 1:
+      return None
+    return node
+
+
+def _single_tensor_call(node):
+  """The node's only input tensor if called as op(tensor), else None."""
+  args, kwargs = node.arguments.args, node.arguments.kwargs
+  # Keras records mask=None (and training=None when given); a hard-coded
+  # training=True (batch statistics) is not an inference-mode layer.
+  if any(v is not None and not (k == "training" and v is False)
+         for k, v in kwargs.items()):
+    return None
+  if len(args) == 1 and len(node.input_tensors) == 1 and (
+      args[0] is node.input_tensors[0]) and len(node.outputs) == 1:
+    return node.input_tensors[0]
+  return None
+
+
+def _activation_name(fn):
+  try:
+    return keras.activations.serialize(fn)
+  except Exception:  # pylint: disable=broad-except
+    return getattr(fn, "__name__", repr(fn))
+
+
+def _is_relu(node):
+  op = node.operation
+  if _single_tensor_call(node) is None:
+    return False
+  if type(op) is keras.layers.ReLU:  # pylint: disable=unidiomatic-typecheck
+    return (op.max_value is None and float(op.negative_slope) == 0.0 and
+            float(op.threshold) == 0.0)
+  if type(op) is keras.layers.Activation:  # pylint: disable=unidiomatic-typecheck
+    return _activation_name(op.activation) == "relu"
+  return False
+
+
+def _float_dtype_ok(layer):
+  policy = getattr(layer, "dtype_policy", None)
+  return policy is None or (policy.compute_dtype == "float32" and
+                            policy.variable_dtype == "float32")
+
+
+def _conv_problem(node):
+  """Why this Conv2D node cannot become a QuantizedFusedConv2D (or None)."""
+  op = node.operation
+  x = _single_tensor_call(node)
+  if x is None:
+    return "it is not called on exactly one tensor"
+  if not _rank4_channels(x):
+    return f"its input shape {x.shape} is not [N, H, W, C] with known C"
+  if op.data_format != "channels_last":
+    return f"data_format={op.data_format!r} (only channels_last)"
+  if op.groups != 1:
+    return f"groups={op.groups} (only 1)"
+  if op.padding not in ("same", "valid"):
+    return f"padding={op.padding!r}"
+  act = _activation_name(op.activation)
+  if act not in ("linear", "relu"):
+    return (f"activation={act!r} (the fused op has only relu; use "
+            f"activation=None and a separate activation layer)")
+  if getattr(op, "quantization_mode", None):
+    return f"it is already quantized ({op.quantization_mode})"
+  if not _float_dtype_ok(op):
+    return f"dtype policy {op.dtype_policy.name!r} (only float32)"
+  return None
+
+
+def _bn_problem(node):
+  op = node.operation
+  x = _single_tensor_call(node)
+  if x is None:
+    return "it is not called on exactly one tensor"
+  axis = op.axis
+  if isinstance(axis, (list, tuple)):
+    if len(axis) != 1:
+      return f"axis={axis}"
+    axis = axis[0]
+  if not _rank4_channels(x) or axis not in (-1, 3):
+    return "it does not normalize the channel axis of an NHWC tensor"
+  if not _float_dtype_ok(op):
+    return f"dtype policy {op.dtype_policy.name!r} (only float32)"
+  return None
+
+
+class _Group:
+  """One fused conv stack: Conv2D [+ BN] [+ ReLU] [+ Add(side) [+ ReLU]]."""
+
+  def __init__(self, conv_node):
+    self.conv_node = conv_node
+    self.bn_node = None
+    self.add_node = None
+    self.side = None
+    self.relu = _activation_name(conv_node.operation.activation) == "relu"
+    self.members = [conv_node]
+    self.input = conv_node.input_tensors[0]
+    self.tail = conv_node.outputs[0]
+
+  def extend(self, node):
+    self.members.append(node)
+    self.tail = node.outputs[0]
+
+  @property
+  def tail_node(self):
+    return self.members[-1]
+
+
+# Layers that are meant to stay float (no warning): the model's head and
+# glue. Anything not listed, and not absorbed into a fused convolution, is
+# reported by the QuantizationWarning.
+_FLOAT_LAYERS = (
+    keras.layers.InputLayer, keras.layers.Dense, keras.layers.Flatten,
+    keras.layers.Reshape, keras.layers.Dropout, keras.layers.SpatialDropout2D,
+    keras.layers.MaxPooling2D, keras.layers.AveragePooling2D,
+    keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D,
+    keras.layers.ReLU, keras.layers.Activation, keras.layers.Softmax,
+    keras.layers.Add, keras.layers.Rescaling, keras.layers.Identity,
+)
+
+
+class _Plan:
+  """Which nodes fuse into which QuantizedFusedConv2D, and what stays float."""
+
+  def __init__(self, graph):
+    self.graph = graph
+    self.groups = []
+    self.float_notes = []  # (layer name, class name, reason or None)
+    for node in graph.nodes:
+      op = node.operation
+      if type(op) is keras.layers.Conv2D:  # pylint: disable=unidiomatic-typecheck
+        problem = _conv_problem(node)
+        if problem:
+          self.float_notes.append((op.name, "Conv2D", problem))
+          continue
+        self.groups.append(self._chain(node))
+    self._assign_adds()
+    member = {id(n) for g in self.groups for n in g.members}
+    for node in graph.nodes:
+      op = node.operation
+      if node.is_input or id(node) in member:
+        continue
+      if type(op) is keras.layers.Conv2D:  # pylint: disable=unidiomatic-typecheck
+        continue  # noted above
+      if type(op) is keras.layers.BatchNormalization:  # pylint: disable=unidiomatic-typecheck
+        self.float_notes.append((op.name, "BatchNormalization",
+                                 self._bn_reason(node)))
+      elif not isinstance(op, _FLOAT_LAYERS):
+        self.float_notes.append((op.name, type(op).__name__, None))
+    self.tail_of = {id(g.tail_node): g for g in self.groups}
+    self.member_ids = member
+
+  def _chain(self, conv_node):
+    g = _Group(conv_node)
+    nxt = self.graph.sole_consumer(g.tail)
+    if (not g.relu and nxt is not None and
+        type(nxt.operation) is keras.layers.BatchNormalization and  # pylint: disable=unidiomatic-typecheck
+        _bn_problem(nxt) is None):
+      g.bn_node = nxt
+      g.extend(nxt)
+      nxt = self.graph.sole_consumer(g.tail)
+    if not g.relu and nxt is not None and _is_relu(nxt):
+      g.relu = True
+      g.extend(nxt)
+    return g
+
+  def _assign_adds(self):
+    by_tail = {id(g.tail): g for g in self.groups}
+    level = self.graph.level
+    for node in self.graph.nodes:
+      if type(node.operation) is not keras.layers.Add:  # pylint: disable=unidiomatic-typecheck
+        continue
+      args, kwargs = node.arguments.args, node.arguments.kwargs
+      ins = node.input_tensors
+      if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
+          not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
+          len(ins) != 2 or ins[0] is ins[1]):
+        continue
+      candidates = []
+      for i, t in enumerate(ins):
+        g = by_tail.get(id(t))
+        other = ins[1 - i]
+        if (g is None or g.relu or g.add_node is not None or
+            self.graph.sole_consumer(t) is not node or
+            not self._same_shape(t, other)):
+          continue
+        candidates.append(((level[id(g.input)], i), g, other))
+      if not candidates:
+        continue
+      # The stack on the longer path from the inputs (the main path of a
+      # ResNet block; the other input, e.g. a projection shortcut conv, is
+      # then an int8 side input of its own); ties: the second Add input.
+      _, g, other = max(candidates, key=lambda c: c[0])
+      g.add_node = node
+      g.side = other
+      g.extend(node)
+      nxt = self.graph.sole_consumer(g.tail)
+      if nxt is not None and _is_relu(nxt):
+        g.relu = True
+        g.extend(nxt)
+
+  @staticmethod
+  def _same_shape(a, b):
+    """Both [N, H, W, C] of one dtype, no known dimension differing (the op
+    needs the side input to have the output's shape: no broadcasting)."""
+    if len(a.shape) != 4 or len(b.shape) != 4 or a.dtype != b.dtype:
+      return False
+    return all(x is None or y is None or x == y
+               for x, y in zip(a.shape, b.shape))
+
+  def _bn_reason(self, node):
+    problem = _bn_problem(node)
+    if problem:
+      return problem
+    x = node.input_tensors[0]
+    prod = self.graph.producer.get(id(x))
+    if prod is None or type(prod.operation) is not keras.layers.Conv2D:  # pylint: disable=unidiomatic-typecheck
+      return "its input is not a Conv2D output"
+    if _conv_problem(prod):
+      return "its Conv2D is not quantized"
+    if _activation_name(prod.operation.activation) != "linear":
+      return "its Conv2D has an activation (BN after ReLU cannot be folded)"
+    return "the Conv2D output is also used elsewhere"
+
+  def calibration_tensors(self):
+    seen, out = set(), []
+    for g in self.groups:
+      for t in (g.input, g.side, g.tail):
+        if t is not None and id(t) not in seen:
+          seen.add(id(t))
+          out.append(t)
+    return out
+
+  def warn(self, stacklevel=3):
+    if not self.float_notes:
+      return
+    items = [f"'{name}' ({cls}" + (f": {why})" if why else ")")
+             for name, cls, why in self.float_notes]
+    warnings.warn(
+        f"quantize_model: {len(items)} layer(s) stay float (not quantized): "
+        + ", ".join(items), QuantizationWarning, stacklevel=stacklevel)
+
+
+# ------------------------------------------------------------ calibration
+
+class _AbsHistogram:
+  """Histogram of |x| over [0, top) in _HIST_BINS bins; `top` doubles (bins
+  merge pairwise, so the counts stay exact) when a larger value arrives."""
+
+  def __init__(self):
+    self.counts = None
+    self.top = 0.0
+    self.zeros = 0
+    self.amax = 0.0
+
+  def update(self, a):
+    if a.size == 0:
+      return
+    m = float(a.max())
+    self.amax = max(self.amax, m)
+    if m == 0.0 and self.counts is None:
+      self.zeros += a.size
+      return
+    if self.counts is None:
+      self.counts = np.zeros(_HIST_BINS, np.int64)
+      self.counts[0] = self.zeros
+      self.top = m
+    while m >= self.top:
+      merged = self.counts.reshape(-1, 2).sum(axis=1)
+      self.counts = np.concatenate([merged, np.zeros_like(merged)])
+      self.top *= 2.0
+    idx = np.minimum((a.astype(np.float64) * (_HIST_BINS / self.top)).astype(
+        np.int64), _HIST_BINS - 1)
+    self.counts += np.bincount(idx, minlength=_HIST_BINS)
+
+  def percentile(self, p):
+    if self.counts is None:
+      return 0.0
+    cum = np.cumsum(self.counts)
+    target = p / 100.0 * cum[-1]
+    i = int(np.searchsorted(cum, target, side="left"))
+    i = min(i, _HIST_BINS - 1)
+    below = cum[i - 1] if i else 0
+    frac = (target - below) / self.counts[i] if self.counts[i] else 1.0
+    width = self.top / _HIST_BINS
+    return float(min(self.amax, (i + min(max(frac, 0.0), 1.0)) * width))
+
+
+def _n_inputs(model):
+  return len(model.inputs)
+
+
+def _is_array(x):
+  return isinstance(x, (np.ndarray, tf.Tensor)) or (
+      hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "__len__"))
+
+
+def _as_array_inputs(data, n_inputs):
+  """The arrays of `data` when it is numpy-like input data, else None."""
+  if _is_array(data):
+    return data
+  if isinstance(data, dict) and data and all(_is_array(v)
+                                             for v in data.values()):
+    return data
+  if isinstance(data, (list, tuple)) and data and all(_is_array(v)
+                                                      for v in data):
+    if n_inputs > 1 and len(data) == n_inputs:
+      return list(data)
+    if isinstance(data, tuple) and n_inputs == 1 and len(data) <= 3:
+      return data[0]  # Keras's (x, y[, sample_weight])
+  return None
+
+
+def _batches(data, n_inputs, batch_size, steps):
+  """(iterator over input batches, number of batches or None)."""
+  arrays = _as_array_inputs(data, n_inputs)
+  if arrays is not None:
+    flat = keras.tree.flatten(arrays)
+    n = int(flat[0].shape[0])
+    if any(int(a.shape[0]) != n for a in flat):
+      raise ValueError("calibration arrays must have the same number of "
+                       "samples (first dimension)")
+    if batch_size is None or batch_size < 1:
+      raise ValueError(f"batch_size must be a positive int, got "
+                       f"{batch_size!r}")
+    total = -(-n // batch_size)
+    if steps is not None:
+      total = min(total, steps)
+
+    def gen():
+      for i in range(total):
+        yield keras.tree.map_structure(
+            lambda a, i=i: a[i * batch_size:(i + 1) * batch_size], arrays)
+    return gen(), total
+
+  if isinstance(data, tf.data.Dataset):
+    card = int(data.cardinality())
+    total = card if card >= 0 else None
+    it = iter(data)
+  elif isinstance(data, keras.utils.PyDataset):
+    total = len(data)
+    it = (data[i] for i in range(total))
+  elif hasattr(data, "__iter__") or hasattr(data, "__next__"):
+    try:
+      total = len(data)
+    except TypeError:
+      total = None
+    it = iter(data)
+  else:
+    raise TypeError(
+        f"calibration_data must be a tf.data.Dataset, numpy arrays, a "
+        f"keras.utils.PyDataset or a generator/iterable of batches, got "
+        f"{type(data).__name__}")
+  if steps is not None:
+    total = steps if total is None else min(total, steps)
+
+  def unpack():
+    for elem in (it if steps is None else itertools.islice(it, steps)):
+      x, _, _ = keras.utils.unpack_x_y_sample_weight(elem)
+      yield x
+  return unpack(), total
+
+
+def _calibrate_tensors(model, tensors, data, method, percentile, batch_size,
+                       steps, verbose):
+  if method not in _METHODS:
+    raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+  if method == "percentile" and not 0.0 < float(percentile) <= 100.0:
+    raise ValueError(f"percentile must be in (0, 100], got {percentile!r}")
+  keys = [_tensor_key(t) for t in tensors]
+  if not tensors:
+    return {}
+  probe = keras.Model(model.input, list(tensors), name="calibration_probe")
+  run = tf.function(lambda x: probe(x, training=False), reduce_retracing=True)
+  batches, total = _batches(data, _n_inputs(model), batch_size, steps)
+  amax = [0.0] * len(tensors)
+  hists = [_AbsHistogram() for _ in tensors] if method == "percentile" else None
+  bar = keras.utils.Progbar(total, verbose=verbose, unit_name="batch")
+  seen = 0
+  for x in batches:
+    outs = run(keras.tree.map_structure(tf.convert_to_tensor, x))
+    if not isinstance(outs, (list, tuple)):
+      outs = [outs]
+    for i, y in enumerate(outs):
+      a = np.abs(np.asarray(y, np.float32)).reshape(-1)
+      if not np.all(np.isfinite(a)):
+        raise ValueError(f"calibration: tensor '{keys[i]}' has NaN or Inf "
+                         f"values")
+      if a.size:
+        amax[i] = max(amax[i], float(a.max()))
+      if hists is not None:
+        hists[i].update(a)
+    seen += 1
+    bar.update(seen)
+  if seen == 0:
+    raise ValueError("calibration_data gave no batches")
+  if total is None or seen < total:
+    bar.update(seen, finalize=True)
+  scales = {}
+  for i, key in enumerate(keys):
+    r = amax[i] if hists is None else hists[i].percentile(float(percentile))
+    scales[key] = float(np.float32(r / 127.0)) if r > 0 else 1.0
+    if scales[key] == 0.0:  # float32 underflow
+      scales[key] = 1.0
+  return scales
+
+
+def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
+              batch_size=32, steps=None, verbose=1):
+  """Activation scales for `quantize_model`, from the float model.
+
+  Runs the float `model` (inference mode) over `calibration_data` with a
+  Keras progress bar and returns ``{tensor name: scale}`` for every tensor
+  that becomes int8: the input of each fused convolution, its residual (side
+  input) and its output. A tensor is named after the layer that produces it
+  (``"name:node:output"`` for a shared layer's later calls or a later
+  output). Scales are float32 values: ``max|x| / 127`` (``"minmax"``) or the
+  ``percentile``-th percentile of |x| over all values / 127
+  (``"percentile"``, from a 2048-bin histogram); an all-zero tensor gets 1.
+
+  `calibration_data`: a ``tf.data.Dataset`` of batches, numpy arrays (split
+  into `batch_size` batches; several inputs as a list or dict of arrays), a
+  ``keras.utils.PyDataset``, or a generator / iterable of batches. Elements
+  may be ``x``, ``(x, y)`` or ``(x, y, sample_weight)`` like in
+  ``model.fit``; only ``x`` is used. `steps` limits the number of batches.
+  """
+  graph = _Graph(_functional(model))
+  plan = _Plan(graph)
+  return _calibrate_tensors(graph.model, plan.calibration_tensors(),
+                            calibration_data, method, percentile, batch_size,
+                            steps, verbose)
+
+
+# ------------------------------------------------------------- rewriting
+
+def _clone_layer(op):
+  """A copy of a float layer (same config; weights set after it is built)."""
+  if not isinstance(op, keras.layers.Layer):
+    return op  # a stateless operation (e.g. keras.ops on KerasTensors)
+  try:
+    if isinstance(op, keras.Model):
+      return keras.models.clone_model(op)
+    return op.__class__.from_config(op.get_config())
+  except Exception:  # pylint: disable=broad-except
+    return op  # shared with the float model, which is still correct
+
+
+def _group_weights(group):
+  conv = group.conv_node.operation
+  weights = conv.get_weights()
+  kernel = weights[0]
+  bias = weights[1] if conv.use_bias else None
+  if group.bn_node is None:
+    b = (np.zeros(kernel.shape[-1]) if bias is None else
+         np.asarray(bias, np.float64))
+    return np.asarray(kernel, np.float64), b
+  bn = group.bn_node.operation
+  return fold_batch_norm(
+      kernel, bias,
+      bn.gamma.numpy() if bn.scale else None,
+      bn.beta.numpy() if bn.center else None,
+      bn.moving_mean.numpy(), bn.moving_variance.numpy(), bn.epsilon)
+
+
+class _UniqueNames:
+
+  def __init__(self, taken):
+    self.taken = set(taken)
+
+  def __call__(self, base):
+    name, k = base, 1
+    while name in self.taken:
+      name = f"{base}_{k}"
+      k += 1
+    self.taken.add(name)
+    return name
+
+
+def quantize_model(model, calibration_data=None, *, method="minmax",
+                   percentile=99.99, per_channel=True, batch_size=32,
+                   steps=None, scales=None, verbose=1, name=None):
+  """Post-training int8 quantization of a float Keras CNN.
+
+  Args:
+    model: a functional or Sequential Keras model (float32) made of Conv2D,
+      BatchNormalization, ReLU, Add, pooling, Flatten, Dense, ... layers.
+    calibration_data: representative inputs (a few hundred samples is
+      plenty): a ``tf.data.Dataset`` of batches, numpy arrays, a
+      ``keras.utils.PyDataset`` or a generator of batches (see
+      ``calibrate``). Not needed when `scales` is given.
+    method: "minmax" (``s = max|x| / 127``) or "percentile"
+      (``s = P(|x|) / 127``, clipping rare outliers).
+    percentile: the percentile for method="percentile" (default 99.99).
+    per_channel: per-output-channel weight scales (else one per kernel).
+    batch_size: batch size for numpy calibration arrays.
+    steps: at most this many calibration batches.
+    scales: ``{tensor name: scale}`` (as returned by ``calibrate``) to use
+      instead of calibrating.
+    verbose: 1 shows the calibration progress bar and a one-line summary,
+      0 is silent.
+    name: the new model's name (default ``<model.name>_int8``).
+
+  Returns:
+    A new ``keras.Model`` with the float model's inputs and outputs in which
+    every quantizable conv stack is one ``QuantizedFusedConv2D`` (BN folded,
+    ReLU fused, residual Add as side input), with ``Quantize`` /
+    ``Dequantize`` layers at the borders of the int8 regions. The float model
+    is not modified.
+
+  Warns:
+    QuantizationWarning listing every layer that stays float although it is
+    not a plain float head/glue layer (e.g. a Conv2D with a sigmoid, a
+    BatchNormalization that could not be folded, an unknown layer).
+  """
+  graph = _Graph(_functional(model))
+  src = graph.model
+  plan = _Plan(graph)
+  plan.warn()
+  needed = plan.calibration_tensors()
+  if scales is None:
+    if calibration_data is None:
+      raise ValueError("quantize_model needs calibration_data (or scales=)")
+    scales = _calibrate_tensors(src, needed, calibration_data, method,
+                                percentile, batch_size, steps, verbose)
+  else:
+    scales = dict(scales)
+    missing = [_tensor_key(t) for t in needed if _tensor_key(t) not in scales]
+    if missing:
+      raise ValueError(f"scales has no entry for {missing}; calibrate(model, "
+                       f"data) gives all of them")
+  scale_of = {id(t): _check_scale(scales[_tensor_key(t)],
+                                  f"scale of '{_tensor_key(t)}'")
+              for t in needed}
+
+  names = _UniqueNames(l.name for l in src.layers)
+  float_of, int8_of = {}, {}
+  clones = {}
+  counts = collections.Counter()
+
+  def get_float(t):
+    if id(t) not in float_of:
+      q = int8_of[id(t)]
+      float_of[id(t)] = Dequantize(
+          scale_of[id(t)], name=names(f"{_tensor_key(t)}_dequantize"))(q)
+      counts["dequantize"] += 1
+    return float_of[id(t)]
+
+  def get_int8(t):
+    if id(t) not in int8_of:
+      int8_of[id(t)] = Quantize(
+          scale_of[id(t)], name=names(f"{_tensor_key(t)}_quantize"))(
+              get_float(t))
+      counts["quantize"] += 1
+    return int8_of[id(t)]
+
+  def new_input(t):
+    layer = t._keras_history.operation  # pylint: disable=protected-access
+    x = keras.Input(batch_shape=t.shape, dtype=t.dtype, sparse=t.sparse,
+                    name=layer.name)
+    float_of[id(t)] = x
+    return x
+
+  new_inputs = keras.tree.map_structure(new_input, src.input)
+  qconv_names = set()
+  # Conv2D layers also called as float layers keep their name there.
+  float_convs = {id(n.operation) for n in graph.nodes
+                 if not n.is_input and id(n) not in plan.member_ids}
+  for node in graph.nodes:
+    if node.is_input:
+      continue
+    group = plan.tail_of.get(id(node))
+    if group is not None:
+      conv = group.conv_node.operation
+      kernel, bias = _group_weights(group)
+      if id(conv) in float_convs or conv.name in qconv_names:
+        base = names(f"{conv.name}_int8")
+      else:
+        base = conv.name  # the Conv2D's name, now free
+      qconv_names.add(base)
+      layer = QuantizedFusedConv2D.from_float_weights(
+          kernel, bias,
+          input_scale=scale_of[id(group.input)],
+          output_scale=scale_of[id(group.tail)],
+          side_input_scale=(None if group.side is None else
+                            scale_of[id(group.side)]),
+          per_channel_scale=per_channel,
+          strides=conv.strides, padding=conv.padding,
+          dilation_rate=conv.dilation_rate,
+          activation="relu" if group.relu else None, name=base)
+      x = get_int8(group.input)
+      if group.side is None:
+        y = layer(x)
+      else:
+        y = layer(x, side_input=get_int8(group.side))
+      int8_of[id(group.tail)] = y
+      counts["conv"] += 1
+      counts["bn"] += group.bn_node is not None
+      counts["add"] += group.add_node is not None
+      continue
+    if id(node) in plan.member_ids:
+      continue  # part of a fused convolution, built at its last node
+    op = node.operation
+    new_op = clones.get(id(op))
+    first_call = new_op is None
+    if first_call:
+      new_op = clones[id(op)] = _clone_layer(op)
+    values = {id(t): get_float(t) for t in node.input_tensors}
+    args, kwargs = node.arguments.fill_in(values)
+    outputs = new_op(*args, **kwargs)
+    if first_call and new_op is not op and isinstance(op, keras.layers.Layer):
+      new_op.set_weights(op.get_weights())
+    for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
+      float_of[id(t)] = y
+  new_outputs = keras.tree.map_structure(get_float, src.output)
+  qmodel = keras.Model(new_inputs, new_outputs,
+                       name=name or f"{model.name}_int8")
+  if verbose:
+    print(f"quantize_model: {counts['conv']} QuantizedFusedConv2D "
+          f"({counts['bn']} BatchNormalization folded, {counts['add']} "
+          f"residual Add as side input), {counts['quantize']} Quantize, "
+          f"{counts['dequantize']} Dequantize; "
+          f"{len(plan.float_notes)} unsupported layer(s) left float")
+  return qmodel
