@@ -19,6 +19,24 @@ cc_library(
     includes = ["include"],
 )
 
+# The CUDA and cuDNN headers TF's pip wheel ships (CUDA 12.5, cuDNN 9.3), for the TF-free GPU
+# backend (cc/core/gpu). Headers only: nothing links CUDA or cuDNN (see cc/core/gpu/gpu_api.h).
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob(
+        [
+            "include/third_party/gpus/cuda/include/**/*.h",
+            "include/third_party/gpus/cuda/include/**/*.hpp",
+            "include/third_party/gpus/cudnn/include/*.h",
+        ],
+        allow_empty = True,
+    ),
+    includes = [
+        "include/third_party/gpus/cuda/include",
+        "include/third_party/gpus/cudnn/include",
+    ],
+)
+
 # The framework shared library, to link against. It carries the SONAME %{TF_SHARED_LIBRARY_NAME},
 # so whatever links it records a DT_NEEDED on that bare name, and no RUNPATH into Bazel's tree.
 cc_shared_library_by_path(

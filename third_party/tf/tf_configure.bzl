@@ -11,6 +11,7 @@ The include directory and the framework library are SYMLINKED into the repositor
 ~9k headers takes a minute and 400+ MB). Targets:
 
   @local_tf//:tf_header_lib             TF's headers, on the -isystem path (their warnings stay quiet)
+  @local_tf//:cuda_headers              the CUDA 12.5 / cuDNN 9 headers the wheel ships (headers only)
   @local_tf//:libtensorflow_framework   the framework shared library, to link against (by SONAME,
                                         no RUNPATH: see link_shared.bzl)
   @local_tf//:libtensorflow_framework.so.2   the file itself

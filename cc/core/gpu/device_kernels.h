@@ -1,0 +1,197 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The GPU backend's own device code, written once and compiled twice:
+//
+//   * by nvcc, through device_kernels.cu, into PTX that is checked in as
+//     device_kernels_ptx.inc (regenerate: tools/gpu_harness/gen_ptx.sh) and
+//     JIT-compiled by the driver at run time (cuModuleLoadDataEx). Nothing in
+//     the build needs nvcc: CI has none, and the nvcc on our dev machines
+//     (13.0) cannot compile TF's CUDA 12.5 headers anyway; this file includes
+//     neither.
+//   * by the host C++ compiler, where each "thread" is a loop iteration. The
+//     TF-free tests (tests/cc/gpu_host_test.cc, tests/test_gpu_build.py) run
+//     these host copies bit for bit against the reference kernel, so the
+//     index arithmetic and the epilogue that the GPU runs are tested in every
+//     CI run, without a GPU.
+//
+// The epilogue is THE contract of cc/core/epilogue.h, with every rounding
+// explicit: __fmul_rn / __fadd_rn / __fmaf_rn compile to mul.rn / add.rn /
+// fma.rn, which ptxas never contracts or reassociates, and __float2int_rn is
+// cvt.rni (round half to even). On the host, the file is compiled with
+// -ffp-contract=off and uses the same operations in the same order.
+//
+// Keep this header free of anything but <cstdint>; it is the PTX's source.
+#ifndef TF_FUSED_INT8_CC_CORE_GPU_DEVICE_KERNELS_H_
+#define TF_FUSED_INT8_CC_CORE_GPU_DEVICE_KERNELS_H_
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TFI_HD __device__ __forceinline__
+#define TFI_FMUL(a, b) __fmul_rn((a), (b))
+#define TFI_FADD(a, b) __fadd_rn((a), (b))
+#define TFI_FMA(a, b, c) __fmaf_rn((a), (b), (c))
+#define TFI_RINT(x) __float2int_rn(x)
+#define TFI_I2F(x) __int2float_rn(x)
+#else
+#include <cmath>
+#define TFI_HD inline
+#define TFI_FMUL(a, b) ((a) * (b))
+#define TFI_FADD(a, b) ((a) + (b))
+#define TFI_FMA(a, b, c) std::fma((a), (b), (c))
+#define TFI_RINT(x) static_cast<int32_t>(std::nearbyint(x))
+#define TFI_I2F(x) static_cast<float>(x)
+#endif
+
+namespace tf_fused_int8 {
+namespace gpu {
+
+// Where the convolution left its result: element (n, c, p) of the logical
+// [N, out_c, Ho*Wo] accumulator tensor is at ptr[n*n_stride + c*c_stride +
+// p*p_stride], either as the exact int32 accumulator or as float32(acc).
+struct ConvOutput {
+  const void* ptr;
+  int64_t n_stride;
+  int64_t c_stride;
+  int64_t p_stride;
+  int32_t is_int32;
+  int32_t unused;
+};
+
+// float32(acc), rounded to nearest even when |acc| > 2^24 (cvt.rn.f32.s32).
+TFI_HD float LoadAcc(const ConvOutput& o, uint32_t n, uint32_t c, uint32_t p) {
+  const int64_t i = static_cast<int64_t>(n) * o.n_stride + static_cast<int64_t>(c) * o.c_stride +
+                    static_cast<int64_t>(p) * o.p_stride;
+  return o.is_int32 ? TFI_I2F(static_cast<const int32_t*>(o.ptr)[i])
+                    : static_cast<const float*>(o.ptr)[i];
+}
+
+// The contract epilogue, from the convolution's result to NCHW_VECT_C int8x4
+// output. One "thread" per output word (4 channels of one pixel). Words are
+// numbered in output order: t = (n * c4 + q) * pixels + p, where
+// q = channel / 4 and p = oy * out_w + ox. Passed to the kernel by value; the
+// layout is plain (pointers and int64 first, then 32-bit fields) and
+// identical on host and device.
+struct EpilogueParams {
+  ConvOutput conv;
+  const float* scale;  // [1] or [out_c]
+  const float* bias;   // [out_c]
+  const int8_t* side;  // [N, out_c/4, Ho, Wo, 4] or nullptr
+  int8_t* out;         // [N, out_c/4, Ho, Wo, 4]
+  uint32_t words;   // N * out_c/4 * pixels (< 2^29: outputs are < 2^31 bytes)
+  uint32_t c4;      // out_c / 4
+  uint32_t pixels;  // Ho * Wo
+  float side_scale;
+  float lo;             // 0 (Relu) or -128
+  int32_t per_channel;  // scale has out_c entries
+  int32_t has_side;     // side != nullptr and side_scale != 0
+  int32_t unused;
+};
+
+TFI_HD void EpilogueWord(const EpilogueParams& a, uint32_t t) {
+  const uint32_t p = t % a.pixels;
+  const uint32_t nq = t / a.pixels;
+  const uint32_t q = nq % a.c4;
+  const uint32_t n = nq / a.c4;
+  const uint32_t side_word =
+      a.has_side ? reinterpret_cast<const uint32_t*>(a.side)[t] : 0u;
+  uint32_t out_word = 0;
+  for (uint32_t v = 0; v < 4; ++v) {
+    const uint32_t c = q * 4 + v;
+    const float acc = LoadAcc(a.conv, n, c, p);
+    float y = TFI_FMUL(acc, a.scale[a.per_channel ? c : 0]);
+    if (a.has_side) {
+      const int8_t s = static_cast<int8_t>((side_word >> (8 * v)) & 0xffu);
+      y = TFI_FMA(static_cast<float>(s), a.side_scale, y);
+    }
+    y = TFI_FADD(y, a.bias[c]);
+    y = (y > a.lo) ? y : a.lo;  // NaN -> lo
+    y = (y < 127.0f) ? y : 127.0f;
+    const int32_t r = TFI_RINT(y);  // half to even
+    out_word |= (static_cast<uint32_t>(r) & 0xffu) << (8 * v);
+  }
+  reinterpret_cast<uint32_t*>(a.out)[t] = out_word;
+}
+
+// INT8x4 -> INT8x32: [outer, c4_in, inner, 4] bytes to
+// [outer, c32_out, inner, 32] bytes, moving whole 4-byte words; channel words
+// beyond c4_in (c32_out * 8 > c4_in) are zero, and zero channels add nothing
+// to a convolution. For activations outer = N, inner = H * W; for OIHW_VECT_I
+// filters outer = out_c, inner = Kh * Kw. One "thread" per output word.
+struct VectParams {
+  const uint32_t* in;
+  uint32_t* out;
+  uint32_t outer;
+  uint32_t c4_in;
+  uint32_t c32_out;
+  uint32_t inner;
+  uint32_t words;  // outer * c32_out * inner * 8
+  uint32_t unused;
+};
+
+TFI_HD void X4ToX32Word(const VectParams& a, uint32_t t) {
+  const uint32_t j = t % 8u;
+  uint32_t r = t / 8u;
+  const uint32_t p = r % a.inner;
+  r /= a.inner;
+  const uint32_t c32 = r % a.c32_out;
+  const uint32_t o = r / a.c32_out;
+  const uint32_t c4 = c32 * 8u + j;
+  a.out[t] = c4 < a.c4_in
+                 ? a.in[(static_cast<uint64_t>(o) * a.c4_in + c4) * a.inner + p]
+                 : 0u;
+}
+
+// INT8x4 -> plain int8 NHWC: a transpose of 4-byte words,
+// [outer, rows, cols] -> [outer, cols, rows]. NCHW_VECT_C [N, C/4, H*W, 4]
+// becomes NHWC [N, H*W, C]; OIHW_VECT_I [O, I/4, Kh*Kw, 4] becomes
+// [O, Kh, Kw, I] (cuDNN's NHWC filter layout). One "thread" per output word.
+struct TransposeParams {
+  const uint32_t* in;
+  uint32_t* out;
+  uint32_t outer;
+  uint32_t rows;  // C/4
+  uint32_t cols;  // H*W
+  uint32_t words;  // outer * rows * cols
+};
+
+TFI_HD void TransposeWord(const TransposeParams& a, uint32_t t) {
+  const uint32_t row = t % a.rows;
+  const uint32_t r = t / a.rows;
+  const uint32_t col = r % a.cols;
+  const uint32_t o = r / a.cols;
+  a.out[t] = a.in[(static_cast<uint64_t>(o) * a.rows + row) * a.cols + col];
+}
+
+// Autotuning checks every candidate against the first one that ran: the
+// float32(acc) of every element of two convolution results (any layouts) must
+// be equal. One "thread" per element t = (n * channels + c) * pixels + p.
+struct CompareParams {
+  ConvOutput a;
+  ConvOutput b;
+  uint32_t* mismatches;
+  uint32_t channels;
+  uint32_t pixels;
+  uint32_t elements;
+  uint32_t unused;
+};
+
+TFI_HD uint32_t ElementsDiffer(const CompareParams& q, uint32_t t) {
+  const uint32_t p = t % q.pixels;
+  const uint32_t nc = t / q.pixels;
+  const uint32_t c = nc % q.channels;
+  const uint32_t n = nc / q.channels;
+  return LoadAcc(q.a, n, c, p) != LoadAcc(q.b, n, c, p) ? 1u : 0u;
+}
+
+// Kernel names in the PTX, and the launch shape the host uses.
+constexpr const char* kEpilogueKernelName = "tfi_epilogue_x4";
+constexpr const char* kX4ToX32KernelName = "tfi_x4_to_x32";
+constexpr const char* kTransposeKernelName = "tfi_transpose_words";
+constexpr const char* kCountMismatchKernelName = "tfi_count_mismatch";
+constexpr uint32_t kThreadsPerBlock = 256;
+
+}  // namespace gpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_GPU_DEVICE_KERNELS_H_

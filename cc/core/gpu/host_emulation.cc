@@ -1,0 +1,88 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+#include "cc/core/gpu/host_emulation.h"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cc/core/gpu/device_kernels.h"
+
+namespace tf_fused_int8 {
+namespace gpu {
+
+Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
+  const ConvGeometry& g = a.geo;
+  TFI_GPU_RETURN_IF_ERROR(ValidateGpuGeometry(g));
+  if (layout == ConvLayout::kVect32 && g.in_c % 32 != 0) {
+    return InvalidArgument("an INT8x32 plan needs in_c % 32 == 0");
+  }
+  if (g.OutputElements() == 0) return Status::Ok();
+
+  // Our conversion kernels (device_kernels.h), one "thread" at a time.
+  const int8_t* x = a.input;
+  const int8_t* w = a.filter;
+  std::vector<uint32_t> xc, wc;
+  if (layout == ConvLayout::kVect32 && g.in_c > 0) {
+    VectParams px = MakeActivationX32Params(g, a.input, nullptr);
+    xc.resize(px.words);
+    px.out = xc.data();
+    for (uint32_t t = 0; t < px.words; ++t) X4ToX32Word(px, t);
+    VectParams pw = MakeFilterX32Params(g, a.filter, nullptr);
+    wc.resize(pw.words);
+    pw.out = wc.data();
+    for (uint32_t t = 0; t < pw.words; ++t) X4ToX32Word(pw, t);
+  } else if (!LayoutIsVectorized(layout) && g.in_c > 0) {
+    TransposeParams px = MakeActivationNhwcParams(g, a.input, nullptr);
+    xc.resize(px.words);
+    px.out = xc.data();
+    for (uint32_t t = 0; t < px.words; ++t) TransposeWord(px, t);
+    TransposeParams pw = MakeFilterNhwcParams(g, a.filter, nullptr);
+    wc.resize(pw.words);
+    pw.out = wc.data();
+    for (uint32_t t = 0; t < pw.words; ++t) TransposeWord(pw, t);
+  }
+  if (!xc.empty()) {
+    x = reinterpret_cast<const int8_t*>(xc.data());
+    w = reinterpret_cast<const int8_t*>(wc.data());
+  }
+
+  // cuDNN's part: y[n, co, oy, ox] = the exact int32 sum (or float32 of it),
+  // x and w read through the tensor descriptions.
+  const ConvSpec s = MakeConvSpec(g, layout, 16);
+  std::vector<uint32_t> y(static_cast<size_t>(s.y.Bytes() / 4), 0u);
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t co = 0; co < g.out_c; ++co)
+      for (int64_t oy = 0; oy < g.out_h; ++oy)
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          int32_t acc = 0;
+          for (int64_t ky = 0; ky < g.filter_h; ++ky) {
+            const int64_t iy = oy * s.stride[0] - s.pre_pad[0] + ky * s.dilation[0];
+            if (iy < 0 || iy >= g.in_h) continue;
+            for (int64_t kx = 0; kx < g.filter_w; ++kx) {
+              const int64_t ix = ox * s.stride[1] - s.pre_pad[1] + kx * s.dilation[1];
+              if (ix < 0 || ix >= g.in_w) continue;
+              for (int64_t ci = 0; ci < s.padded_in_c; ++ci) {
+                acc += static_cast<int32_t>(x[s.x.ByteOffset(n, ci, iy, ix)]) *
+                       static_cast<int32_t>(w[s.w.ByteOffset(co, ci, ky, kx)]);
+              }
+            }
+          }
+          uint32_t bits;
+          if (s.y.type == ElementType::kInt32) {
+            std::memcpy(&bits, &acc, 4);
+          } else {
+            const float f = static_cast<float>(acc);
+            std::memcpy(&bits, &f, 4);
+          }
+          y[static_cast<size_t>(s.y.ByteOffset(n, co, oy, ox) / 4)] = bits;
+        }
+
+  const EpilogueParams p = MakeEpilogueParams(
+      g, s.Output(y.data()), a.conv_input_scale, a.per_channel_scale, a.bias, a.side_input,
+      a.side_input_scale, a.activation, a.output);
+  for (uint32_t t = 0; t < p.words; ++t) EpilogueWord(p, t);
+  return Status::Ok();
+}
+
+}  // namespace gpu
+}  // namespace tf_fused_int8

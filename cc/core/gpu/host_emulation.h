@@ -1,0 +1,25 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The GPU pipeline of plan.h run on the host, step by step, with the same
+// code the GPU runs for our own kernels (device_kernels.h) and an exact
+// stand-in for cuDNN's part (the int32 accumulator, or float32(acc), written
+// into the y that the ConvSpec describes, reading x and w through the
+// ConvSpec's dims and strides). Tests compare it bit for bit with the reference kernel: that
+// checks the tensor descriptions handed to cuDNN, the int8x32 conversion, the
+// epilogue's indexing and its arithmetic, all without a GPU.
+#ifndef TF_FUSED_INT8_CC_CORE_GPU_HOST_EMULATION_H_
+#define TF_FUSED_INT8_CC_CORE_GPU_HOST_EMULATION_H_
+
+#include "cc/core/gpu/plan.h"
+#include "cc/core/gpu/status.h"
+
+namespace tf_fused_int8 {
+namespace gpu {
+
+// args: host pointers; layout: how cuDNN would be asked (see ConvLayout).
+Status EmulateGpuPipeline(const GpuConvArgs& args, ConvLayout layout);
+
+}  // namespace gpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_GPU_HOST_EMULATION_H_
