@@ -77,7 +77,7 @@ if command -v nvcc >/dev/null && [[ -x tools/gpu_harness/gen_ptx.sh ]]; then
 fi
 CXXFLAGS=(-std=c++17 -O2 -fPIC -ffp-contract=off -fvisibility=hidden -I"${ROOT}"
           -isystem "${CUDA_INCLUDE}" -isystem "${RT_INCLUDE}" -isystem "${CUDNN_INCLUDE}")
-SRCS=(cc/core/conv_params.cc cc/core/reference.cc cc/core/gpu/*.cc tools/gpu_harness/harness_api.cc)
+SRCS=(cc/core/conv_params.cc cc/core/reference.cc cc/core/layout.cc cc/core/gpu/*.cc tools/gpu_harness/harness_api.cc)
 log "compiling ${#SRCS[@]} files"
 pids=()
 for src in "${SRCS[@]}"; do

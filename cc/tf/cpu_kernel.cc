@@ -1,13 +1,18 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// CPU OpKernel: validates every input in the kernel (never trusting the shape
-// function, which eager execution may skip), then hands plain pointers to the
-// TF-free compute core, with TF's intra-op thread pool as its parallel-for.
+// CPU OpKernel: validates every input in the kernel (conv_validation.h), then
+// hands plain pointers to the TF-free compute core, with TF's intra-op thread
+// pool as its parallel-for. NHWC/HWIO runs in place; NCHW_VECT_C/OIHW_VECT_I
+// (a graph exported for the GPU) is converted to NHWC/HWIO in temporary
+// buffers and back, so it gives the same bits as on the GPU.
+#include <cstdint>
+#include <functional>
 #include <string>
-#include <vector>
 
 #include "cc/core/conv_params.h"
 #include "cc/core/fused_conv.h"
+#include "cc/core/layout.h"
+#include "cc/tf/conv_validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -23,163 +28,65 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-std::string ListString(const std::vector<int32_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
+const int8_t* Int8Data(const Tensor& t) {
+  return reinterpret_cast<const int8_t*>(t.tensor_data().data());
 }
-
-// Attribute checks shared by every device: strides and dilations are
-// [1, h, w, 1] in NHWC, positive.
-absl::Status CheckWindowAttr(const char* name, const std::vector<int32_t>& v) {
-  if (v.size() != 4) {
-    return absl::InvalidArgumentError(
-        std::string(name) + " must have 4 elements [1, height, width, 1], got " +
-        ListString(v));
-  }
-  if (v[0] != 1 || v[3] != 1) {
-    return absl::InvalidArgumentError(
-        std::string(name) +
-        " must be 1 in the batch and depth dimensions ([1, height, width, 1]), "
-        "got " + ListString(v));
-  }
-  if (v[1] < 1 || v[2] < 1) {
-    return absl::InvalidArgumentError(std::string(name) +
-                                      " must be positive, got " + ListString(v));
-  }
-  return absl::OkStatus();
+int8_t* MutableInt8Data(Tensor* t) {
+  return reinterpret_cast<int8_t*>(const_cast<char*>(t->tensor_data().data()));
 }
 
 class FusedInt8ConvCpuOp : public OpKernel {
  public:
   explicit FusedInt8ConvCpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string data_format, filter_format, padding, activation;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("data_format", &data_format));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("filter_format", &filter_format));
-    OP_REQUIRES(ctx, data_format == "NHWC",
-                absl::UnimplementedError(
-                    "data_format " + data_format +
-                    " is not supported on CPU; use NHWC (convert with "
-                    "tf_fused_int8.nchw_vect_c_to_nhwc) or run on a GPU"));
-    OP_REQUIRES(ctx, filter_format == "HWIO",
-                absl::UnimplementedError(
-                    "filter_format " + filter_format +
-                    " is not supported on CPU; use HWIO (convert with "
-                    "tf_fused_int8.oihw_vect_i_to_hwio)"));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("strides", &strides_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dilations", &dilations_));
-    OP_REQUIRES_OK(ctx, CheckWindowAttr("strides", strides_));
-    OP_REQUIRES_OK(ctx, CheckWindowAttr("dilations", dilations_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("padding", &padding));
-    if (padding == "SAME") {
-      padding_ = Padding::kSame;
-    } else if (padding == "VALID") {
-      padding_ = Padding::kValid;
-    } else {
-      ctx->CtxFailure(absl::InvalidArgumentError(
-          "padding must be SAME or VALID, got " + padding));
-      return;
-    }
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("activation_mode", &activation));
-    if (activation == "Relu") {
-      activation_ = Activation::kRelu;
-    } else if (activation == "None") {
-      activation_ = Activation::kNone;
-    } else {
-      ctx->CtxFailure(absl::InvalidArgumentError(
-          "activation_mode must be Relu or None, got " + activation));
-      return;
-    }
+    OP_REQUIRES_OK(ctx, ParseConvAttrs(ctx, &attrs_));
   }
 
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& input = ctx->input(0);
-    const Tensor& filter = ctx->input(1);
-    const Tensor& bias = ctx->input(2);
-    const Tensor& side_input = ctx->input(3);
-    const Tensor& scale = ctx->input(4);
-    const Tensor& side_scale = ctx->input(5);
-
-    OP_REQUIRES(ctx, input.dims() == 4,
-                absl::InvalidArgumentError(
-                    "conv_input must be rank 4 [batch, height, width, depth] "
-                    "(NHWC), got shape " + input.shape().DebugString()));
-    OP_REQUIRES(ctx, filter.dims() == 4,
-                absl::InvalidArgumentError(
-                    "filter must be rank 4 [height, width, in_depth, "
-                    "out_depth] (HWIO), got shape " +
-                    filter.shape().DebugString()));
-    OP_REQUIRES(ctx, input.dim_size(3) == filter.dim_size(2),
-                absl::InvalidArgumentError(
-                    "filter input depth (dimension 2 of filter " +
-                    filter.shape().DebugString() +
-                    ") must equal conv_input depth (dimension 3 of " +
-                    input.shape().DebugString() + ")"));
-    const int64_t out_c = filter.dim_size(3);
-    OP_REQUIRES(ctx, bias.dims() == 1 && bias.dim_size(0) == out_c,
-                absl::InvalidArgumentError(
-                    "bias must have shape [" + std::to_string(out_c) +
-                    "] (filter output depth), got " + bias.shape().DebugString()));
-    OP_REQUIRES(ctx, bias.dtype() == tensorflow::DT_FLOAT,
-                absl::InvalidArgumentError("bias must be float32"));
-    const int64_t scale_len = scale.NumElements();
-    OP_REQUIRES(ctx,
-                scale.dims() <= 1 && (scale_len == 1 || scale_len == out_c) &&
-                    (scale.dims() == 0 || scale_len >= 1),
-                absl::InvalidArgumentError(
-                    "conv_input_scale must be a scalar or have shape [1] or [" +
-                    std::to_string(out_c) + "] (filter output depth), got " +
-                    scale.shape().DebugString()));
-    OP_REQUIRES(ctx, TensorShapeUtilsIsScalar(side_scale),
-                absl::InvalidArgumentError(
-                    "side_input_scale must be a scalar, got shape " +
-                    side_scale.shape().DebugString()));
-
-    ConvGeometry g;
-    g.batch = input.dim_size(0);
-    g.in_h = input.dim_size(1);
-    g.in_w = input.dim_size(2);
-    g.in_c = input.dim_size(3);
-    g.filter_h = filter.dim_size(0);
-    g.filter_w = filter.dim_size(1);
-    g.out_c = out_c;
-    g.stride_h = strides_[1];
-    g.stride_w = strides_[2];
-    g.dilation_h = dilations_[1];
-    g.dilation_w = dilations_[2];
-    const std::string geo_error = ComputeGeometry(padding_, &g);
-    OP_REQUIRES(ctx, geo_error.empty(), absl::InvalidArgumentError(geo_error));
-
-    const TensorShape out_shape({g.batch, g.out_h, g.out_w, g.out_c});
-    const bool has_side_tensor = side_input.NumElements() > 0;
-    OP_REQUIRES(ctx, !has_side_tensor || side_input.shape() == out_shape,
-                absl::InvalidArgumentError(
-                    "side_input must be empty or have the output shape " +
-                    out_shape.DebugString() + ", got " +
-                    side_input.shape().DebugString()));
-
+    ValidatedConv v;
+    OP_REQUIRES_OK(ctx, ValidateConvInputs(ctx, attrs_, &v));
     Tensor* output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &output));
-    if (out_shape.num_elements() == 0) return;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, v.output_shape, &output));
+    if (v.output_shape.num_elements() == 0) return;
+    const ConvGeometry& g = v.geo;
 
     FusedConvArgs args;
     args.geo = g;
-    args.input = reinterpret_cast<const int8_t*>(input.tensor_data().data());
-    args.filter = reinterpret_cast<const int8_t*>(filter.tensor_data().data());
-    args.bias = bias.flat<float>().data();
-    args.side_input =
-        has_side_tensor
-            ? reinterpret_cast<const int8_t*>(side_input.tensor_data().data())
-            : nullptr;
-    args.conv_input_scale = scale.flat<float>().data();
-    args.per_channel_scale = scale_len != 1;
-    args.side_input_scale = side_scale.scalar<float>()();
-    args.activation = activation_;
-    args.output = reinterpret_cast<int8_t*>(
-        const_cast<char*>(output->tensor_data().data()));
+    args.bias = ctx->input(2).flat<float>().data();
+    args.conv_input_scale = ctx->input(4).flat<float>().data();
+    args.per_channel_scale = v.per_channel_scale;
+    args.side_input_scale = v.side_input_scale;
+    args.activation = attrs_.activation;
+
+    Tensor input_nhwc, filter_hwio, side_nhwc, output_nhwc;
+    if (!attrs_.vect) {
+      args.input = Int8Data(ctx->input(0));
+      args.filter = Int8Data(ctx->input(1));
+      args.side_input = v.has_side_input ? Int8Data(ctx->input(3)) : nullptr;
+      args.output = MutableInt8Data(output);
+    } else {
+      auto temp = [ctx](TensorShape shape, Tensor* t) {
+        return ctx->allocate_temp(tensorflow::DT_INT8, shape, t);
+      };
+      OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.in_h, g.in_w, g.in_c}), &input_nhwc));
+      OP_REQUIRES_OK(ctx, temp(TensorShape({g.filter_h, g.filter_w, g.in_c, g.out_c}),
+                               &filter_hwio));
+      OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
+                               &output_nhwc));
+      NchwVectCToNhwc(Int8Data(ctx->input(0)), g.batch, g.in_c, g.in_h, g.in_w, 4,
+                      g.in_c, MutableInt8Data(&input_nhwc));
+      OihwVectIToHwio(Int8Data(ctx->input(1)), g.out_c, g.in_c, g.filter_h, g.filter_w,
+                      4, g.in_c, MutableInt8Data(&filter_hwio));
+      args.input = Int8Data(input_nhwc);
+      args.filter = Int8Data(filter_hwio);
+      if (v.has_side_input) {
+        OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
+                                 &side_nhwc));
+        NchwVectCToNhwc(Int8Data(ctx->input(3)), g.batch, g.out_c, g.out_h, g.out_w, 4,
+                        g.out_c, MutableInt8Data(&side_nhwc));
+        args.side_input = Int8Data(side_nhwc);
+      }
+      args.output = MutableInt8Data(&output_nhwc);
+    }
 
     auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
     ParallelFor parallel_for;
@@ -190,15 +97,15 @@ class FusedInt8ConvCpuOp : public OpKernel {
     };
     const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
     OP_REQUIRES(ctx, err.empty(), absl::InvalidArgumentError(err));
+
+    if (attrs_.vect) {
+      NhwcToNchwVectC(Int8Data(output_nhwc), g.batch, g.out_h, g.out_w, g.out_c, 4,
+                      MutableInt8Data(output));
+    }
   }
 
  private:
-  static bool TensorShapeUtilsIsScalar(const Tensor& t) { return t.dims() == 0; }
-
-  std::vector<int32_t> strides_;
-  std::vector<int32_t> dilations_;
-  Padding padding_ = Padding::kSame;
-  Activation activation_ = Activation::kRelu;
+  ConvAttrs attrs_;
 };
 
 }  // namespace

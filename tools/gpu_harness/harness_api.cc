@@ -21,7 +21,7 @@
 #include "cc/core/gpu/fused_conv_gpu.h"
 #include "cc/core/gpu/gpu_api.h"
 #include "cc/core/gpu/host_emulation.h"
-#include "cc/core/gpu/layout.h"
+#include "cc/core/layout.h"
 #include "cc/core/gpu/plan.h"
 
 #define TFI_API extern "C" __attribute__((visibility("default")))

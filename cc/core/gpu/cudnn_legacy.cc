@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "cc/core/gpu/layout.h"
+#include "cc/core/layout.h"
 
 namespace tf_fused_int8 {
 namespace gpu {

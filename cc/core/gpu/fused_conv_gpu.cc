@@ -13,7 +13,7 @@
 #include "cc/core/gpu/cudnn_graph.h"
 #include "cc/core/gpu/cudnn_legacy.h"
 #include "cc/core/gpu/device_kernels.h"
-#include "cc/core/gpu/layout.h"
+#include "cc/core/layout.h"
 
 namespace tf_fused_int8 {
 namespace gpu {

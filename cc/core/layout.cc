@@ -1,8 +1,7 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
-#include "cc/core/gpu/layout.h"
+#include "cc/core/layout.h"
 
 namespace tf_fused_int8 {
-namespace gpu {
 
 void NhwcToNchwVectC(const int8_t* src, int64_t n, int64_t h, int64_t w,
                      int64_t c, int64_t vect, int8_t* dst) {
@@ -53,5 +52,4 @@ void OihwVectIToHwio(const int8_t* src, int64_t out_c, int64_t padded_in_c,
         }
 }
 
-}  // namespace gpu
 }  // namespace tf_fused_int8

@@ -1,17 +1,16 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// Host-side layout conversions between the CPU kernel's NHWC/HWIO and the GPU
-// kernel's NCHW_VECT_C/OIHW_VECT_I (the same element mapping as
-// tf_fused_int8.nhwc_to_nchw_vect_c and friends; tests check both agree). Used
-// by the GPU harness to feed the same data to the reference kernel and to the
-// GPU, and by the host emulation tests.
-#ifndef TF_FUSED_INT8_CC_CORE_GPU_LAYOUT_H_
-#define TF_FUSED_INT8_CC_CORE_GPU_LAYOUT_H_
+// Layout conversions between NHWC/HWIO (the CPU kernels' layout) and
+// NCHW_VECT_C/OIHW_VECT_I (the GPU kernel's; the same element mapping as
+// tf_fused_int8.nhwc_to_nchw_vect_c and friends, tests check both agree). The
+// CPU op kernel uses them to accept NCHW_VECT_C graphs; the GPU harness and
+// host emulation tests use them to feed the same data to both sides.
+#ifndef TF_FUSED_INT8_CC_CORE_LAYOUT_H_
+#define TF_FUSED_INT8_CC_CORE_LAYOUT_H_
 
 #include <cstdint>
 
 namespace tf_fused_int8 {
-namespace gpu {
 
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -29,7 +28,6 @@ void OihwVectIToHwio(const int8_t* src, int64_t out_c, int64_t padded_in_c,
                      int64_t kh, int64_t kw, int64_t vect, int64_t in_c,
                      int8_t* dst);
 
-}  // namespace gpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_GPU_LAYOUT_H_
+#endif  // TF_FUSED_INT8_CC_CORE_LAYOUT_H_

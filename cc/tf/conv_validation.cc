@@ -1,0 +1,204 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+#include "cc/tf/conv_validation.h"
+
+#include <string>
+
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace tf_fused_int8 {
+namespace {
+
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+std::string ListString(const std::vector<int32_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+// strides / dilations: [1, h, w, 1] for NHWC, [1, 1, h, w] for NCHW_VECT_C.
+absl::Status CheckWindowAttr(const char* name, const std::vector<int32_t>& v,
+                             bool vect, int64_t* h, int64_t* w) {
+  const std::string form =
+      vect ? "[1, 1, height, width] (NCHW_VECT_C)" : "[1, height, width, 1] (NHWC)";
+  if (v.size() != 4) {
+    return absl::InvalidArgumentError(std::string(name) +
+                                      " must have 4 elements " + form +
+                                      ", got " + ListString(v));
+  }
+  const int hi = vect ? 2 : 1;
+  if (v[0] != 1 || v[vect ? 1 : 3] != 1) {
+    return absl::InvalidArgumentError(
+        std::string(name) + " must be 1 in the batch and depth dimensions (" +
+        form + "), got " + ListString(v));
+  }
+  if (v[hi] < 1 || v[hi + 1] < 1) {
+    return absl::InvalidArgumentError(std::string(name) +
+                                      " must be positive, got " + ListString(v));
+  }
+  *h = v[hi];
+  *w = v[hi + 1];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
+                            ConvAttrs* attrs) {
+  std::string data_format, filter_format, padding, activation;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("data_format", &data_format));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("filter_format", &filter_format));
+  if (data_format != "NHWC" && data_format != "NCHW_VECT_C") {
+    return absl::UnimplementedError("data_format must be NHWC or NCHW_VECT_C, got " +
+                                    data_format);
+  }
+  attrs->vect = data_format == "NCHW_VECT_C";
+  const char* want_filter = attrs->vect ? "OIHW_VECT_I" : "HWIO";
+  if (filter_format != want_filter) {
+    return absl::InvalidArgumentError(
+        "data_format " + data_format + " requires filter_format " + want_filter +
+        ", got " + filter_format + " (convert with tf_fused_int8." +
+        (attrs->vect ? "hwio_to_oihw_vect_i" : "oihw_vect_i_to_hwio") + ")");
+  }
+  std::vector<int32_t> strides, dilations;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("strides", &strides));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("dilations", &dilations));
+  TF_RETURN_IF_ERROR(CheckWindowAttr("strides", strides, attrs->vect,
+                                     &attrs->stride_h, &attrs->stride_w));
+  TF_RETURN_IF_ERROR(CheckWindowAttr("dilations", dilations, attrs->vect,
+                                     &attrs->dilation_h, &attrs->dilation_w));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("padding", &padding));
+  if (padding == "SAME") {
+    attrs->padding = Padding::kSame;
+  } else if (padding == "VALID") {
+    attrs->padding = Padding::kValid;
+  } else {
+    return absl::InvalidArgumentError("padding must be SAME or VALID, got " + padding);
+  }
+  TF_RETURN_IF_ERROR(ctx->GetAttr("activation_mode", &activation));
+  if (activation == "Relu") {
+    attrs->activation = Activation::kRelu;
+  } else if (activation == "None") {
+    attrs->activation = Activation::kNone;
+  } else {
+    return absl::InvalidArgumentError("activation_mode must be Relu or None, got " +
+                                      activation);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateConvInputs(tensorflow::OpKernelContext* ctx,
+                                const ConvAttrs& attrs, ValidatedConv* out) {
+  const Tensor& input = ctx->input(0);
+  const Tensor& filter = ctx->input(1);
+  const Tensor& bias = ctx->input(2);
+  const Tensor& side_input = ctx->input(3);
+  const Tensor& scale = ctx->input(4);
+  const Tensor& side_scale = ctx->input(5);
+
+  ConvGeometry& g = out->geo;
+  g = ConvGeometry();
+  if (!attrs.vect) {
+    if (input.dims() != 4) {
+      return absl::InvalidArgumentError(
+          "conv_input must be rank 4 [batch, height, width, depth] (NHWC), got "
+          "shape " + input.shape().DebugString());
+    }
+    if (filter.dims() != 4) {
+      return absl::InvalidArgumentError(
+          "filter must be rank 4 [height, width, in_depth, out_depth] (HWIO), "
+          "got shape " + filter.shape().DebugString());
+    }
+    if (input.dim_size(3) != filter.dim_size(2)) {
+      return absl::InvalidArgumentError(
+          "filter input depth (dimension 2 of filter " + filter.shape().DebugString() +
+          ") must equal conv_input depth (dimension 3 of " + input.shape().DebugString() +
+          ")");
+    }
+    g.batch = input.dim_size(0);
+    g.in_h = input.dim_size(1);
+    g.in_w = input.dim_size(2);
+    g.in_c = input.dim_size(3);
+    g.filter_h = filter.dim_size(0);
+    g.filter_w = filter.dim_size(1);
+    g.out_c = filter.dim_size(3);
+  } else {
+    if (input.dims() != 5 || input.dim_size(4) != 4) {
+      return absl::InvalidArgumentError(
+          "conv_input must be rank 5 [batch, depth/4, height, width, 4] "
+          "(NCHW_VECT_C), got shape " + input.shape().DebugString());
+    }
+    if (filter.dims() != 5 || filter.dim_size(4) != 4) {
+      return absl::InvalidArgumentError(
+          "filter must be rank 5 [out_depth, in_depth/4, height, width, 4] "
+          "(OIHW_VECT_I), got shape " + filter.shape().DebugString());
+    }
+    if (input.dim_size(1) != filter.dim_size(1)) {
+      return absl::InvalidArgumentError(
+          "filter input depth (4 * dimension 1 of filter " + filter.shape().DebugString() +
+          ") must equal conv_input depth (4 * dimension 1 of " +
+          input.shape().DebugString() + ")");
+    }
+    if (filter.dim_size(0) % 4 != 0) {
+      return absl::InvalidArgumentError(
+          "NCHW_VECT_C needs an output depth (filter dimension 0) that is a "
+          "multiple of 4, got " + std::to_string(filter.dim_size(0)));
+    }
+    g.batch = input.dim_size(0);
+    g.in_c = input.dim_size(1) * 4;
+    g.in_h = input.dim_size(2);
+    g.in_w = input.dim_size(3);
+    g.out_c = filter.dim_size(0);
+    g.filter_h = filter.dim_size(2);
+    g.filter_w = filter.dim_size(3);
+  }
+  const int64_t out_c = g.out_c;
+  if (bias.dims() != 1 || bias.dim_size(0) != out_c) {
+    return absl::InvalidArgumentError(
+        "bias must have shape [" + std::to_string(out_c) +
+        "] (filter output depth), got " + bias.shape().DebugString());
+  }
+  if (bias.dtype() != tensorflow::DT_FLOAT || scale.dtype() != tensorflow::DT_FLOAT ||
+      side_scale.dtype() != tensorflow::DT_FLOAT) {
+    return absl::InvalidArgumentError(
+        "bias, conv_input_scale and side_input_scale must be float32");
+  }
+  const int64_t scale_len = scale.NumElements();
+  if (!(scale.dims() <= 1 && (scale_len == 1 || scale_len == out_c) &&
+        (scale.dims() == 0 || scale_len >= 1))) {
+    return absl::InvalidArgumentError(
+        "conv_input_scale must be a scalar or have shape [1] or [" +
+        std::to_string(out_c) + "] (filter output depth), got " +
+        scale.shape().DebugString());
+  }
+  if (side_scale.dims() != 0) {
+    return absl::InvalidArgumentError("side_input_scale must be a scalar, got shape " +
+                                      side_scale.shape().DebugString());
+  }
+  g.stride_h = attrs.stride_h;
+  g.stride_w = attrs.stride_w;
+  g.dilation_h = attrs.dilation_h;
+  g.dilation_w = attrs.dilation_w;
+  const std::string geo_error = ComputeGeometry(attrs.padding, &g);
+  if (!geo_error.empty()) return absl::InvalidArgumentError(geo_error);
+
+  out->output_shape =
+      attrs.vect ? TensorShape({g.batch, g.out_c / 4, g.out_h, g.out_w, 4})
+                 : TensorShape({g.batch, g.out_h, g.out_w, g.out_c});
+  out->has_side_input = side_input.NumElements() > 0;
+  if (out->has_side_input && side_input.shape() != out->output_shape) {
+    return absl::InvalidArgumentError(
+        "side_input must be empty or have the output shape " +
+        out->output_shape.DebugString() + ", got " + side_input.shape().DebugString());
+  }
+  out->per_channel_scale = scale_len != 1;
+  out->side_input_scale = side_scale.scalar<float>()();
+  return absl::OkStatus();
+}
+
+}  // namespace tf_fused_int8

@@ -1,0 +1,48 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Attribute parsing and input validation shared by the CPU and GPU kernels:
+// every input's rank, dims, length and every attribute is checked here, in the
+// kernel, with an InvalidArgument/Unimplemented error that names the argument
+// and the expected shape (the shape function may not have run, e.g. eagerly).
+#ifndef TF_FUSED_INT8_CC_TF_CONV_VALIDATION_H_
+#define TF_FUSED_INT8_CC_TF_CONV_VALIDATION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "cc/core/conv_params.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace tf_fused_int8 {
+
+// The op's attributes, checked once at kernel construction.
+struct ConvAttrs {
+  // data_format NCHW_VECT_C with filter_format OIHW_VECT_I (else NHWC/HWIO).
+  bool vect = false;
+  int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  Padding padding = Padding::kSame;
+  Activation activation = Activation::kRelu;
+};
+
+absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
+                            ConvAttrs* attrs);
+
+// What a validated call computes. geo is the logical NHWC/HWIO geometry (for
+// NCHW_VECT_C, in_c counts the padded input channels, 4 * dimension 1).
+struct ValidatedConv {
+  ConvGeometry geo;
+  tensorflow::TensorShape output_shape;  // in data_format layout
+  bool has_side_input = false;           // a non-empty side_input tensor
+  bool per_channel_scale = false;
+  float side_input_scale = 0.0f;
+};
+
+// Validates inputs 0..5 against `attrs`. side_input_scale must be readable on
+// the host (host memory on GPU).
+absl::Status ValidateConvInputs(tensorflow::OpKernelContext* ctx,
+                                const ConvAttrs& attrs, ValidatedConv* out);
+
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_TF_CONV_VALIDATION_H_
