@@ -156,6 +156,13 @@ tmp_rc="$(mktemp "${BAZELRC}.XXXXXX")"
   echo
   echo "test --test_output=errors"
   echo
+  echo "# AddressSanitizer + UBSan build of the op library and the core test (tools/asan_check.sh)."
+  echo "# Its own output directory (-asan suffix), so it never replaces the normal build's outputs."
+  echo "build:asan --platform_suffix=-asan"
+  echo "build:asan --copt=-fsanitize=address,undefined --copt=-fno-sanitize-recover=all"
+  echo "build:asan --copt=-fno-omit-frame-pointer --copt=-O1 --copt=-g"
+  echo "build:asan --linkopt=-fsanitize=address,undefined"
+  echo
   echo "# Personal, uncommitted overrides."
   echo "try-import %workspace%/.bazelrc.user"
 } > "${tmp_rc}"
