@@ -42,7 +42,7 @@ def cpu_flags():
 
 # Instruction-set kernels the build has; each one this CPU supports is
 # required to be available (a missing one fails, it is never skipped).
-BUILT_ISA_PATHS = ()
+BUILT_ISA_PATHS = ("avx2", "avxvnni", "avx512vnni")
 
 
 def expected_paths():

@@ -4,8 +4,10 @@
 // compared bit for bit with the reference kernel over a generated sweep, with
 // std::thread parallelism; geometry validation is checked for clean errors.
 // Plain main(), no test framework (the build is offline).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -13,6 +15,8 @@
 #include <vector>
 
 #include "cc/core/conv_params.h"
+#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/packed_weights.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
@@ -100,6 +104,10 @@ FusedConvArgs MakeCase(std::mt19937* rng, Padding* padding, Buffers* b) {
   return a;
 }
 
+// Weight sources of the ISA paths (cpu::SetWeightModeForTesting): automatic,
+// always the cached packing (verified), always packed on the fly.
+const int kWeightModes[] = {0, 1, 2};
+
 void TestPathsMatchReference() {
   std::mt19937 rng(1234);
   const KernelPath paths[] = {KernelPath::kPortable, KernelPath::kAvx2,
@@ -114,20 +122,285 @@ void TestPathsMatchReference() {
     EXPECT(RunFusedConv(a, KernelPath::kReference, ParallelFor()).empty(), "ref");
     for (KernelPath p : paths) {
       if (!KernelPathSupported(p)) continue;
-      for (int threads : {1, 2, 3}) {
-        std::vector<int8_t> got(want.size(), 77);
-        a.output = got.data();
-        const std::string err = RunFusedConv(a, p, ThreadParallelFor(threads));
-        EXPECT(err.empty(), "%s", err.c_str());
-        size_t bad = 0;
-        for (size_t j = 0; j < got.size(); ++j) bad += got[j] != want[j];
-        EXPECT(bad == 0, "case %d path %s threads %d: %zu of %zu differ", i,
-               KernelPathName(p), threads, bad, got.size());
-        ++checked;
+      for (int mode : kWeightModes) {
+        if (p == KernelPath::kPortable && mode != 0) continue;
+        cpu::SetWeightModeForTesting(mode);
+        for (int threads : {1, 2, 3}) {
+          std::vector<int8_t> got(want.size(), 77);
+          a.output = got.data();
+          const std::string err = RunFusedConv(a, p, ThreadParallelFor(threads));
+          EXPECT(err.empty(), "%s", err.c_str());
+          size_t bad = 0;
+          for (size_t j = 0; j < got.size(); ++j) bad += got[j] != want[j];
+          EXPECT(bad == 0, "case %d path %s weights %d threads %d: %zu of %zu "
+                 "differ", i, KernelPathName(p), mode, threads, bad, got.size());
+          ++checked;
+        }
       }
+      cpu::SetWeightModeForTesting(0);
     }
   }
   std::printf("paths vs reference: %d runs checked\n", checked);
+}
+
+
+// A parallel-for that hands out ranges in an unusual way (uneven pieces, in
+// reverse order, on threads), so kernels cannot depend on the partition.
+ParallelFor OddParallelFor(int threads) {
+  ParallelFor pf;
+  pf.num_threads = threads;
+  pf.run = [](int64_t total, int64_t,
+              const std::function<void(int64_t, int64_t)>& fn) {
+    std::vector<std::pair<int64_t, int64_t>> pieces;
+    for (int64_t b = 0, step = 1; b < total; b += step, ++step) {
+      pieces.emplace_back(b, std::min(total, b + step));
+    }
+    std::vector<std::thread> workers;
+    for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+      workers.emplace_back([&fn, it] { fn(it->first, it->second); });
+    }
+    for (auto& w : workers) w.join();
+  };
+  return pf;
+}
+
+const KernelPath kFastPaths[] = {KernelPath::kPortable, KernelPath::kAvx2,
+                                 KernelPath::kAvxVnni, KernelPath::kAvx512Vnni};
+
+// Runs every supported path (threads 1, 2 and the odd partition) and
+// compares with the reference; returns the number of runs.
+int CheckAllPaths(FusedConvArgs a, const char* what) {
+  std::vector<int8_t> want(a.geo.OutputElements());
+  a.output = want.data();
+  RunReference(a);
+  int runs = 0;
+  for (KernelPath p : kFastPaths) {
+    if (!KernelPathSupported(p)) continue;
+    const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2),
+                               OddParallelFor(3)};
+    for (int mode : kWeightModes) {
+    if (p == KernelPath::kPortable && mode != 0) continue;
+    cpu::SetWeightModeForTesting(mode);
+    for (const ParallelFor& pf : pfs) {
+      std::vector<int8_t> got(want.size(), 77);
+      a.output = got.data();
+      const std::string err = RunFusedConv(a, p, pf);
+      EXPECT(err.empty(), "%s", err.c_str());
+      size_t bad = 0, first = 0;
+      for (size_t j = 0; j < got.size(); ++j) {
+        if (got[j] != want[j] && bad++ == 0) first = j;
+      }
+      EXPECT(bad == 0, "%s path %s weights %d threads %d: %zu of %zu differ "
+             "(first %zu: got %d want %d)", what, KernelPathName(p), mode,
+             pf.num_threads, bad, got.size(), first, bad ? got[first] : 0,
+             bad ? want[first] : 0);
+      ++runs;
+    }
+    }
+    cpu::SetWeightModeForTesting(0);
+  }
+  return runs;
+}
+
+FusedConvArgs LayerCase(int64_t batch, int64_t h, int64_t w, int64_t ci,
+                        int64_t k, int64_t co, int64_t stride, bool side,
+                        std::mt19937* rng, Buffers* b) {
+  FusedConvArgs a;
+  ConvGeometry& g = a.geo;
+  g.batch = batch; g.in_h = h; g.in_w = w; g.in_c = ci;
+  g.filter_h = g.filter_w = k; g.out_c = co;
+  g.stride_h = g.stride_w = stride;
+  EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "layer geometry");
+  auto fill = [&](std::vector<int8_t>* v, int64_t n) {
+    v->resize(static_cast<size_t>(n));
+    for (auto& x : *v) x = static_cast<int8_t>((*rng)() % 256 - 128);
+  };
+  fill(&b->input, g.InputElements());
+  fill(&b->filter, g.FilterElements());
+  if (side) fill(&b->side, g.OutputElements());
+  b->scale.resize(co);
+  const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
+  for (auto& x : b->scale) x = float(base * (0.5 + ((*rng)() % 1000) / 666.0));
+  b->bias.resize(co);
+  for (auto& x : b->bias) x = float(int((*rng)() % 81) - 40) * 0.5f;
+  a.input = b->input.data();
+  a.filter = b->filter.data();
+  a.bias = b->bias.data();
+  a.conv_input_scale = b->scale.data();
+  a.per_channel_scale = true;
+  a.side_input = side ? b->side.data() : nullptr;
+  a.side_input_scale = side ? 0.75f : 0.0f;
+  a.activation = side ? Activation::kNone : Activation::kRelu;
+  return a;
+}
+
+// ResNet-50-like layers (reduced where the reference would be slow): K split
+// into several panels, channel-block splits at batch 1, many M tiles,
+// pointwise direct GEMM, the strided 7x7 stem with 3 channels.
+void TestLayerShapes() {
+  std::mt19937 rng(99);
+  struct L { int64_t n, h, w, ci, k, co, s; bool side; };
+  const L layers[] = {
+      {1, 7, 7, 512, 3, 512, 1, false},   // K = 4608: 12 panels, 8 blocks
+      {1, 14, 14, 256, 3, 256, 1, true},  // 2 M tiles x 4 channel groups
+      {2, 28, 28, 64, 3, 128, 1, false},
+      {1, 56, 56, 64, 1, 256, 1, true},   // pointwise, 14 M tiles
+      {1, 30, 30, 256, 1, 64, 1, false},  // pointwise, K = 256
+      {1, 40, 40, 3, 7, 64, 2, false},    // stem-like
+      {3, 9, 11, 67, 3, 131, 2, true},    // odd channels, tails
+  };
+  int runs = 0;
+  for (const L& l : layers) {
+    Buffers b;
+    FusedConvArgs a = LayerCase(l.n, l.h, l.w, l.ci, l.k, l.co, l.s, l.side,
+                                &rng, &b);
+    char what[96];
+    std::snprintf(what, sizeof(what), "layer n%ld %ldx%ldx%ld k%ld co%ld s%ld",
+                  long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
+                  long(l.co), long(l.s));
+    runs += CheckAllPaths(a, what);
+  }
+  std::printf("layer shapes: %d runs checked\n", runs);
+}
+
+// The vector epilogues against EpilogueScalar on the values that matter:
+// NaN, +-Inf, huge, ties at .5, -0, denormals, in scales and biases.
+void TestEpilogueSpecialValues() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float scales[] = {1.0f, 0.5f, 0.25f, -0.5f, 0.0f, -0.0f, inf, -inf,
+                          nan, 1e30f, -1e30f, 1e-40f, 3.0f, 1.0f / 3,
+                          std::ldexp(1.0f, -20), 2.5f, -1.5f};
+  const float biases[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, -2.5f, 126.5f,
+                          127.5f, -128.5f, -127.5f, inf, -inf, nan, 1e-40f,
+                          1e20f, -1e20f, 0.49999997f};
+  const int64_t co = int64_t(sizeof(scales) / sizeof(scales[0])) *
+                     int64_t(sizeof(biases) / sizeof(biases[0]));  // 289
+  int runs = 0;
+  for (int relu = 0; relu < 2; ++relu) {
+    for (int side = 0; side < 2; ++side) {
+      FusedConvArgs a;
+      ConvGeometry& g = a.geo;
+      g.batch = 1; g.in_h = 3; g.in_w = 4; g.in_c = 5;
+      g.filter_h = g.filter_w = 1; g.out_c = co;
+      EXPECT(ComputeGeometry(Padding::kValid, &g).empty(), "geometry");
+      std::vector<int8_t> input(g.InputElements()), filter(g.FilterElements()),
+          side_in(g.OutputElements());
+      std::mt19937 rng(5);
+      for (auto& x : input) x = static_cast<int8_t>(rng() % 256 - 128);
+      for (auto& x : filter) x = static_cast<int8_t>(rng() % 7 - 3);
+      for (auto& x : side_in) x = static_cast<int8_t>(rng() % 256 - 128);
+      std::vector<float> scale(co), bias(co);
+      for (int64_t c = 0; c < co; ++c) {
+        scale[c] = scales[c % (sizeof(scales) / sizeof(scales[0]))];
+        bias[c] = biases[c / (sizeof(scales) / sizeof(scales[0]))];
+      }
+      a.input = input.data();
+      a.filter = filter.data();
+      a.bias = bias.data();
+      a.conv_input_scale = scale.data();
+      a.per_channel_scale = true;
+      a.side_input = side ? side_in.data() : nullptr;
+      a.side_input_scale = side ? -0.5f : 0.0f;
+      a.activation = relu ? Activation::kRelu : Activation::kNone;
+      runs += CheckAllPaths(a, "special values");
+      // Scalar scale: NaN, Inf, huge.
+      for (float s : {nan, inf, -inf, 1e38f, 0.5f}) {
+        a.conv_input_scale = &s;
+        a.per_channel_scale = false;
+        runs += CheckAllPaths(a, "special scalar scale");
+      }
+      // Side scale Inf / NaN.
+      if (side) {
+        for (float ss : {inf, nan}) {
+          a.conv_input_scale = scale.data();
+          a.per_channel_scale = true;
+          a.side_input_scale = ss;
+          runs += CheckAllPaths(a, "special side scale");
+        }
+      }
+    }
+  }
+  std::printf("epilogue special values: %d runs checked\n", runs);
+}
+
+// A filter changed in place (same pointer, same shape) must never be served
+// from the packed-weights cache: every path, shapes with one and many
+// verification panels, a change in one byte anywhere.
+void TestChangedFilterIsRepacked() {
+  cpu::SetWeightModeForTesting(1);  // the cache is what is under test
+  std::mt19937 rng(7);
+  struct L { int64_t n, h, ci, k, co; };
+  const L layers[] = {{1, 6, 8, 3, 20}, {1, 7, 512, 3, 128}, {2, 9, 33, 5, 70}};
+  int runs = 0;
+  for (const L& l : layers) {
+    Buffers b;
+    FusedConvArgs a = LayerCase(l.n, l.h, l.h, l.ci, l.k, l.co, 1, false, &rng, &b);
+    for (KernelPath p : kFastPaths) {
+      if (!KernelPathSupported(p) || p == KernelPath::kPortable) continue;
+      for (int change = 0; change < 4; ++change) {
+        std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
+        a.output = got.data();
+        EXPECT(RunFusedConv(a, p, ThreadParallelFor(2)).empty(), "run");
+        // Change one byte: first, last, middle, random.
+        const size_t n = b.filter.size();
+        const size_t where[] = {0, n - 1, n / 2, rng() % n};
+        b.filter[where[change]] ^= static_cast<int8_t>(1 + rng() % 255);
+        a.output = got.data();
+        EXPECT(RunFusedConv(a, p, ThreadParallelFor(2)).empty(), "run");
+        a.output = want.data();
+        RunReference(a);
+        EXPECT(got == want, "changed filter served stale: path %s change %d "
+               "layer co=%ld", KernelPathName(p), change, long(l.co));
+        ++runs;
+      }
+    }
+  }
+  cpu::SetWeightModeForTesting(0);
+  const cpu::PackedWeightsCacheStats st =
+      cpu::PackedWeightsCache::Global().Stats();
+  EXPECT(st.stale >= runs, "stale repacks %ld < changes %d", long(st.stale), runs);
+  std::printf("changed filters: %d runs checked (%ld stale repacks)\n", runs,
+              long(st.stale));
+}
+
+// The cache stays within its entry bound and evicts least recently used.
+void TestCacheBound() {
+  cpu::PackedWeightsCache& cache = cpu::PackedWeightsCache::Global();
+  const KernelPath p = BestKernelPath();
+  if (p == KernelPath::kPortable) return;
+  cpu::SetWeightModeForTesting(1);  // single-tile cases would bypass it
+  std::mt19937 rng(11);
+  const int filters = int(cpu::PackedWeightsCache::kMaxEntries) + 10;
+  std::vector<Buffers> bufs(filters);
+  std::vector<FusedConvArgs> args;
+  for (int i = 0; i < filters; ++i) {
+    args.push_back(LayerCase(1, 4, 4, 8, 1, 16, 1, false, &rng, &bufs[i]));
+  }
+  std::vector<int8_t> out(args[0].geo.OutputElements()), want(out.size());
+  const cpu::PackedWeightsCacheStats before = cache.Stats();
+  for (int i = 0; i < filters; ++i) {
+    args[i].output = out.data();
+    EXPECT(RunFusedConv(args[i], p, ParallelFor()).empty(), "run");
+    args[i].output = want.data();
+    RunReference(args[i]);
+    EXPECT(out == want, "cache bound run %d", i);
+  }
+  const cpu::PackedWeightsCacheStats after = cache.Stats();
+  EXPECT(after.entries <= cpu::PackedWeightsCache::kMaxEntries,
+         "%ld entries", long(after.entries));
+  EXPECT(after.bytes <= cpu::PackedWeightsCache::kMaxBytes, "%ld bytes",
+         long(after.bytes));
+  EXPECT(after.evictions > before.evictions, "no eviction");
+  // The most recent filter is a hit, the first one was evicted (a miss).
+  args[filters - 1].output = out.data();
+  RunFusedConv(args[filters - 1], p, ParallelFor());
+  EXPECT(cache.Stats().hits == after.hits + 1, "recent filter not cached");
+  RunFusedConv(args[0], p, ParallelFor());
+  EXPECT(cache.Stats().misses == after.misses + 1, "oldest filter not evicted");
+  cpu::SetWeightModeForTesting(0);
+  std::printf("cache bound: %ld entries, %ld bytes, %ld evictions\n",
+              long(after.entries), long(after.bytes), long(after.evictions));
 }
 
 void TestGeometryErrors() {
@@ -172,6 +445,10 @@ int main() {
               tf_fused_int8::KernelPathName(tf_fused_int8::BestKernelPath()));
   tf_fused_int8::TestGeometryErrors();
   tf_fused_int8::TestPathsMatchReference();
+  tf_fused_int8::TestEpilogueSpecialValues();
+  tf_fused_int8::TestLayerShapes();
+  tf_fused_int8::TestChangedFilterIsRepacked();
+  tf_fused_int8::TestCacheBound();
   if (tf_fused_int8::g_failures) {
     std::printf("%d failures\n", tf_fused_int8::g_failures);
     return 1;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cc/core/cpu/kernels.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
@@ -75,10 +76,14 @@ bool KernelPathSupported(KernelPath path) {
     case KernelPath::kReference:
     case KernelPath::kPortable:
       return true;
-    default:
-      // Instruction-set kernels register here once they are built in.
-      return false;
+    case KernelPath::kAvx2:
+      return Features().avx2 && Features().fma;
+    case KernelPath::kAvxVnni:
+      return Features().avxvnni && Features().fma;
+    case KernelPath::kAvx512Vnni:
+      return Features().avx512vnni && Features().fma;
   }
+  return false;
 }
 
 KernelPath BestKernelPath() {
@@ -126,6 +131,15 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
       return "";
     case KernelPath::kPortable:
       RunPortable(args, parallel_for);
+      return "";
+    case KernelPath::kAvx2:
+      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for);
+      return "";
+    case KernelPath::kAvxVnni:
+      cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for);
+      return "";
+    case KernelPath::kAvx512Vnni:
+      cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for);
       return "";
     default:
       return std::string("CPU kernel '") + KernelPathName(resolved) +

@@ -1,0 +1,270 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The instruction-set paths' common driver (baseline code; the ISA kernels
+// are reached through IsaKernels function pointers):
+//
+//  * GEMM view: C[M, Co] = A[M, K] * B[K, Co], M = output pixels, K = Kh *
+//    Kw * Ci; the epilogue fused into the micro-kernel's store.
+//  * tiling: output pixels are cut into M tiles, channels into groups of
+//    blocks (64 or 16 channels); a work item is (M tile, channel group). K is
+//    processed in panels (kc groups): per panel the item gathers its tile's
+//    slice of the im2col rows (K-sliced im2col, rows x 384 B; each
+//    micro-tile's rows just before their first use, so the gather overlaps
+//    the multiply) and multiplies it with each block's weight panel (kc x 64
+//    channels, 24 KiB, L1 resident) while 6-row micro-tiles stream past it;
+//    int32 partial sums carry over between panels. Tiles are as tall as the
+//    A-panel and partial-sum budgets allow (kAPanelBytes, kPartialBytes), so
+//    weights stream from memory once or twice per call even for
+//    weight-heavy layers.
+//  * pointwise convolutions (1x1, stride 1, no padding) are a direct GEMM:
+//    the rows are the input pixels themselves, only converted to the
+//    kernel's operand form (a contiguous XOR / widening pass, no gather).
+//  * weights: with several M tiles, packed once per filter and cached
+//    (packed_weights.h), verified against the filter while computing. With
+//    a single M tile every weight panel has one consumer: it is packed from
+//    the filter right before use (one read of the filter; no packed copy to
+//    read, nothing to verify, no cache entry).
+//  * threads: with many M tiles each item is one tile over all channels and
+//    the caller's ParallelFor balances them; with few (small images, batch
+//    1) the channels are split too and each thread gets a contiguous run of
+//    items, so both cores stay busy.
+//
+// Memory per call: no allocation but the output (and a packing on a cache
+// miss); per thread, thread-local and reused across calls: one A panel
+// buffer (<= kAPanelBytes + 64), one int32 partial-sum tile (<=
+// kPartialBytes) and, for on-the-fly weights, one weight panel per item
+// block (<= 512 channels x 384 B).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/packed_weights.h"
+#include "cc/core/fused_conv.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t CeilDiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+// A 64-byte aligned buffer that only grows; zeroed when (re)allocated so
+// that no byte a kernel reads is ever uninitialized.
+struct AlignedBuffer {
+  void* ptr = nullptr;
+  size_t size = 0;
+  ~AlignedBuffer() { std::free(ptr); }
+  void* Get(size_t bytes) {
+    if (bytes > size) {
+      std::free(ptr);
+      size = RoundUp(static_cast<int64_t>(bytes), 4096);
+      ptr = std::aligned_alloc(64, size);
+      if (ptr == nullptr) {
+        size = 0;
+        throw std::bad_alloc();
+      }
+      std::memset(ptr, 0, size);
+    }
+    return ptr;
+  }
+};
+
+struct ThreadScratch {
+  AlignedBuffer a, partial, panel, sums;
+};
+
+thread_local ThreadScratch t_scratch;
+
+// Test hook (kernels.h): 0 automatic, 1 always cached, 2 always on the fly.
+std::atomic<int> g_weight_mode{0};
+
+constexpr int64_t kAPanelBytes = 192 << 10;   // rows x one K panel of A
+constexpr int64_t kPartialBytes = 512 << 10;  // rows x item channels int32
+constexpr int64_t kMaxRows = 512;
+constexpr int64_t kMaxOnTheFlyChannels = 512;
+
+struct Plan {
+  int64_t pixels, k, groups, kc, panels, lda, blocks;
+  int64_t tile_rows, m_tiles, n_groups, blocks_per_group, items, units;
+  bool on_the_fly;
+};
+
+Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads) {
+  Plan p;
+  p.pixels = g.batch * g.out_h * g.out_w;
+  p.k = g.filter_h * g.filter_w * g.in_c;
+  p.groups = CeilDiv(p.k, isa.k_per_group);
+  p.kc = isa.kc_groups;
+  p.panels = CeilDiv(p.groups, p.kc);
+  p.lda = RoundUp(std::min(p.groups, p.kc) * 4, 64);
+  p.blocks = CeilDiv(g.out_c, isa.block);
+  // Weight-heavy layers (more output channels than pixels: the weights
+  // outweigh the gathered rows) split channels across threads first, so
+  // each thread streams only its share of the weights; the others split
+  // pixels first, so each thread gathers only its share of the rows.
+  int64_t n_groups = 1;
+  if (threads > 1 && g.out_c >= p.pixels) {
+    n_groups = std::min<int64_t>(p.blocks, threads);
+  }
+  const int64_t group_channels = CeilDiv(p.blocks, n_groups) * isa.block;
+  int64_t max_rows = std::min(kMaxRows, kAPanelBytes / p.lda);
+  if (p.panels > 1) {
+    max_rows = std::min(max_rows, kPartialBytes / (group_channels * 4));
+  }
+  max_rows = std::max<int64_t>(isa.mr, max_rows / isa.mr * isa.mr);
+  int64_t m_tiles = CeilDiv(p.pixels, max_rows);
+  if (threads > 1 && n_groups == 1) {
+    if (m_tiles >= 4 * threads) {
+      // Equal units, 4 per thread (see `units` below).
+      m_tiles = RoundUp(m_tiles, 4 * threads);
+    } else if (m_tiles >= threads) {
+      m_tiles = RoundUp(m_tiles, threads);
+    } else {
+      n_groups = std::min(p.blocks, CeilDiv(2 * threads, m_tiles));
+      if (m_tiles * n_groups < threads) {
+        m_tiles = std::min(CeilDiv(p.pixels, isa.mr), CeilDiv(threads, n_groups));
+      }
+    }
+  } else if (threads > 1 && m_tiles * n_groups < threads) {
+    m_tiles = std::min(CeilDiv(p.pixels, isa.mr), CeilDiv(threads, n_groups));
+  }
+  m_tiles = std::max<int64_t>(1, std::min(m_tiles, p.pixels));
+  // Even tile heights, multiples of the micro-tile height where possible.
+  p.tile_rows = RoundUp(CeilDiv(p.pixels, m_tiles), isa.mr);
+  p.m_tiles = CeilDiv(p.pixels, p.tile_rows);
+  p.blocks_per_group = CeilDiv(p.blocks, n_groups);
+  p.n_groups = CeilDiv(p.blocks, p.blocks_per_group);
+  p.items = p.m_tiles * p.n_groups;
+  // Channel split: contiguous runs of items per thread. Otherwise equal
+  // units of whole tiles, a multiple of the thread count and at most 4 per
+  // thread: Eigen's parallelFor (TF's pool) keeps one unit per task then,
+  // instead of coarsening to a block count that does not divide evenly.
+  if (p.n_groups > 1) {
+    p.units = std::min<int64_t>(threads, p.items);
+  } else {
+    p.units = p.items;
+    for (int64_t u = 4 * static_cast<int64_t>(threads);
+         p.items > u && u >= threads; u -= threads) {
+      if (p.items % u == 0) {
+        p.units = u;
+        break;
+      }
+    }
+  }
+  // On-the-fly packing needs a panel per item block (kc groups x 4 bytes
+  // per channel): only for items of at most kMaxOnTheFlyChannels.
+  const int mode = g_weight_mode.load(std::memory_order_relaxed);
+  p.on_the_fly =
+      mode == 2 || (mode == 0 && p.m_tiles == 1 &&
+                    p.blocks_per_group * isa.block <= kMaxOnTheFlyChannels);
+  return p;
+}
+
+// Runs the items of one pass. `view` is null for on-the-fly weights.
+// Returns true if verification found the packed weights stale.
+bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
+             const PackedView* view, bool verify,
+             const ParallelFor& parallel_for) {
+  const ConvGeometry& g = a.geo;
+  EpilogueArgs ep;
+  ep.scale = a.conv_input_scale;
+  ep.per_channel_scale = a.per_channel_scale;
+  ep.bias = a.bias;
+  ep.side = a.HasSideInput() ? a.side_input : nullptr;
+  ep.side_scale = a.side_input_scale;
+  ep.relu = a.activation == Activation::kRelu;
+  std::atomic<bool> stale{false};
+  const int64_t item_channels = plan.blocks_per_group * isa.block;
+
+  auto run_items = [&](int64_t item_begin, int64_t item_end) {
+    ThreadScratch& s = t_scratch;
+    GemmTileArgs t;
+    t.input = a.input;
+    t.geo = &g;
+    t.a = static_cast<uint8_t*>(s.a.Get(
+        static_cast<size_t>(plan.tile_rows * plan.lda + kIm2ColSlack)));
+    t.lda = plan.lda;
+    t.k = plan.k;
+    t.k_groups = plan.groups;
+    t.kc_groups = plan.kc;
+    t.w = view;
+    t.filter = a.filter;
+    t.verify = verify;
+    t.verify_stride = plan.m_tiles;
+    t.panel_buffer = nullptr;
+    t.col_sums = nullptr;
+    if (view == nullptr) {
+      t.panel_buffer = static_cast<int8_t*>(s.panel.Get(
+          static_cast<size_t>(plan.kc * item_channels * 4)));
+      t.col_sums = static_cast<int32_t*>(
+          s.sums.Get(static_cast<size_t>(item_channels * 4)));
+    }
+    t.partial = nullptr;
+    if (plan.panels > 1) {
+      t.partial = static_cast<int32_t*>(s.partial.Get(
+          static_cast<size_t>(plan.tile_rows * item_channels * 4)));
+    }
+    t.ep = &ep;
+    t.output = a.output;
+    t.out_c = g.out_c;
+    for (int64_t item = item_begin; item < item_end; ++item) {
+      const int64_t tile = item / plan.n_groups;
+      const int64_t ngroup = item % plan.n_groups;
+      t.p0 = tile * plan.tile_rows;
+      t.rows = std::min(plan.tile_rows, plan.pixels - t.p0);
+      t.block_begin = ngroup * plan.blocks_per_group;
+      t.block_end = std::min(plan.blocks, t.block_begin + plan.blocks_per_group);
+      // Panel q of channel group ngroup is verified by tile
+      // (q + ngroup) % m_tiles: exactly once per call, spread over tiles
+      // (and so over threads).
+      t.verify_phase =
+          ((tile - ngroup) % plan.m_tiles + plan.m_tiles) % plan.m_tiles;
+      if (isa.gemm_tile(t)) stale.store(true, std::memory_order_relaxed);
+    }
+  };
+
+  const int64_t items_per_unit = CeilDiv(plan.items, plan.units);
+  const int64_t cost = plan.tile_rows * plan.groups * 4 * item_channels / 32 *
+                       items_per_unit;
+  parallel_for(plan.units, cost, [&](int64_t begin, int64_t end) {
+    run_items(begin * items_per_unit,
+              std::min(plan.items, end * items_per_unit));
+  });
+  return stale.load();
+}
+
+}  // namespace
+
+void SetWeightModeForTesting(int mode) { g_weight_mode.store(mode); }
+
+void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
+                 const ParallelFor& parallel_for) {
+  const ConvGeometry& g = a.geo;
+  if (g.ReductionDepth() == 0) {
+    RunPortable(a, parallel_for);  // no products: bias-only epilogue
+    return;
+  }
+  const int threads =
+      parallel_for.run ? std::max(1, parallel_for.num_threads) : 1;
+  const Plan plan = MakePlan(g, isa, threads);
+  if (plan.on_the_fly) {
+    RunPass(a, isa, plan, nullptr, false, parallel_for);
+    return;
+  }
+  PackedWeightsCache& cache = PackedWeightsCache::Global();
+  bool fresh = false;
+  std::shared_ptr<const PackedWeights> w = cache.Get(a.filter, g, isa, &fresh);
+  if (RunPass(a, isa, plan, &w->view(), !fresh, parallel_for)) {
+    // The filter changed since it was packed: repack, recompute.
+    w = cache.Replace(a.filter, g, isa);
+    RunPass(a, isa, plan, &w->view(), false, parallel_for);
+  }
+}
+
+}  // namespace cpu
+}  // namespace tf_fused_int8

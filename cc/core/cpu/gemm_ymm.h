@@ -1,0 +1,491 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The 256-bit kernels shared by gemm_avxvnni.cc (u8 x s8 VPDPBUSD, VEX) and
+// gemm_avx2.cc (int16 x int16 VPMADDWD + VPADDD, exact; never the
+// saturating VPMADDUBSW): micro-tile 6 pixels x 16 channels (12 ymm
+// accumulators, 2 ymm of weights, 1 broadcast), weights in kFormatYmmU8 /
+// kFormatYmmI16 (kernels.h: 16-channel blocks, natural order, one int32 lane
+// of 4 bytes per channel and k-group), epilogue cc/core/epilogue_avx2.h.
+//
+// Include ONLY from those two files (needs -mavx2 -mfma); everything is a
+// template on the operand policy or has internal linkage, so each includer
+// gets its own copy compiled with its own flags.
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_YMM_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_YMM_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cc/core/cpu/kernels.h"
+#include "cc/core/epilogue_avx2.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+constexpr int64_t kYmmBlock = 16;               // channels per block (2 ymm)
+constexpr int64_t kYmmGroupBytes = kYmmBlock * 4;  // one k-group of a block
+constexpr int kYmmMr = 6;
+constexpr int64_t kYmmKcGroups = 256;  // K panel: 256 * 64 B = 16 KiB
+
+inline int64_t YMin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t YMax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+inline int32_t YLoadU32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// 16 filter bytes of row k, channels [n0, n0 + 16) (zeros past Co / K).
+inline __m128i LoadFilterRow16(const PanelArgs& p, int64_t k, int64_t n0) {
+  if (k >= p.k) return _mm_setzero_si128();
+  const int8_t* src = p.filter + k * p.out_c + n0;
+  const int64_t valid = p.out_c - n0;
+  if (valid >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  alignas(16) int8_t tmp[16] = {0};
+  std::memcpy(tmp, src, static_cast<size_t>(valid));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+}
+
+// Packs / verifies a panel. kInt16: pairs of sign-extended int16 per lane
+// (k = 2g, 2g+1); otherwise four int8 per lane (k = 4g .. 4g+3).
+template <bool kInt16>
+bool PanelYmm(const PanelArgs& p) {
+  const int64_t n0 = p.block_index * kYmmBlock;
+  int8_t* dst = p.panel;
+  __m256i diff = _mm256_setzero_si256();
+  for (int64_t g = p.g0; g < p.g1; ++g, dst += kYmmGroupBytes) {
+    __m256i v0, v1;
+    if (kInt16) {
+      const __m128i r0 = LoadFilterRow16(p, 2 * g, n0);
+      const __m128i r1 = LoadFilterRow16(p, 2 * g + 1, n0);
+      v0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(r0, r1));  // channels 0-7
+      v1 = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(r0, r1));  // channels 8-15
+    } else {
+      const __m128i r0 = LoadFilterRow16(p, 4 * g, n0);
+      const __m128i r1 = LoadFilterRow16(p, 4 * g + 1, n0);
+      const __m128i r2 = LoadFilterRow16(p, 4 * g + 2, n0);
+      const __m128i r3 = LoadFilterRow16(p, 4 * g + 3, n0);
+      const __m128i t0 = _mm_unpacklo_epi8(r0, r1), t1 = _mm_unpackhi_epi8(r0, r1);
+      const __m128i t2 = _mm_unpacklo_epi8(r2, r3), t3 = _mm_unpackhi_epi8(r2, r3);
+      v0 = _mm256_set_m128i(_mm_unpackhi_epi16(t0, t2), _mm_unpacklo_epi16(t0, t2));
+      v1 = _mm256_set_m128i(_mm_unpackhi_epi16(t1, t3), _mm_unpacklo_epi16(t1, t3));
+    }
+    if (p.verify) {
+      const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst));
+      const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 32));
+      diff = _mm256_or_si256(diff, _mm256_or_si256(_mm256_xor_si256(v0, s0),
+                                                   _mm256_xor_si256(v1, s1)));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32), v1);
+    }
+  }
+  return !_mm256_testz_si256(diff, diff);
+}
+
+// Converts n input bytes to the A operand: XOR 0x80 (u8) or sign-extend to
+// int16 (dst then receives 2n bytes). Reads stay below src_end; writes may
+// run up to 31 bytes past the converted run (rows are written front to
+// back, so the overrun lands on bytes written later or in the A buffer's
+// kIm2ColSlack).
+template <bool kInt16>
+inline void ConvertRun(uint8_t* dst, const int8_t* src, int64_t n,
+                       const int8_t* src_end) {
+  if (kInt16) {
+    for (int64_t i = 0; i < n; i += 16) {
+      const int8_t* s = src + i;
+      __m128i v;
+      if (s + 16 <= src_end) {
+        v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+      } else {
+        alignas(16) int8_t tmp[16] = {0};
+        std::memcpy(tmp, s, static_cast<size_t>(src_end - s));
+        v = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i),
+                          _mm256_cvtepi8_epi16(v));
+    }
+  } else {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int64_t i = 0; i < n; i += 32) {
+      const int8_t* s = src + i;
+      __m256i v;
+      if (s + 32 <= src_end) {
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+      } else {
+        alignas(32) int8_t tmp[32] = {0};
+        std::memcpy(tmp, s, static_cast<size_t>(src_end - s));
+        v = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm256_xor_si256(v, flip));
+    }
+  }
+}
+
+// n elements of padding (a zero activation): 0x80 (u8) or int16 0. May
+// write up to 31 bytes past them.
+template <bool kInt16>
+inline void PadRun(uint8_t* dst, int64_t n) {
+  const __m256i pad = kInt16 ? _mm256_setzero_si256()
+                             : _mm256_set1_epi8(static_cast<char>(0x80));
+  const int64_t bytes = kInt16 ? 2 * n : n;
+  for (int64_t i = 0; i < bytes; i += 32) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), pad);
+  }
+}
+
+// Writes the part of window segment [seg0, seg1) (element offsets within
+// the ky run) that falls in [s, e) to out + (offset - s) elements; src (or
+// padding when null) holds the segment's elements.
+template <bool kInt16>
+inline void YmmCopySegment(uint8_t* out, int64_t s, int64_t e, int64_t seg0,
+                           int64_t seg1, const int8_t* src,
+                           const int8_t* end) {
+  constexpr int64_t el = kInt16 ? 2 : 1;
+  const int64_t a = YMax(s, seg0), b = YMin(e, seg1);
+  if (a >= b) return;
+  if (src == nullptr) {
+    PadRun<kInt16>(out + (a - s) * el, b - a);
+  } else {
+    ConvertRun<kInt16>(out + (a - s) * el, src + (a - seg0), b - a, end);
+  }
+}
+
+// Gathers rows [r0, r0 + rows) of the tile, elements [k0, k1) of their
+// im2col rows (see the AVX-512 file's Im2ColSliceZmm), converted to the A
+// operand form, to dst (lda apart).
+template <bool kInt16>
+void Im2ColSliceYmm(const GemmTileArgs& t, uint8_t* dst, int64_t r0,
+                    int64_t rows, int64_t k0, int64_t k1) {
+  constexpr int64_t el = kInt16 ? 2 : 1;  // bytes per element
+  const ConvGeometry& g = *t.geo;
+  const int64_t ci = g.in_c, kw = g.filter_w;
+  const int64_t k = g.filter_h * kw * ci;
+  k1 = YMin(k1, k);
+  if (k1 <= k0) return;
+  const int8_t* end = t.input + g.batch * g.in_h * g.in_w * ci;
+  const bool pointwise = g.filter_h == 1 && kw == 1 && g.stride_h == 1 &&
+                         g.stride_w == 1 && g.pad_top == 0 &&
+                         g.pad_left == 0 && g.out_h == g.in_h &&
+                         g.out_w == g.in_w;
+  const int64_t p0 = t.p0 + r0;
+  if (pointwise) {  // direct GEMM: the rows are the input pixels
+    const int8_t* src = t.input + p0 * ci + k0;
+    if (k0 == 0 && k1 == ci && t.lda == ci * el) {
+      ConvertRun<kInt16>(dst, src, rows * ci, end);
+    } else {
+      for (int64_t m = 0; m < rows; ++m) {
+        ConvertRun<kInt16>(dst + m * t.lda, src + m * ci, k1 - k0, end);
+      }
+    }
+    return;
+  }
+  const int64_t run = kw * ci;
+  const int64_t row_bytes = g.in_w * ci;
+  const int64_t ky0 = k0 / run, ky1 = (k1 - 1) / run;
+  int64_t ox = p0 % g.out_w;
+  int64_t oy = (p0 / g.out_w) % g.out_h;
+  int64_t n = p0 / (g.out_w * g.out_h);
+  for (int64_t m = 0; m < rows; ++m) {
+    uint8_t* row = dst + m * t.lda;
+    const int64_t image = n * g.in_h * row_bytes;
+    const int64_t iy0 = oy * g.stride_h - g.pad_top;
+    const int64_t ix0 = ox * g.stride_w - g.pad_left;
+    const int64_t lo = g.dilation_w == 1 ? YMin(kw, YMax(0, -ix0)) : 0;
+    const int64_t hi = g.dilation_w == 1 ? YMax(lo, YMin(kw, g.in_w - ix0)) : 0;
+    for (int64_t ky = ky0; ky <= ky1; ++ky) {
+      const int64_t base = ky * run;
+      const int64_t s = YMax(k0, base) - base, e = YMin(k1, base + run) - base;
+      uint8_t* out = row + (base + s - k0) * el;
+      const int64_t iy = iy0 + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.in_h) {
+        PadRun<kInt16>(out, e - s);
+        continue;
+      }
+      const int8_t* in_row = t.input + image + iy * row_bytes;
+      if (g.dilation_w == 1) {
+        YmmCopySegment<kInt16>(out, s, e, 0, lo * ci, nullptr, end);
+        YmmCopySegment<kInt16>(out, s, e, lo * ci, hi * ci,
+                               in_row + (ix0 + lo) * ci, end);
+        YmmCopySegment<kInt16>(out, s, e, hi * ci, run, nullptr, end);
+      } else {
+        for (int64_t kx = s / ci; kx <= (e - 1) / ci; ++kx) {
+          const int64_t ix = ix0 + kx * g.dilation_w;
+          const bool inside = ix >= 0 && ix < g.in_w;
+          YmmCopySegment<kInt16>(out, s, e, kx * ci, (kx + 1) * ci,
+                                 inside ? in_row + ix * ci : nullptr, end);
+        }
+      }
+    }
+    if (++ox == g.out_w) {
+      ox = 0;
+      if (++oy == g.out_h) {
+        oy = 0;
+        ++n;
+      }
+    }
+  }
+}
+
+struct alignas(32) YmmBlockConsts {
+  float scale[kYmmBlock];
+  float bias[kYmmBlock];
+};
+
+struct YmmTileContext {
+  const uint8_t* a;
+  int64_t lda;
+  const int8_t* panel;
+  int64_t groups;
+  const int32_t* init;  // starting accumulators unless from_partial
+  bool from_partial;    // partial sums (+ `add` if not null)
+  const int32_t* add;
+  bool last;
+  int32_t* partial;  // this block's first row
+  int64_t partial_ld;  // int32 between partial rows
+  const YmmBlockConsts* bc;
+  const Epilogue256Consts* ec;
+  const int8_t* side;
+  int8_t* out;
+  int64_t ldo;
+  int count;  // valid channels in the block
+};
+
+// Policy: static __m256i Dot(__m256i acc, __m256i a, __m256i b).
+template <class Policy, int MR>
+inline void YmmMicroTile(const YmmTileContext& t) {
+  __m256i acc[MR][2];
+  if (!t.from_partial) {
+    const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.init));
+    const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.init + 8));
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = c0;
+      acc[i][1] = c1;
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.partial + i * t.partial_ld));
+      acc[i][1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.partial + i * t.partial_ld + 8));
+    }
+    if (t.add != nullptr) {
+      const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.add));
+      const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.add + 8));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        acc[i][0] = _mm256_add_epi32(acc[i][0], c0);
+        acc[i][1] = _mm256_add_epi32(acc[i][1], c1);
+      }
+    }
+  }
+  const uint8_t* a = t.a;
+  const int8_t* b = t.panel;
+  const int64_t lda = t.lda;
+  for (int64_t g = 0; g < t.groups; ++g) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+    b += kYmmGroupBytes;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256i av = _mm256_set1_epi32(YLoadU32(a + i * lda));
+      acc[i][0] = Policy::Dot(acc[i][0], av, b0);
+      acc[i][1] = Policy::Dot(acc[i][1], av, b1);
+    }
+    a += 4;
+  }
+  if (t.last) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      Epilogue16(acc[i][0], acc[i][1], t.bc->scale, t.bc->bias,
+                 t.side ? t.side + i * t.ldo : nullptr, *t.ec, t.count,
+                 t.out + i * t.ldo);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(t.partial + i * t.partial_ld), acc[i][0]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(t.partial + i * t.partial_ld + 8), acc[i][1]);
+    }
+  }
+}
+
+inline void YmmPrefetchL2(const int8_t* p, int64_t lines) {
+  for (int64_t l = 0; l < lines; ++l) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
+  }
+}
+
+// sum_k w[k][c] of a packed panel added to sums[16]: u8 ones x the panel's
+// bytes (VNNI), or int16 ones x int16 pairs (AVX2), exact.
+template <class Policy>
+inline void YmmAddPanelSums(const int8_t* panel, int64_t groups, int32_t* sums) {
+  const __m256i ones = Policy::kInt16 ? _mm256_set1_epi16(1) : _mm256_set1_epi8(1);
+  __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums));
+  __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + 8));
+  for (int64_t g = 0; g < groups; ++g, panel += kYmmGroupBytes) {
+    s0 = Policy::Dot(s0, ones, _mm256_load_si256(reinterpret_cast<const __m256i*>(panel)));
+    s1 = Policy::Dot(s1, ones, _mm256_load_si256(reinterpret_cast<const __m256i*>(panel + 32)));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums), s0);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + 8), s1);
+}
+
+// The loop structure of gemm_avx512vnni.cc's GemmTileZmm (see there): K
+// panels outer, 16-channel blocks inner, micro-tiles innermost, A rows
+// gathered just before first use; cached weights verified in slices over
+// the first block's micro-tiles, or weights packed on the fly per block.
+template <class Policy>
+bool GemmTileYmm(const GemmTileArgs& t) {
+  const EpilogueArgs& ep = *t.ep;
+  const int64_t co = t.out_c;
+  const int64_t groups = t.k_groups;
+  const int64_t kc = t.kc_groups;
+  const int64_t kpg = Policy::kInt16 ? 2 : 4;  // k per group
+  const bool cached = t.w != nullptr;
+  const bool verify = cached && t.verify;
+  const int64_t nblocks = t.block_end - t.block_begin;
+  const int64_t c_begin = t.block_begin * kYmmBlock;
+  const int64_t c_end = YMin(co, t.block_end * kYmmBlock);
+  const int64_t partial_ld = nblocks * kYmmBlock;
+  const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.relu);
+  bool stale = false;
+  const int64_t tiles = (t.rows + kYmmMr - 1) / kYmmMr;
+  const int64_t base = t.rows / tiles, extra = t.rows % tiles;
+  YmmBlockConsts bc;
+  alignas(32) int32_t offset[kYmmBlock];
+  alignas(32) static const int32_t kZeros[kYmmBlock] = {0};
+  if (!cached) {
+    for (int64_t i = 0; i < nblocks * kYmmBlock; ++i) t.col_sums[i] = 0;
+  }
+  YmmTileContext tc;
+  tc.lda = t.lda;
+  tc.bc = &bc;
+  tc.ec = &ec;
+  tc.ldo = co;
+  tc.partial_ld = partial_ld;
+  for (int64_t g0 = 0; g0 < groups; g0 += kc) {
+    const int64_t g1 = YMin(groups, g0 + kc);
+    const bool first = g0 == 0;
+    tc.groups = g1 - g0;
+    tc.last = g1 == groups;
+    const bool verify_panel =
+        verify && (g0 / kc) % t.verify_stride == t.verify_phase;
+    const int64_t k_begin = kpg * g0, k_end = YMin(kpg * g1, t.k);
+    const int64_t vrows = k_end - k_begin;
+    const int64_t vslice = ((vrows + tiles - 1) / tiles + kpg - 1) / kpg * kpg;
+    const int64_t row_lines = (c_end - c_begin + 63) / 64 + 1;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const int64_t nb = t.block_begin + b;
+      const int64_t n0 = nb * kYmmBlock;
+      const int64_t valid = YMin(kYmmBlock, co - n0);
+      for (int64_t p = 0; p < kYmmBlock; ++p) {
+        const int64_t c = n0 + p;
+        const bool in = c < co;
+        bc.scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
+        bc.bias[p] = in ? ep.bias[c] : 0.0f;
+      }
+      tc.count = static_cast<int>(valid);
+      const int8_t* next = nullptr;
+      int64_t next_lines = 0;
+      if (cached) {
+        const int8_t* data = t.w->data;
+        tc.panel = data + (nb * groups + g0) * kYmmGroupBytes;
+        tc.init = t.w->col_offset + n0;
+        tc.from_partial = !first;
+        tc.add = nullptr;
+        if (b + 1 < nblocks) {
+          next = data + ((nb + 1) * groups + g0) * kYmmGroupBytes;
+          next_lines = (g1 - g0) * (kYmmGroupBytes / 64);
+        } else if (g1 < groups) {
+          next = data + (t.block_begin * groups + g1) * kYmmGroupBytes;
+          next_lines = (YMin(groups, g1 + kc) - g1) * (kYmmGroupBytes / 64);
+        }
+      } else {
+        PanelArgs pa;
+        pa.filter = t.filter;
+        pa.k = t.k;
+        pa.out_c = co;
+        pa.block_index = nb;
+        pa.g0 = g0;
+        pa.g1 = g1;
+        pa.panel = t.panel_buffer;
+        pa.verify = false;
+        PanelYmm<Policy::kInt16>(pa);
+        int32_t* sums = t.col_sums + b * kYmmBlock;
+        if (!Policy::kInt16) YmmAddPanelSums<Policy>(t.panel_buffer, g1 - g0, sums);
+        if (tc.last) {
+          for (int64_t p = 0; p < kYmmBlock; ++p) {
+            offset[p] = Policy::kInt16 ? 0 : static_cast<int32_t>(
+                0u - (static_cast<uint32_t>(sums[p]) << 7));
+          }
+        }
+        tc.panel = t.panel_buffer;
+        tc.init = first && tc.last ? offset : kZeros;
+        tc.from_partial = !first;
+        tc.add = !first && tc.last ? offset : nullptr;
+      }
+      const bool verifying = verify_panel && b == 0;
+      int64_t r = 0;
+      for (int64_t mt = 0; mt < tiles; ++mt) {
+        if (next != nullptr) {
+          const int64_t l0 = next_lines * mt / tiles;
+          YmmPrefetchL2(next + 64 * l0, next_lines * (mt + 1) / tiles - l0);
+        }
+        const int64_t v0 = k_begin + YMin(vrows, mt * vslice);
+        const int64_t v1 = k_begin + YMin(vrows, (mt + 1) * vslice);
+        if (verifying) {
+          for (int64_t k = v0; k < v1; ++k) {
+            YmmPrefetchL2(t.filter + k * co + c_begin, row_lines);
+          }
+        }
+        const int64_t h = base + (mt < extra ? 1 : 0);
+        const int64_t pixel = t.p0 + r;
+        uint8_t* a_rows = nblocks == 1 ? t.a : t.a + r * t.lda;
+        if (b == 0) {
+          Im2ColSliceYmm<Policy::kInt16>(t, a_rows, r, h, kpg * g0, kpg * g1);
+        }
+        tc.a = a_rows;
+        tc.partial = t.partial + r * partial_ld + b * kYmmBlock;
+        tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
+        tc.out = t.output + pixel * co + n0;
+        switch (h) {
+          case 6: YmmMicroTile<Policy, 6>(tc); break;
+          case 5: YmmMicroTile<Policy, 5>(tc); break;
+          case 4: YmmMicroTile<Policy, 4>(tc); break;
+          case 3: YmmMicroTile<Policy, 3>(tc); break;
+          case 2: YmmMicroTile<Policy, 2>(tc); break;
+          default: YmmMicroTile<Policy, 1>(tc); break;
+        }
+        r += h;
+        if (verifying && v1 > v0) {
+          PanelArgs pa;
+          pa.filter = t.filter;
+          pa.k = t.k;
+          pa.out_c = co;
+          pa.verify = true;
+          pa.g0 = v0 / kpg;
+          pa.g1 = (v1 + kpg - 1) / kpg;
+          for (int64_t vb = t.block_begin; vb < t.block_end; ++vb) {
+            pa.block_index = vb;
+            pa.panel = const_cast<int8_t*>(
+                t.w->data + (vb * groups + pa.g0) * kYmmGroupBytes);
+            stale |= PanelYmm<Policy::kInt16>(pa);
+          }
+        }
+      }
+    }
+  }
+  return stale;
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_YMM_H_

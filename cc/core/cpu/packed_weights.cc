@@ -1,0 +1,192 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+#include "cc/core/cpu/packed_weights.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <new>
+#include <utility>
+
+namespace tf_fused_int8 {
+namespace cpu {
+
+int64_t BlockLaneChannel(PackFormatId format, int64_t p) {
+  if (format == kFormatZmmU8) {
+    // p = 16 * j + 4 * L + i  ->  channel 16 * L + 4 * j + i.
+    const int64_t j = p / 16, lane = (p / 4) % 4, i = p % 4;
+    return 16 * lane + 4 * j + i;
+  }
+  return p;
+}
+
+std::shared_ptr<const PackedWeights> PackedWeights::Pack(
+    const int8_t* filter, const ConvGeometry& g, const IsaKernels& isa) {
+  const int64_t k = g.filter_h * g.filter_w * g.in_c;
+  const int64_t co = g.out_c;
+  const int64_t groups = (k + isa.k_per_group - 1) / isa.k_per_group;
+  const int64_t blocks = (co + isa.block - 1) / isa.block;
+  const size_t data_bytes =
+      static_cast<size_t>(blocks * groups * isa.block * 4);
+  const size_t data_rounded = (data_bytes + 63) / 64 * 64;
+  const size_t offset_bytes = static_cast<size_t>(blocks * isa.block * 4);
+  const size_t total = data_rounded + offset_bytes;
+
+  std::shared_ptr<PackedWeights> w(new PackedWeights());
+  w->memory_ = std::aligned_alloc(64, (total + 63) / 64 * 64);
+  if (w->memory_ == nullptr) throw std::bad_alloc();
+  w->bytes_ = total;
+  int8_t* data = static_cast<int8_t*>(w->memory_);
+  int32_t* col_offset = reinterpret_cast<int32_t*>(data + data_rounded);
+
+  for (int64_t b = 0; b < blocks; ++b) {
+    PanelArgs p;
+    p.filter = filter;
+    p.k = k;
+    p.out_c = co;
+    p.block_index = b;
+    p.g0 = 0;
+    p.g1 = groups;
+    p.panel = data + b * groups * isa.block * 4;
+    p.verify = false;
+    isa.panel(p);
+  }
+
+  // Starting accumulator: -128 * sum_k w[k][c] undoes the +128 shift of
+  // uint8 activations exactly (int32 arithmetic wraps identically).
+  std::memset(col_offset, 0, offset_bytes);
+  if (isa.u8_activations) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t p = 0; p < isa.block; ++p) {
+        const int64_t c = b * isa.block + BlockLaneChannel(isa.format, p);
+        if (c >= co) continue;
+        int64_t sum = 0;
+        for (int64_t kk = 0; kk < k; ++kk) sum += filter[kk * co + c];
+        col_offset[b * isa.block + p] = static_cast<int32_t>(-128 * sum);
+      }
+    }
+  }
+
+  w->view_.data = data;
+  w->view_.col_offset = col_offset;
+  w->view_.k_groups = groups;
+  w->view_.out_c = co;
+  w->view_.block = isa.block;
+  return w;
+}
+
+PackedWeights::~PackedWeights() { std::free(memory_); }
+
+namespace {
+
+struct Key {
+  const int8_t* filter;
+  int64_t kh, kw, ci, co;
+  int format;
+  bool operator==(const Key& o) const {
+    return filter == o.filter && kh == o.kh && kw == o.kw && ci == o.ci &&
+           co == o.co && format == o.format;
+  }
+};
+
+Key MakeKey(const int8_t* filter, const ConvGeometry& g,
+            const IsaKernels& isa) {
+  return Key{filter, g.filter_h, g.filter_w, g.in_c, g.out_c, isa.format};
+}
+
+}  // namespace
+
+struct PackedWeightsCache::Impl {
+  struct Entry {
+    Key key;
+    std::shared_ptr<const PackedWeights> weights;
+  };
+  mutable std::mutex mu;
+  std::list<Entry> lru;  // most recently used first
+  int64_t bytes = 0;
+  PackedWeightsCacheStats stats;
+
+  // Requires mu.
+  std::list<Entry>::iterator Find(const Key& key) {
+    for (auto it = lru.begin(); it != lru.end(); ++it) {
+      if (it->key == key) return it;
+    }
+    return lru.end();
+  }
+  void Erase(std::list<Entry>::iterator it) {
+    bytes -= static_cast<int64_t>(it->weights->bytes());
+    lru.erase(it);
+  }
+  void Insert(const Key& key, std::shared_ptr<const PackedWeights> w) {
+    auto old = Find(key);
+    if (old != lru.end()) Erase(old);
+    const int64_t size = static_cast<int64_t>(w->bytes());
+    if (size > kMaxBytes) return;  // used by its call only
+    while (!lru.empty() && (static_cast<int64_t>(lru.size()) >= kMaxEntries ||
+                            bytes + size > kMaxBytes)) {
+      Erase(std::prev(lru.end()));
+      ++stats.evictions;
+    }
+    lru.push_front(Entry{key, std::move(w)});
+    bytes += size;
+  }
+};
+
+PackedWeightsCache::PackedWeightsCache() : impl_(new Impl) {}
+PackedWeightsCache::~PackedWeightsCache() { delete impl_; }
+
+PackedWeightsCache& PackedWeightsCache::Global() {
+  // Never destroyed: TF threads may still run convolutions at exit.
+  static PackedWeightsCache* cache = new PackedWeightsCache();
+  return *cache;
+}
+
+std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
+    const int8_t* filter, const ConvGeometry& g, const IsaKernels& isa,
+    bool* fresh) {
+  const Key key = MakeKey(filter, g, isa);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->Find(key);
+    if (it != impl_->lru.end()) {
+      impl_->lru.splice(impl_->lru.begin(), impl_->lru, it);
+      ++impl_->stats.hits;
+      *fresh = false;
+      return it->weights;
+    }
+    ++impl_->stats.misses;
+  }
+  std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->Insert(key, w);
+  }
+  *fresh = true;
+  return w;
+}
+
+std::shared_ptr<const PackedWeights> PackedWeightsCache::Replace(
+    const int8_t* filter, const ConvGeometry& g, const IsaKernels& isa) {
+  std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  ++impl_->stats.stale;
+  impl_->Insert(MakeKey(filter, g, isa), w);
+  return w;
+}
+
+void PackedWeightsCache::Clear() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->lru.clear();
+  impl_->bytes = 0;
+}
+
+PackedWeightsCacheStats PackedWeightsCache::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  PackedWeightsCacheStats s = impl_->stats;
+  s.entries = static_cast<int64_t>(impl_->lru.size());
+  s.bytes = impl_->bytes;
+  return s;
+}
+
+}  // namespace cpu
+}  // namespace tf_fused_int8

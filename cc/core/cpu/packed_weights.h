@@ -1,0 +1,102 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Weights packed once per filter into a micro-kernel's layout (see kernels.h
+// for the layouts), and a process-wide cache of them.
+//
+// The driver (gemm_driver.cc) uses the cache when a call's output pixels
+// span several M tiles, so that each weight panel has several consumers.
+// With a single M tile (small images, batch 1) every panel has exactly one
+// consumer and is packed from the filter right before use instead: that
+// reads the filter once, which the check below must do anyway, and skips
+// reading a packed copy; such calls neither read nor fill the cache.
+//
+// Cache key: (filter pointer, Kh, Kw, Ci, Co, layout). A pointer hit is only
+// a candidate: every call that uses a cached entry re-checks it against the
+// filter's current bytes, panel by panel, while it computes (GemmTileArgs::
+// verify; each (channel block, K panel) is checked exactly once per call,
+// by one of the M tiles using it). On any difference the call's
+// results are discarded, the entry is replaced by a fresh packing of the
+// current filter and the call is recomputed, so a changed filter (same
+// buffer, new contents, or a freed buffer reused for another filter) is
+// never served stale. The check reads the filter once per call, overlapped
+// with the computation; it needs no saved copy because it compares against
+// the packed panel, which the kernel loads anyway. No hash is trusted.
+//
+// Bound and eviction: at most kMaxEntries entries and kMaxBytes bytes of
+// packed data; inserting beyond either evicts least recently used entries
+// first. A packing larger than kMaxBytes alone is used for its call and not
+// cached. Entries are reference counted (std::shared_ptr), so evicting or
+// replacing an entry that a running call still uses is safe.
+//
+// Thread safety: every cache operation takes one mutex; packing runs outside
+// it (two threads missing on the same filter may both pack; one wins).
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_PACKED_WEIGHTS_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_PACKED_WEIGHTS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "cc/core/conv_params.h"
+#include "cc/core/cpu/kernels.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+
+class PackedWeights {
+ public:
+  // Packs `filter` (HWIO, geometry g) for `isa`'s layout.
+  static std::shared_ptr<const PackedWeights> Pack(const int8_t* filter,
+                                                   const ConvGeometry& g,
+                                                   const IsaKernels& isa);
+  ~PackedWeights();
+  PackedWeights(const PackedWeights&) = delete;
+  PackedWeights& operator=(const PackedWeights&) = delete;
+
+  const PackedView& view() const { return view_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  PackedWeights() = default;
+  void* memory_ = nullptr;  // 64-byte aligned: data, then col_offset
+  size_t bytes_ = 0;
+  PackedView view_{};
+};
+
+struct PackedWeightsCacheStats {
+  int64_t hits = 0, misses = 0, stale = 0, evictions = 0;
+  int64_t entries = 0, bytes = 0;
+};
+
+// The process-wide cache (see the header comment).
+class PackedWeightsCache {
+ public:
+  static constexpr int64_t kMaxEntries = 64;
+  static constexpr int64_t kMaxBytes = int64_t{256} << 20;  // 256 MiB
+
+  static PackedWeightsCache& Global();
+
+  // Returns packed weights for the filter. *fresh is true when they were
+  // packed by this call from the current filter bytes (no check needed),
+  // false for a cache hit that the caller must verify while computing.
+  std::shared_ptr<const PackedWeights> Get(const int8_t* filter,
+                                           const ConvGeometry& g,
+                                           const IsaKernels& isa, bool* fresh);
+  // Repacks after a failed verification and replaces the entry.
+  std::shared_ptr<const PackedWeights> Replace(const int8_t* filter,
+                                               const ConvGeometry& g,
+                                               const IsaKernels& isa);
+  void Clear();
+  PackedWeightsCacheStats Stats() const;
+
+ private:
+  PackedWeightsCache();
+  ~PackedWeightsCache();
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_PACKED_WEIGHTS_H_

@@ -1,0 +1,117 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The contract epilogue (cc/core/epilogue.h) for 64 output channels in four
+// zmm accumulators. Include ONLY from translation units built with
+// -mavx512f -mavx512bw (cc/core/cpu/*_avx512vnni.cc) and -ffp-contract=off.
+// Everything here has internal linkage (anonymous namespace) so that no
+// AVX-512 code can be merged into a baseline translation unit.
+//
+// Bit-for-bit equal to EpilogueScalar for every input:
+//   y = cvtepi32_ps(acc) * scale          (VCVTDQ2PS, VMULPS: RNE, like
+//                                          float(acc) * scale)
+//   y = fmadd(float(side), side_scale, y)   (one rounding, like std::fma)
+//   y = y + bias
+//   y = min(127, y)     VMINPS with y as the SECOND operand: a NaN y stays
+//                       NaN (MINPS returns the second operand on NaN)
+//   i = cvtps_epi32(y)  round to nearest even (default MXCSR); NaN and
+//                       y < -2^31 (incl. -Inf) give INT32_MIN
+//   b = int8 saturate(i) (PACKSSDW + PACKSSWB: saturating, exact composition)
+//   b = max(b, lo)       (PMAXSB; lo = 0 Relu, -128 None)
+// Case by case against max(y, lo), min(y, 127), nearbyint:
+//   NaN            -> INT32_MIN -> -128 -> lo                      (= lo)
+//   y >= 127, +Inf -> 127                                          (= 127)
+//   lo <= y < 127  -> round(y) in [lo, 127], unchanged              (equal)
+//   y < lo, -Inf   -> round(y) <= lo (lo is an integer), saturates
+//                     to >= -128, max gives lo                      (= lo)
+// Clipping after rounding equals clipping before because lo and 127 are
+// integers (as the scalar epilogue's comment notes).
+//
+// Lane order: the accumulators are in the packed weights' interleaved order
+// (kernels.h, kFormatZmmU8): zmm j, 128-bit lane L, dword i holds channel
+// 16L + 4j + i. PACKSSDW(a0, a1), PACKSSDW(a2, a3), PACKSSWB of the two put
+// lane L's bytes in order [a0.L, a1.L, a2.L, a3.L] = channels 16L .. 16L+15,
+// i.e. natural order: one 64-byte store, no permute. Scale and bias arrays
+// are passed in the interleaved order; side input bytes are read in natural
+// order and moved to it with PSHUFB (+ arithmetic shift to sign-extend).
+#ifndef TF_FUSED_INT8_CC_CORE_EPILOGUE_AVX512_H_
+#define TF_FUSED_INT8_CC_CORE_EPILOGUE_AVX512_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace tf_fused_int8 {
+namespace {
+
+struct Epilogue512Consts {
+  __m512 c127;
+  __m512 side_scale;
+  __m512i lo;  // int8 lower bound in every byte
+  __m512i side_shuffle[4];
+};
+
+inline Epilogue512Consts MakeEpilogue512Consts(float side_scale, bool relu) {
+  Epilogue512Consts k;
+  k.c127 = _mm512_set1_ps(127.0f);
+  k.side_scale = _mm512_set1_ps(side_scale);
+  k.lo = _mm512_set1_epi8(relu ? 0 : -128);
+  for (int j = 0; j < 4; ++j) {
+    alignas(64) int8_t idx[64];
+    for (int lane = 0; lane < 4; ++lane) {
+      for (int i = 0; i < 4; ++i) {
+        int8_t* d = idx + 16 * lane + 4 * i;
+        d[0] = d[1] = d[2] = static_cast<int8_t>(0x80);  // zero bytes
+        d[3] = static_cast<int8_t>(4 * j + i);  // byte 4j+i of the lane
+      }
+    }
+    k.side_shuffle[j] = _mm512_load_si512(idx);
+  }
+  return k;
+}
+
+// y for one zmm of accumulators (channels in interleaved order).
+inline __m512 EpilogueFloat512(__m512i acc, __m512 scale, __m512 bias,
+                               const __m512i* side_i32, __m512 side_scale) {
+  __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
+  if (side_i32 != nullptr) {
+    y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*side_i32), side_scale, y);
+  }
+  y = _mm512_add_ps(y, bias);
+  return _mm512_min_ps(_mm512_set1_ps(127.0f), y);  // NaN stays NaN
+}
+
+// Applies the epilogue to one output pixel's 64 channels (a0..a3 in the
+// interleaved order) and stores the bytes selected by `mask` (natural
+// channel order) to out. scale/bias: 64 floats each, interleaved order.
+// side: the pixel's side input row (natural order), or nullptr.
+inline void Epilogue64(__m512i a0, __m512i a1, __m512i a2, __m512i a3,
+                       const float* scale, const float* bias,
+                       const int8_t* side, const Epilogue512Consts& k,
+                       __mmask64 mask, int8_t* out) {
+  __m512 y0, y1, y2, y3;
+  if (side != nullptr) {
+    const __m512i s = _mm512_maskz_loadu_epi8(mask, side);
+    __m512i s0 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[0]), 24);
+    __m512i s1 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[1]), 24);
+    __m512i s2 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[2]), 24);
+    __m512i s3 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[3]), 24);
+    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), &s0, k.side_scale);
+    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), &s1, k.side_scale);
+    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), &s2, k.side_scale);
+    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), &s3, k.side_scale);
+  } else {
+    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), nullptr, k.side_scale);
+    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), nullptr, k.side_scale);
+    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), nullptr, k.side_scale);
+    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), nullptr, k.side_scale);
+  }
+  const __m512i i01 = _mm512_packs_epi32(_mm512_cvtps_epi32(y0), _mm512_cvtps_epi32(y1));
+  const __m512i i23 = _mm512_packs_epi32(_mm512_cvtps_epi32(y2), _mm512_cvtps_epi32(y3));
+  const __m512i b = _mm512_max_epi8(_mm512_packs_epi16(i01, i23), k.lo);
+  _mm512_mask_storeu_epi8(out, mask, b);
+}
+
+}  // namespace
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_EPILOGUE_AVX512_H_
