@@ -30,27 +30,32 @@ CASES = [
 INPUTS = [testing.make_inputs(c, seed=i) for i, c in enumerate(CASES)]
 
 
-def test_eight_threads_match_serial_results():
-  want = [op_harness.run_reference(c, x) for c, x in zip(CASES, INPUTS)]
+def assert_threads_agree(count, call, want, threads=8, calls=500):
+  """`threads` threads each make `calls` calls, thread t's k-th call being
+  call((t + k) % count); every result must equal want[i]."""
   errors = []
 
   def worker(t):
     try:
-      for k in range(500):
-        i = (t + k) % len(CASES)
-        got = op_harness.run_op(CASES[i], INPUTS[i])
-        if not np.array_equal(got, want[i]):
-          errors.append(f"thread {t} call {k} case {CASES[i].name()}")
+      for k in range(calls):
+        i = (t + k) % count
+        if not np.array_equal(np.asarray(call(i)), want[i]):
+          errors.append(f"thread {t} call {k} case {i}")
           return
     except Exception as e:  # pylint: disable=broad-except
       errors.append(f"thread {t}: {e!r}")
 
-  threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join()
+  workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+  for w in workers:
+    w.start()
+  for w in workers:
+    w.join()
   assert not errors, errors[:5]
+
+
+def test_eight_threads_match_serial_results():
+  want = [op_harness.run_reference(c, x) for c, x in zip(CASES, INPUTS)]
+  assert_threads_agree(len(CASES), lambda i: op_harness.run_op(CASES[i], INPUTS[i]), want)
 
 
 def test_eight_threads_share_keras_layers():
@@ -71,26 +76,12 @@ def test_eight_threads_share_keras_layers():
     layers.append(layer)
     inputs.append((x["conv_input"], x["side_input"]))
     want.append(op_harness.run_reference(c, x))
-  errors = []
 
-  def worker(t):
-    try:
-      for k in range(500):
-        i = (t + k) % len(layers)
-        x, side = inputs[i]
-        got = layers[i](x, side_input=side) if side is not None else layers[i](x)
-        if not np.array_equal(np.asarray(got), want[i]):
-          errors.append(f"thread {t} call {k} layer {i}")
-          return
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(f"thread {t}: {e!r}")
+  def call(i):
+    x, side = inputs[i]
+    return layers[i](x, side_input=side) if side is not None else layers[i](x)
 
-  threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join()
-  assert not errors, errors[:5]
+  assert_threads_agree(len(layers), call, want)
 
 
 def rss_mb():
