@@ -30,6 +30,7 @@ inline void Im2ColRows(const int8_t* input, const ConvGeometry& g, int64_t p0,
                        int64_t count, int8_t* dst, int64_t ld,
                        uint8_t flip = 0) {
   const int64_t ci = g.in_c;
+  if (ci == 0) return;  // empty rows (and dst may be null)
   const int8_t pad = static_cast<int8_t>(flip);
   for (int64_t m = 0; m < count; ++m) {
     const int64_t p = p0 + m;
