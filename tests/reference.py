@@ -299,7 +299,7 @@ def epilogue(acc, conv_input_scale, bias, side_input=None,
 def fused_conv2d_reference(conv_input, filter, bias, side_input=None,
                            conv_input_scale=1.0, side_input_scale=0.0,
                            strides=(1, 1), padding="SAME", activation="Relu",
-                           dilations=(1, 1)):
+                           dilations=(1, 1), output_min=None, output_max=None):
     """int8 NHWC output of the fused op: conv2d_int32 followed by epilogue.
 
     conv_input int8 NHWC, filter int8 HWIO, bias float32 [Co] (or scalar),
@@ -309,4 +309,5 @@ def fused_conv2d_reference(conv_input, filter, bias, side_input=None,
     acc = conv2d_int32(conv_input, filter, strides=strides, padding=padding,
                        dilations=dilations)
     return epilogue(acc, conv_input_scale, bias, side_input=side_input,
-                    side_input_scale=side_input_scale, activation=activation)
+                    side_input_scale=side_input_scale, activation=activation,
+                    output_min=output_min, output_max=output_max)

@@ -61,10 +61,21 @@ def _activation(activation):
   name = str(activation).lower()
   if name in ("none", "linear"):
     return None
-  if name == "relu":
-    return "relu"
-  raise ValueError(f"activation must be None or 'relu' (the fused op has no "
-                   f"other activation), got {activation!r}")
+  if name in ("relu", "relu6"):
+    return name
+  raise ValueError(f"activation must be None, 'relu' or 'relu6' (the fused op "
+                   f"has no other activation), got {activation!r}")
+
+
+def relu6_output_max(output_scale):
+  """The int8 upper bound of Relu6 for an output quantized with `output_scale`:
+  min(127, round(6 / output_scale)), the quotient in float64 and Python's
+  round (half to even)."""
+  s = float(output_scale)
+  if not (np.isfinite(s) and s > 0):
+    raise ValueError(f"output_scale must be a positive finite float, got "
+                     f"{output_scale!r}")
+  return int(min(127, round(6.0 / s)))
 
 
 def _padding(padding):
@@ -137,7 +148,9 @@ class QuantizedFusedConv2D(keras.layers.Layer):
       y = float32(acc) * conv_input_scale[c]
       y = fmaf(side_input, side_input_scale, y)     # only with a side input
       y = y + bias[c]
-      out = clip(round_half_to_even(y), 0 if relu else -128, 127)
+      out = clip(round_half_to_even(y), lo, hi)   # lo = max(0, output_min) with
+                                                  # relu/relu6, else output_min;
+                                                  # hi = effective_output_max()
 
   Weights (in ``get_weights``/``set_weights`` order):
     kernel            int8  [Kh, Kw, Ci, filters], non-trainable
@@ -154,7 +167,16 @@ class QuantizedFusedConv2D(keras.layers.Layer):
     kernel_size: int or (Kh, Kw).
     strides: int or (sh, sw).
     padding: "valid" or "same" (TensorFlow's geometry).
-    activation: None (or "linear") or "relu".
+    activation: None (or "linear"), "relu" or "relu6". "relu6" needs
+      ``output_scale`` (the scale s_out of the int8 output, real = s_out * q)
+      and runs the op with Relu and output_max = min(output_max,
+      relu6_output_max(output_scale)), relu6_output_max(s) = min(127,
+      round(6 / s)) (float64 quotient, Python round: half to even).
+    output_scale: s_out, used by "relu6" only (from_float_weights passes its
+      output_scale).
+    output_min, output_max: the int8 output range of the op (-128 <=
+      output_min <= output_max <= 127, defaults -128/127); Relu raises the
+      lower bound to max(0, output_min).
     use_side_input: when True, ``call`` requires ``side_input`` and the layer
       has a ``side_input_scale`` weight.
     per_channel_scale: ``conv_input_scale`` has one value per output channel
@@ -181,6 +203,9 @@ class QuantizedFusedConv2D(keras.layers.Layer):
                bias_initializer="zeros",
                conv_input_scale_initializer="ones",
                side_input_scale_initializer="ones",
+               output_min=-128,
+               output_max=127,
+               output_scale=None,
                **kwargs):
     kwargs.pop("trainable", None)  # nothing here is trainable
     super().__init__(trainable=False, **kwargs)
@@ -194,6 +219,21 @@ class QuantizedFusedConv2D(keras.layers.Layer):
     self.use_side_input = bool(use_side_input)
     self.per_channel_scale = bool(per_channel_scale)
     self.dilation_rate = _pair(dilation_rate, "dilation_rate")
+    self.output_min = int(output_min)
+    self.output_max = int(output_max)
+    if not -128 <= self.output_min <= self.output_max <= 127:
+      raise ValueError(f"output_min and output_max must satisfy -128 <= "
+                       f"output_min <= output_max <= 127, got {output_min!r} "
+                       f"and {output_max!r}")
+    self.output_scale = None if output_scale is None else float(output_scale)
+    if self.activation == "relu6":
+      if self.output_scale is None:
+        raise ValueError("activation='relu6' needs output_scale (the int8 "
+                         "output's scale): output_max = round(6 / output_scale)")
+      relu6_output_max(self.output_scale)  # validates
+    if self.activation in ("relu", "relu6") and self.output_max < 0:
+      raise ValueError(f"activation {self.activation!r} needs output_max >= "
+                       f"0, got {output_max!r}")
     self.kernel_initializer = keras.initializers.get(kernel_initializer)
     self.bias_initializer = keras.initializers.get(bias_initializer)
     self.conv_input_scale_initializer = keras.initializers.get(
@@ -352,8 +392,17 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         side_input_scale=(self.side_input_scale.value
                           if self.use_side_input else 0.0),
         side_input=side_input,
-        activation_mode="Relu" if self.activation == "relu" else "None",
-        dilations=self.dilation_rate)
+        activation_mode="None" if self.activation is None else "Relu",
+        dilations=self.dilation_rate,
+        output_min=self.output_min,
+        output_max=self.effective_output_max())
+
+  def effective_output_max(self):
+    """The op's output_max: output_max, lowered to round(6 / output_scale)
+    for activation="relu6"."""
+    if self.activation == "relu6":
+      return min(self.output_max, relu6_output_max(self.output_scale))
+    return self.output_max
 
   # ---------------------------------------------------------------- weights
 
@@ -430,6 +479,9 @@ class QuantizedFusedConv2D(keras.layers.Layer):
                (b / s_out).astype(np.float32),
                (s_in * s_w / s_out).astype(np.float32)]
     use_side = side_input_scale is not None
+    if (str(kwargs.get("activation")).lower() == "relu6" and
+        kwargs.get("output_scale") is None):
+      kwargs["output_scale"] = s_out
     if use_side:
       weights.append(np.float32(float(side_input_scale) / s_out))
     layer = cls(filters=co, kernel_size=(kh, kw), use_side_input=use_side,
@@ -452,6 +504,9 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         "use_side_input": self.use_side_input,
         "per_channel_scale": self.per_channel_scale,
         "dilation_rate": self.dilation_rate,
+        "output_min": self.output_min,
+        "output_max": self.output_max,
+        "output_scale": self.output_scale,
         "kernel_initializer": keras.initializers.serialize(
             self.kernel_initializer),
         "bias_initializer": keras.initializers.serialize(

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tf_fused_int8 import _loader
 
-_PADDINGS = ("SAME", "VALID")
+_PADDINGS = ("SAME", "VALID", "EXPLICIT")
 _ACTIVATIONS = ("Relu", "None")
 _DATA_FORMATS = ("NHWC", "NCHW_VECT_C")
 _FILTER_FORMATS = ("HWIO", "OIHW_VECT_I")
@@ -49,6 +49,39 @@ def _activation(activation_mode):
       f"activation_mode must be one of {_ACTIVATIONS}, got {activation_mode!r}")
 
 
+def _padding_attrs(padding, explicit_paddings):
+  """(padding attr, explicit_paddings attr) from the Python arguments.
+
+  `padding` is "SAME", "VALID", "EXPLICIT" (with `explicit_paddings`, 8 ints)
+  or, like tf.nn.conv2d, a list of 4 [before, after] pairs in data_format
+  order. Values are checked by the kernel (and the shape function).
+  """
+  if padding is None:
+    raise ValueError(
+        "padding must be 'SAME', 'VALID', 'EXPLICIT' or a list of 4 "
+        "[before, after] pairs, got None")
+  if isinstance(padding, (str, bytes)):
+    padding = _choice("padding", padding, _PADDINGS)
+    if explicit_paddings is None:
+      explicit_paddings = []
+    explicit_paddings = [int(p) for p in explicit_paddings]
+    return padding, explicit_paddings
+  if explicit_paddings:
+    raise ValueError(
+        "explicit_paddings must not be given when padding is a list of pairs")
+  try:
+    pairs = [[int(v) for v in pair] for pair in padding]
+  except TypeError as e:
+    raise ValueError(
+        "padding must be 'SAME', 'VALID', 'EXPLICIT' or a list of 4 "
+        f"[before, after] pairs, got {padding!r}") from e
+  if len(pairs) != 4 or any(len(pair) != 2 for pair in pairs):
+    raise ValueError(
+        "padding as a list must have 4 [before, after] pairs (one per "
+        f"dimension in data_format order), got {padding!r}")
+  return "EXPLICIT", [v for pair in pairs for v in pair]
+
+
 def _choice(name, value, choices):
   if isinstance(value, bytes):
     value = value.decode()
@@ -69,7 +102,10 @@ def fused_conv2d_bias_activation(conv_input,
                                  data_format=None,
                                  filter_format=None,
                                  dilations=None,
-                                 name=None):
+                                 name=None,
+                                 explicit_paddings=None,
+                                 output_min=-128,
+                                 output_max=127):
   """Fused int8 conv2d + scale + side input + bias + activation.
 
   Per output element, with ``acc`` the exact int32 sum of int8 products:
@@ -78,7 +114,8 @@ def fused_conv2d_bias_activation(conv_input,
       if side_input is given and side_input_scale != 0:
           y = fmaf(side_input, side_input_scale, y)   # one rounding
       y = y + bias[c]
-      out = clip(round_half_to_even(y), 0 if Relu else -128, 127)
+      lo = max(0, output_min) if Relu else output_min
+      out = clip(round_half_to_even(y), lo, output_max)   # NaN y -> lo
 
   Args:
     conv_input: int8 or qint8 tensor, [N, H, W, C] (NHWC) or
@@ -87,7 +124,11 @@ def fused_conv2d_bias_activation(conv_input,
       (OIHW_VECT_I).
     bias: float32 [Co].
     strides: int, [h, w] or 4 elements in data_format order. Default 1.
-    padding: "SAME" or "VALID" (required).
+    padding: "SAME", "VALID", "EXPLICIT" (with `explicit_paddings`) or, as in
+      tf.nn.conv2d, a list of 4 [before, after] pairs in data_format order,
+      e.g. [[0, 0], [top, bottom], [left, right], [0, 0]] for NHWC
+      (required). Pads may be asymmetric and larger than the filter; batch
+      and depth pads must be 0.
     conv_input_scale: float32 scalar or [Co] (per output channel).
     side_input_scale: float32 scalar; 0 disables the side input.
     side_input: None/empty, or a tensor of the output's shape and dtype.
@@ -96,14 +137,18 @@ def fused_conv2d_bias_activation(conv_input,
     filter_format: "HWIO" (default) or "OIHW_VECT_I" (GPU).
     dilations: like strides. Default 1.
     name: op name.
+    explicit_paddings: with padding="EXPLICIT", 8 non-negative ints (the
+      flattened pairs above).
+    output_min, output_max: the int8 output range, -128 <= output_min <=
+      output_max <= 127 (defaults -128, 127); Relu raises the lower bound to
+      max(0, output_min). Relu6 for an output quantized with scale s is
+      activation_mode="Relu", output_max=round(6 / s).
 
   Returns:
     A tensor of conv_input's dtype in data_format layout.
   """
   ops = _loader.load_ops()
-  if padding is None:
-    raise ValueError("padding must be 'SAME' or 'VALID', got None")
-  padding = _choice("padding", padding, _PADDINGS)
+  padding, explicit_paddings = _padding_attrs(padding, explicit_paddings)
   data_format = _choice("data_format", data_format or "NHWC", _DATA_FORMATS)
   filter_format = _choice(
       "filter_format",
@@ -139,6 +184,9 @@ def fused_conv2d_bias_activation(conv_input,
         side_input_scale=side_input_scale,
         strides=strides,
         padding=padding,
+        explicit_paddings=explicit_paddings,
+        output_min=int(output_min),
+        output_max=int(output_max),
         data_format=data_format,
         filter_format=filter_format,
         activation_mode=activation_mode,

@@ -33,6 +33,20 @@ std::string OutputSize(const char* dim_name, int64_t in, int64_t filter,
                        int64_t stride, int64_t dilation, Padding padding,
                        int64_t* out, int64_t* pad_before, int64_t* pad_after) {
   const int64_t effective = (filter - 1) * dilation + 1;
+  if (padding == Padding::kExplicit) {
+    // All terms are in [0, 2^31-1]: the int64 sum cannot overflow.
+    const int64_t padded = in + *pad_before + *pad_after;
+    if (padded < effective) {
+      return std::string("conv_input ") + dim_name + " (" + Str(in) +
+             ") plus explicit padding (" + Str(*pad_before) + " + " +
+             Str(*pad_after) + ") is smaller than the effective filter " +
+             dim_name + " (" + Str(effective) +
+             " = (filter " + dim_name + " - 1) * dilation + 1): the output "
+             "would be empty";
+    }
+    *out = (padded - effective) / stride + 1;
+    return "";
+  }
   if (padding == Padding::kValid) {
     if (in < effective) {
       return std::string("conv_input ") + dim_name + " (" + Str(in) +
@@ -82,6 +96,18 @@ std::string ComputeGeometry(Padding padding, ConvGeometry* g) {
              Str(s.value);
     }
   }
+  if (padding == Padding::kExplicit) {
+    const Named pads[] = {{"explicit padding top", g->pad_top},
+                          {"explicit padding bottom", g->pad_bottom},
+                          {"explicit padding left", g->pad_left},
+                          {"explicit padding right", g->pad_right}};
+    for (const Named& s : pads) {
+      if (s.value < 0 || s.value > kMaxInt32) {
+        return std::string(s.name) + " must be in [0, 2^31-1], got " +
+               Str(s.value);
+      }
+    }
+  }
   // Effective filter extent must not overflow.
   if (MulCapped(g->filter_h - 1, g->dilation_h) < 0 ||
       MulCapped(g->filter_w - 1, g->dilation_w) < 0) {
@@ -108,6 +134,10 @@ std::string ComputeGeometry(Padding padding, ConvGeometry* g) {
   err = OutputSize("width", g->in_w, g->filter_w, g->stride_w, g->dilation_w,
                    padding, &g->out_w, &g->pad_left, &g->pad_right);
   if (!err.empty()) return err;
+  if (g->out_h > kMaxInt32 || g->out_w > kMaxInt32) {
+    return "output height/width (" + Str(g->out_h) + "x" + Str(g->out_w) +
+           ") exceeds 2^31-1";
+  }
   if (Product({g->batch, g->out_h, g->out_w, g->out_c}) < 0) {
     return "output has more than 2^31-1 elements";
   }

@@ -11,7 +11,9 @@
 
 namespace tf_fused_int8 {
 
-enum class Padding { kSame, kValid };
+// kExplicit: the caller sets pad_top/pad_bottom/pad_left/pad_right in the
+// ConvGeometry before ComputeGeometry (like tf.nn.conv2d's EXPLICIT padding).
+enum class Padding { kSame, kValid, kExplicit };
 enum class Activation { kNone, kRelu };
 
 // Geometry of one 2-D convolution, NHWC input, HWIO filter, NHWC output.
@@ -23,6 +25,8 @@ struct ConvGeometry {
   int64_t dilation_h = 1, dilation_w = 1;
   // Filled in by ComputeGeometry().
   int64_t out_h = 0, out_w = 0;
+  // Filled in by ComputeGeometry() for SAME/VALID; inputs for kExplicit
+  // (each in [0, 2^31-1]).
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
 
   int64_t InputElements() const { return batch * in_h * in_w * in_c; }
@@ -33,12 +37,27 @@ struct ConvGeometry {
 };
 
 // Fills out_h/out_w and the paddings from the sizes, strides, dilations and
-// padding mode, with TensorFlow's SAME/VALID rules. Validates every value
+// padding mode, with TensorFlow's SAME/VALID rules; for kExplicit the pads
+// given in *g are kept and out = (in + before + after - effective) / stride + 1
+// (an error when in + before + after < effective). Validates every value
 // (positive strides/dilations, non-negative sizes, no int32/int64 overflow of
 // any element count or index the kernels use, exact int32 accumulation).
 // Returns an empty string on success, otherwise a human-readable message that
 // names the offending argument and what was expected. Never aborts.
 std::string ComputeGeometry(Padding padding, ConvGeometry* g);
+
+// The int8 output range [*lo, *hi] of a call: output_min/output_max clamped to
+// [-128, 127], Relu raises lo to at least 0, and hi is at least lo (so with
+// Relu and output_max < 0 every output is 0).
+inline void OutputBounds(Activation activation, int32_t output_min,
+                         int32_t output_max, int32_t* lo, int32_t* hi) {
+  int32_t l = output_min < -128 ? -128 : (output_min > 127 ? 127 : output_min);
+  int32_t h = output_max < -128 ? -128 : (output_max > 127 ? 127 : output_max);
+  if (activation == Activation::kRelu && l < 0) l = 0;
+  if (h < l) h = l;
+  *lo = l;
+  *hi = h;
+}
 
 // Everything a kernel needs for one call. Plain pointers, no ownership.
 struct FusedConvArgs {
@@ -51,6 +70,10 @@ struct FusedConvArgs {
   bool per_channel_scale = false;           // true: conv_input_scale has Co
   float side_input_scale = 0.0f;  // used only when side_input != nullptr
   Activation activation = Activation::kNone;
+  // Bounded activation (Relu6, clipped ReLU): the output range before Relu
+  // raises the lower bound; -128 <= output_min <= output_max <= 127 (see
+  // OutputBounds above).
+  int32_t output_min = -128, output_max = 127;
   int8_t* output = nullptr;  // [N, Ho, Wo, Co]
 
   // Side input takes part only when given and its scale is non-zero.
@@ -58,6 +81,10 @@ struct FusedConvArgs {
     return side_input != nullptr && side_input_scale != 0.0f;
   }
 };
+
+inline void OutputBounds(const FusedConvArgs& a, int32_t* lo, int32_t* hi) {
+  OutputBounds(a.activation, a.output_min, a.output_max, lo, hi);
+}
 
 // A parallel-for supplied by the caller (TF's intra-op pool in the op, a
 // plain loop or std::threads in stand-alone tests/benchmarks). It must run

@@ -6,12 +6,16 @@
 //   y = float32(acc) * conv_input_scale[c]        (float32, round to nearest even)
 //   if side input: y = fmaf(side, side_input_scale, y)   (one rounding)
 //   y = y + bias[c]                               (float32)
-//   out = clip(round_half_to_even(y), lo, 127)    lo = 0 for Relu, -128 otherwise
+//   out = clip(round_half_to_even(y), lo, hi)
 //
-// NaN y (from NaN/Inf scales or bias) gives lo; +Inf gives 127, -Inf gives lo.
-// This is what max(y, lo) then min(y, 127) does with x86 MAXPS/MINPS operand
+// with (OutputBounds) lo = output_min, raised to max(0, output_min) for Relu,
+// and hi = max(output_max, lo) (defaults -128 and 127: lo = 0 for Relu,
+// -128 otherwise, hi = 127).
+//
+// NaN y (from NaN/Inf scales or bias) gives lo; +Inf gives hi, -Inf gives lo.
+// This is what max(y, lo) then min(y, hi) does with x86 MAXPS/MINPS operand
 // order, so vector kernels get it for free. Clipping before rounding is the
-// same as rounding before clipping because lo and 127 are integers, and it
+// same as rounding before clipping because lo and hi are integers, and it
 // keeps the float-to-int conversion defined for every input.
 //
 // Compile every file that includes this with -ffp-contract=off: the compiler
@@ -32,12 +36,12 @@ inline float ActivationLowerBound(Activation activation) {
 
 inline int8_t EpilogueScalar(int32_t acc, float scale, float bias,
                              bool has_side, int8_t side, float side_scale,
-                             float lo) {
+                             float lo, float hi = 127.0f) {
   float y = static_cast<float>(acc) * scale;
   if (has_side) y = std::fma(static_cast<float>(side), side_scale, y);
   y = y + bias;
   y = (y > lo) ? y : lo;  // NaN -> lo
-  y = (y < 127.0f) ? y : 127.0f;
+  y = (y < hi) ? y : hi;
   return static_cast<int8_t>(std::nearbyint(y));  // default mode: half-even
 }
 
@@ -46,13 +50,15 @@ inline int8_t EpilogueScalar(int32_t acc, float scale, float bias,
 inline void EpilogueRow(const FusedConvArgs& a, const int32_t* acc, int64_t c0,
                         int64_t count, const int8_t* side, int8_t* out) {
   const bool has_side = a.HasSideInput();
-  const float lo = ActivationLowerBound(a.activation);
+  int32_t lo_i, hi_i;
+  OutputBounds(a, &lo_i, &hi_i);
+  const float lo = static_cast<float>(lo_i), hi = static_cast<float>(hi_i);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t c = c0 + i;
     const float scale = a.conv_input_scale[a.per_channel_scale ? c : 0];
     out[i] = EpilogueScalar(acc[i], scale, a.bias[c], has_side,
                             has_side ? side[i] : int8_t{0},
-                            a.side_input_scale, lo);
+                            a.side_input_scale, lo, hi);
   }
 }
 

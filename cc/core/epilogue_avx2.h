@@ -7,7 +7,7 @@
 // namespace) so that no AVX2 code can be merged into a baseline unit.
 //
 // The operation sequence and its case-by-case equality with EpilogueScalar
-// are those of epilogue_avx512.h: mul, fmadd (side), add, min(127, y) with y
+// are those of epilogue_avx512.h: mul, fmadd (side), add, min(hi, y) with y
 // second (NaN stays NaN), cvtps_epi32 (RNE; NaN -> INT32_MIN), saturating
 // packs to int8, max with lo. PACKSSDW works per 128-bit lane, so the int16
 // quadwords are put back in order with one VPERMQ before PACKSSWB.
@@ -23,16 +23,17 @@ namespace tf_fused_int8 {
 namespace {
 
 struct Epilogue256Consts {
-  __m256 c127;
+  __m256 c127;  // float upper bound hi (127 by default)
   __m256 side_scale;
   __m128i lo;  // int8 lower bound in every byte
 };
 
-inline Epilogue256Consts MakeEpilogue256Consts(float side_scale, bool relu) {
+inline Epilogue256Consts MakeEpilogue256Consts(float side_scale, int8_t lo,
+                                               int8_t hi) {
   Epilogue256Consts k;
-  k.c127 = _mm256_set1_ps(127.0f);
+  k.c127 = _mm256_set1_ps(static_cast<float>(hi));
   k.side_scale = _mm256_set1_ps(side_scale);
-  k.lo = _mm_set1_epi8(relu ? 0 : -128);
+  k.lo = _mm_set1_epi8(lo);
   return k;
 }
 

@@ -11,19 +11,19 @@
 //                                          float(acc) * scale)
 //   y = fmadd(float(side), side_scale, y)   (one rounding, like std::fma)
 //   y = y + bias
-//   y = min(127, y)     VMINPS with y as the SECOND operand: a NaN y stays
+//   y = min(hi, y)      VMINPS with y as the SECOND operand: a NaN y stays
 //                       NaN (MINPS returns the second operand on NaN)
 //   i = cvtps_epi32(y)  round to nearest even (default MXCSR); NaN and
 //                       y < -2^31 (incl. -Inf) give INT32_MIN
 //   b = int8 saturate(i) (PACKSSDW + PACKSSWB: saturating, exact composition)
-//   b = max(b, lo)       (PMAXSB; lo = 0 Relu, -128 None)
-// Case by case against max(y, lo), min(y, 127), nearbyint:
+//   b = max(b, lo)       (PMAXSB; OutputBounds lo)
+// Case by case against max(y, lo), min(y, hi), nearbyint:
 //   NaN            -> INT32_MIN -> -128 -> lo                      (= lo)
-//   y >= 127, +Inf -> 127                                          (= 127)
-//   lo <= y < 127  -> round(y) in [lo, 127], unchanged              (equal)
+//   y >= hi, +Inf  -> hi                                            (= hi)
+//   lo <= y < hi   -> round(y) in [lo, hi], unchanged                (equal)
 //   y < lo, -Inf   -> round(y) <= lo (lo is an integer), saturates
 //                     to >= -128, max gives lo                      (= lo)
-// Clipping after rounding equals clipping before because lo and 127 are
+// Clipping after rounding equals clipping before because lo and hi are
 // integers (as the scalar epilogue's comment notes).
 //
 // Lane order: the accumulators are in the packed weights' interleaved order
@@ -44,17 +44,18 @@ namespace tf_fused_int8 {
 namespace {
 
 struct Epilogue512Consts {
-  __m512 c127;
+  __m512 hi;  // float upper bound (127 by default)
   __m512 side_scale;
   __m512i lo;  // int8 lower bound in every byte
   __m512i side_shuffle[4];
 };
 
-inline Epilogue512Consts MakeEpilogue512Consts(float side_scale, bool relu) {
+inline Epilogue512Consts MakeEpilogue512Consts(float side_scale, int8_t lo,
+                                               int8_t hi) {
   Epilogue512Consts k;
-  k.c127 = _mm512_set1_ps(127.0f);
+  k.hi = _mm512_set1_ps(static_cast<float>(hi));
   k.side_scale = _mm512_set1_ps(side_scale);
-  k.lo = _mm512_set1_epi8(relu ? 0 : -128);
+  k.lo = _mm512_set1_epi8(lo);
   for (int j = 0; j < 4; ++j) {
     alignas(64) int8_t idx[64];
     for (int lane = 0; lane < 4; ++lane) {
@@ -71,13 +72,14 @@ inline Epilogue512Consts MakeEpilogue512Consts(float side_scale, bool relu) {
 
 // y for one zmm of accumulators (channels in interleaved order).
 inline __m512 EpilogueFloat512(__m512i acc, __m512 scale, __m512 bias,
-                               const __m512i* side_i32, __m512 side_scale) {
+                               const __m512i* side_i32, __m512 side_scale,
+                               __m512 hi) {
   __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
   if (side_i32 != nullptr) {
     y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*side_i32), side_scale, y);
   }
   y = _mm512_add_ps(y, bias);
-  return _mm512_min_ps(_mm512_set1_ps(127.0f), y);  // NaN stays NaN
+  return _mm512_min_ps(hi, y);  // NaN stays NaN
 }
 
 // Applies the epilogue to one output pixel's 64 channels (a0..a3 in the
@@ -95,15 +97,15 @@ inline void Epilogue64(__m512i a0, __m512i a1, __m512i a2, __m512i a3,
     __m512i s1 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[1]), 24);
     __m512i s2 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[2]), 24);
     __m512i s3 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[3]), 24);
-    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), &s0, k.side_scale);
-    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), &s1, k.side_scale);
-    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), &s2, k.side_scale);
-    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), &s3, k.side_scale);
+    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), &s0, k.side_scale, k.hi);
+    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), &s1, k.side_scale, k.hi);
+    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), &s2, k.side_scale, k.hi);
+    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), &s3, k.side_scale, k.hi);
   } else {
-    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), nullptr, k.side_scale);
-    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), nullptr, k.side_scale);
-    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), nullptr, k.side_scale);
-    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), nullptr, k.side_scale);
+    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), nullptr, k.side_scale, k.hi);
+    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), nullptr, k.side_scale, k.hi);
+    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), nullptr, k.side_scale, k.hi);
+    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), nullptr, k.side_scale, k.hi);
   }
   const __m512i i01 = _mm512_packs_epi32(_mm512_cvtps_epi32(y0), _mm512_cvtps_epi32(y1));
   const __m512i i23 = _mm512_packs_epi32(_mm512_cvtps_epi32(y2), _mm512_cvtps_epi32(y3));

@@ -13,7 +13,9 @@ namespace tf_fused_int8 {
 void RunReference(const FusedConvArgs& a) {
   const ConvGeometry& g = a.geo;
   const bool has_side = a.HasSideInput();
-  const float lo = ActivationLowerBound(a.activation);
+  int32_t lo_i, hi_i;
+  OutputBounds(a, &lo_i, &hi_i);
+  const float lo = static_cast<float>(lo_i), hi = static_cast<float>(hi_i);
   for (int64_t n = 0; n < g.batch; ++n) {
     for (int64_t oy = 0; oy < g.out_h; ++oy) {
       for (int64_t ox = 0; ox < g.out_w; ++ox) {
@@ -39,7 +41,7 @@ void RunReference(const FusedConvArgs& a) {
           const float scale = a.conv_input_scale[a.per_channel_scale ? co : 0];
           a.output[o] = EpilogueScalar(acc, scale, a.bias[co], has_side,
                                        has_side ? a.side_input[o] : int8_t{0},
-                                       a.side_input_scale, lo);
+                                       a.side_input_scale, lo, hi);
         }
       }
     }

@@ -1,6 +1,7 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 #include "cc/tf/conv_validation.h"
 
+#include <limits>
 #include <string>
 
 #include "tensorflow/core/framework/tensor.h"
@@ -77,8 +78,56 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
     attrs->padding = Padding::kSame;
   } else if (padding == "VALID") {
     attrs->padding = Padding::kValid;
+  } else if (padding == "EXPLICIT") {
+    attrs->padding = Padding::kExplicit;
   } else {
-    return absl::InvalidArgumentError("padding must be SAME or VALID, got " + padding);
+    return absl::InvalidArgumentError(
+        "padding must be SAME, VALID or EXPLICIT, got " + padding);
+  }
+  std::vector<int64_t> explicit_paddings;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("explicit_paddings", &explicit_paddings));
+  if (attrs->padding == Padding::kExplicit) {
+    const std::string form =
+        attrs->vect ? "[0, 0, 0, 0, top, bottom, left, right] (NCHW_VECT_C)"
+                    : "[0, 0, top, bottom, left, right, 0, 0] (NHWC)";
+    std::string list = "[";
+    for (size_t i = 0; i < explicit_paddings.size(); ++i) {
+      if (i) list += ", ";
+      list += std::to_string(explicit_paddings[i]);
+    }
+    list += "]";
+    if (explicit_paddings.size() != 8) {
+      return absl::InvalidArgumentError(
+          "explicit_paddings must have 8 elements " + form +
+          " with padding EXPLICIT, got " + list);
+    }
+    for (int64_t p : explicit_paddings) {
+      if (p < 0) {
+        return absl::InvalidArgumentError(
+            "explicit_paddings must be non-negative, got " + list);
+      }
+      if (p > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(
+            "explicit_paddings must be at most 2^31-1, got " + list);
+      }
+    }
+    const int cd = attrs->vect ? 1 : 3;
+    const int hd = attrs->vect ? 2 : 1;
+    if (explicit_paddings[0] != 0 || explicit_paddings[1] != 0 ||
+        explicit_paddings[2 * cd] != 0 || explicit_paddings[2 * cd + 1] != 0) {
+      return absl::InvalidArgumentError(
+          "explicit_paddings must be 0 in the batch and depth dimensions " +
+          form + ", got " + list);
+    }
+    attrs->pad_top = explicit_paddings[2 * hd];
+    attrs->pad_bottom = explicit_paddings[2 * hd + 1];
+    attrs->pad_left = explicit_paddings[2 * hd + 2];
+    attrs->pad_right = explicit_paddings[2 * hd + 3];
+  } else if (!explicit_paddings.empty()) {
+    return absl::InvalidArgumentError(
+        "explicit_paddings must be empty unless padding is EXPLICIT (padding " +
+        padding + ", got " + std::to_string(explicit_paddings.size()) +
+        " values)");
   }
   TF_RETURN_IF_ERROR(ctx->GetAttr("activation_mode", &activation));
   if (activation == "Relu") {
@@ -89,6 +138,22 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
     return absl::InvalidArgumentError("activation_mode must be Relu or None, got " +
                                       activation);
   }
+  int64_t output_min = 0, output_max = 0;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("output_min", &output_min));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("output_max", &output_max));
+  if (output_min < -128 || output_max > 127 || output_min > output_max) {
+    return absl::InvalidArgumentError(
+        "output_min and output_max must satisfy -128 <= output_min <= "
+        "output_max <= 127, got " + std::to_string(output_min) + " and " +
+        std::to_string(output_max));
+  }
+  if (attrs->activation == Activation::kRelu && output_max < 0) {
+    return absl::InvalidArgumentError(
+        "activation_mode Relu raises the lower output bound to 0, so "
+        "output_max must be >= 0, got " + std::to_string(output_max));
+  }
+  attrs->output_min = static_cast<int32_t>(output_min);
+  attrs->output_max = static_cast<int32_t>(output_max);
   return absl::OkStatus();
 }
 
@@ -184,6 +249,12 @@ absl::Status ValidateConvInputs(tensorflow::OpKernelContext* ctx,
   g.stride_w = attrs.stride_w;
   g.dilation_h = attrs.dilation_h;
   g.dilation_w = attrs.dilation_w;
+  if (attrs.padding == Padding::kExplicit) {
+    g.pad_top = attrs.pad_top;
+    g.pad_bottom = attrs.pad_bottom;
+    g.pad_left = attrs.pad_left;
+    g.pad_right = attrs.pad_right;
+  }
   const std::string geo_error = ComputeGeometry(attrs.padding, &g);
   if (!geo_error.empty()) return absl::InvalidArgumentError(geo_error);
 

@@ -22,7 +22,11 @@ struct ConvAttrs {
   bool vect = false;
   int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
   Padding padding = Padding::kSame;
+  // For Padding::kExplicit (from explicit_paddings), else 0.
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   Activation activation = Activation::kRelu;
+  // -128 <= output_min <= output_max <= 127 (OutputBounds applies Relu).
+  int32_t output_min = -128, output_max = 127;
 };
 
 absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,

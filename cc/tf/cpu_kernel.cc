@@ -56,6 +56,8 @@ class FusedInt8ConvCpuOp : public OpKernel {
     args.per_channel_scale = v.per_channel_scale;
     args.side_input_scale = v.side_input_scale;
     args.activation = attrs_.activation;
+    args.output_min = attrs_.output_min;
+    args.output_max = attrs_.output_max;
 
     Tensor input_nhwc, filter_hwio, side_nhwc, output_nhwc;
     if (!attrs_.vect) {

@@ -135,6 +135,8 @@ class FusedInt8ConvGpuOp : public OpKernel {
     args.per_channel_scale = v.per_channel_scale;
     args.side_input_scale = v.side_input_scale;
     args.activation = attrs_.activation;
+    args.output_min = attrs_.output_min;
+    args.output_max = attrs_.output_max;
     args.output = reinterpret_cast<int8_t*>(const_cast<char*>(output->tensor_data().data()));
 
     const gpu::GpuOptions options =

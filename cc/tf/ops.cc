@@ -77,6 +77,49 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
       CheckWindowAttr("dilations", dilations, 0, channel_dim, data_format));
   tensorflow::Padding padding;
   TF_RETURN_IF_ERROR(tensorflow::GetPaddingFromString(padding_name, &padding));
+  int64_t output_min = 0, output_max = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("output_min", &output_min));
+  TF_RETURN_IF_ERROR(c->GetAttr("output_max", &output_max));
+  if (output_min < -128 || output_max > 127 || output_min > output_max) {
+    return absl::InvalidArgumentError(
+        "output_min and output_max must satisfy -128 <= output_min <= "
+        "output_max <= 127, got " + std::to_string(output_min) + " and " +
+        std::to_string(output_max));
+  }
+  std::vector<int64_t> explicit_paddings;
+  TF_RETURN_IF_ERROR(c->GetAttr("explicit_paddings", &explicit_paddings));
+  int64_t pad_h_before = -1, pad_h_after = -1, pad_w_before = -1,
+          pad_w_after = -1;
+  if (padding == tensorflow::Padding::EXPLICIT) {
+    if (explicit_paddings.size() != 8) {
+      return absl::InvalidArgumentError(
+          "explicit_paddings must have 8 elements (a [before, after] pair per "
+          "dimension of " + data_format + ") with padding EXPLICIT, got " +
+          std::to_string(explicit_paddings.size()));
+    }
+    for (int64_t p : explicit_paddings) {
+      if (p < 0) {
+        return absl::InvalidArgumentError(
+            "explicit_paddings must be non-negative, got " + std::to_string(p));
+      }
+    }
+    if (explicit_paddings[0] != 0 || explicit_paddings[1] != 0 ||
+        explicit_paddings[2 * channel_dim] != 0 ||
+        explicit_paddings[2 * channel_dim + 1] != 0) {
+      return absl::InvalidArgumentError(
+          "explicit_paddings must be 0 in the batch and depth dimensions of " +
+          data_format);
+    }
+    pad_h_before = explicit_paddings[2 * h_dim];
+    pad_h_after = explicit_paddings[2 * h_dim + 1];
+    pad_w_before = explicit_paddings[2 * h_dim + 2];
+    pad_w_after = explicit_paddings[2 * h_dim + 3];
+  } else if (!explicit_paddings.empty()) {
+    return absl::InvalidArgumentError(
+        "explicit_paddings must be empty unless padding is EXPLICIT, got " +
+        std::to_string(explicit_paddings.size()) + " values with padding " +
+        padding_name);
+  }
 
   const int rank = vect ? 5 : 4;
   ShapeHandle input, filter;
@@ -150,10 +193,11 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
 
   DimensionHandle out_h, out_w;
   TF_RETURN_IF_ERROR(tensorflow::shape_inference::GetWindowedOutputSizeFromDimsV2(
-      c, in_h, k_h, dilations[h_dim], strides[h_dim], padding, -1, -1, &out_h));
+      c, in_h, k_h, dilations[h_dim], strides[h_dim], padding, pad_h_before,
+      pad_h_after, &out_h));
   TF_RETURN_IF_ERROR(tensorflow::shape_inference::GetWindowedOutputSizeFromDimsV2(
-      c, in_w, k_w, dilations[h_dim + 1], strides[h_dim + 1], padding, -1, -1,
-      &out_w));
+      c, in_w, k_w, dilations[h_dim + 1], strides[h_dim + 1], padding,
+      pad_w_before, pad_w_after, &out_w));
 
   ShapeHandle output;
   if (!vect) {
@@ -203,11 +247,14 @@ REGISTER_OP("FusedInt8Conv2DBiasActivation")
     .Output("output: T")
     .Attr("T: {int8, qint8}")
     .Attr("strides: list(int)")
-    .Attr("padding: {'SAME', 'VALID'}")
+    .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")
+    .Attr("explicit_paddings: list(int) = []")
     .Attr("data_format: {'NHWC', 'NCHW_VECT_C'} = 'NHWC'")
     .Attr("filter_format: {'HWIO', 'OIHW_VECT_I'} = 'HWIO'")
     .Attr("activation_mode: {'Relu', 'None'} = 'Relu'")
     .Attr("dilations: list(int) = [1, 1, 1, 1]")
+    .Attr("output_min: int = -128")
+    .Attr("output_max: int = 127")
     .SetShapeFn(FusedInt8ConvShape)
     .Doc(R"doc(
 Fused int8 convolution: conv2d + scale + side input + bias + activation.
@@ -217,8 +264,14 @@ Per output element, with acc the exact int32 sum of int8 products:
   if side_input is non-empty and side_input_scale != 0:
     y = fmaf(side_input, side_input_scale, y)
   y = y + bias[c]
-  output = clip(round_half_to_even(y), Relu ? 0 : -128, 127)
+  output = clip(round_half_to_even(y), lo, output_max)
+with lo = Relu ? max(0, output_min) : output_min; -128 <= output_min <=
+output_max <= 127 (defaults -128/127; Relu6 is output_max = round(6 /
+output_scale)); a NaN y gives lo.
 conv_input_scale is a scalar or has one value per output channel.
+padding EXPLICIT takes explicit_paddings: 8 non-negative values, a
+[before, after] pair per dimension in data_format order (0 for batch and
+depth), as in tf.nn.conv2d.
 )doc");
 
 }  // namespace tf_fused_int8

@@ -69,10 +69,26 @@ FusedConvArgs MakeCase(std::mt19937* rng, Padding* padding, Buffers* b) {
   g.stride_w = uni(1, 3);
   g.dilation_h = uni(0, 3) == 0 ? uni(1, 3) : 1;
   g.dilation_w = uni(0, 3) == 0 ? uni(1, 3) : 1;
-  *padding = uni(0, 1) ? Padding::kSame : Padding::kValid;
+  const int pad_kind = uni(0, 3);
+  *padding = pad_kind == 0 ? Padding::kSame
+             : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
   g.batch = uni(1, 3);
   g.in_h = (g.filter_h - 1) * g.dilation_h + 1 + uni(0, 10);
   g.in_w = (g.filter_w - 1) * g.dilation_w + 1 + uni(0, 10);
+  if (*padding == Padding::kExplicit) {
+    // Asymmetric, often larger than the filter; the input may then be
+    // smaller than the filter.
+    g.pad_top = uni(0, 9);
+    g.pad_bottom = uni(0, 9);
+    g.pad_left = uni(0, 9);
+    g.pad_right = uni(0, 9);
+    g.in_h = std::max<int64_t>(1, g.in_h - uni(0, 4));
+    g.in_w = std::max<int64_t>(1, g.in_w - uni(0, 4));
+    const int64_t eh = (g.filter_h - 1) * g.dilation_h + 1;
+    const int64_t ew = (g.filter_w - 1) * g.dilation_w + 1;
+    if (g.in_h + g.pad_top + g.pad_bottom < eh) g.pad_bottom = eh - g.in_h;
+    if (g.in_w + g.pad_left + g.pad_right < ew) g.pad_right = ew - g.in_w;
+  }
   g.in_c = kChannels[uni(0, 12)];
   g.out_c = kChannels[uni(0, 12)];
   std::string err = ComputeGeometry(*padding, &g);
@@ -101,6 +117,10 @@ FusedConvArgs MakeCase(std::mt19937* rng, Padding* padding, Buffers* b) {
   a.side_input = side ? b->side.data() : nullptr;
   a.side_input_scale = side ? uni(-100, 100) / 64.0f : 0.0f;
   a.activation = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+  if (uni(0, 2) == 0) {  // bounded activation (Relu6, clipped ranges)
+    a.output_min = uni(-128, 20);
+    a.output_max = uni(std::max(a.output_min, 0), 127);
+  }
   return a;
 }
 
@@ -435,6 +455,28 @@ void TestGeometryErrors() {
   }
   g = geo(); g.batch = 0;
   EXPECT(ComputeGeometry(Padding::kSame, &g).empty() && g.OutputElements() == 0, "batch 0");
+  // Explicit padding: pads kept, out = (in + before + after - eff) / stride + 1.
+  g = geo(); g.pad_top = 0; g.pad_bottom = 7; g.pad_left = 4; g.pad_right = 1;
+  g.stride_w = 2;
+  EXPECT(ComputeGeometry(Padding::kExplicit, &g).empty() && g.out_h == 10 &&
+         g.out_w == 4 && g.pad_top == 0 && g.pad_bottom == 7 &&
+         g.pad_left == 4 && g.pad_right == 1, "explicit geometry");
+  g = geo(); g.in_h = 1; g.pad_top = 1; g.pad_bottom = 1;
+  EXPECT(ComputeGeometry(Padding::kExplicit, &g).empty() && g.out_h == 1,
+         "explicit pads make a small input fit");
+  const Bad bad_explicit[] = {
+      {"explicit too small", [](ConvGeometry* g) { g->in_h = 1; g->pad_top = 1; }, Padding::kExplicit, "plus explicit padding"},
+      {"negative pad", [](ConvGeometry* g) { g->pad_left = -1; }, Padding::kExplicit, "explicit padding left"},
+      {"huge pad", [](ConvGeometry* g) { g->pad_right = int64_t{1} << 31; }, Padding::kExplicit, "explicit padding right"},
+      {"huge output", [](ConvGeometry* g) { g->pad_top = g->pad_bottom = (int64_t{1} << 31) - 1; }, Padding::kExplicit, "output height/width"},
+      {"huge output elements", [](ConvGeometry* g) { g->pad_top = g->pad_bottom = 1 << 20; g->pad_left = 1 << 10; }, Padding::kExplicit, "output has more than"},
+  };
+  for (const Bad& b : bad_explicit) {
+    ConvGeometry g = geo();
+    b.mutate(&g);
+    const std::string err = ComputeGeometry(b.p, &g);
+    EXPECT(err.find(b.needle) != std::string::npos, "%s: got '%s'", b.what, err.c_str());
+  }
 }
 
 }  // namespace

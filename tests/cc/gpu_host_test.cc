@@ -449,7 +449,9 @@ void TestEpilogueEdges() {
   const int8_t sides[] = {0, 1, -1, 127, -128};
   const float side_scales[] = {0.0f, 0.5f, -1.25f, 1e-3f, nan};
   int checked = 0, bad = 0;
-  for (float lo : {0.0f, -128.0f}) {
+  const float bounds[][2] = {{0.0f, 127.0f}, {-128.0f, 127.0f}, {0.0f, 6.0f}, {-5.0f, 20.0f}};
+  for (const auto& lohi : bounds) {
+    const float lo = lohi[0], hi = lohi[1];
     for (float scale : scales) {
       for (float bias : biases) {
         for (int32_t acc : accs) {
@@ -477,10 +479,11 @@ void TestEpilogueEdges() {
               p.pixels = 1;
               p.side_scale = ss;
               p.lo = lo;
+              p.hi = hi;
               p.per_channel = 0;
               p.has_side = has_side;
               EpilogueWord(p, 0);
-              const int8_t want = EpilogueScalar(acc, scale, bias, has_side, side, ss, lo);
+              const int8_t want = EpilogueScalar(acc, scale, bias, has_side, side, ss, lo, hi);
               ++checked;
               for (int v = 0; v < 4; ++v) {
                 if (out[v] != want) ++bad;
@@ -513,6 +516,7 @@ void TestEpilogueEdges() {
   p.words = p.c4 = p.pixels = 1;
   p.side_scale = ss;
   p.lo = -128.0f;
+  p.hi = 127.0f;
   p.has_side = 1;
   EpilogueWord(p, 0);
   EXPECT(out[0] == 1 && out[3] == 1, "device epilogue fuses the side term: got %d", out[0]);
@@ -531,6 +535,7 @@ void TestEpilogueEdges() {
   q.out = out2;
   q.words = q.c4 = q.pixels = 1;
   q.lo = -128.0f;
+  q.hi = 127.0f;
   for (int v = 0; v < 4; ++v) {
     EXPECT(LoadAcc(q.conv, 0, v, 0) == static_cast<float>(acc_i[v]), "LoadAcc int32 %d", v);
   }
@@ -610,6 +615,9 @@ void TestPipelineSweep() {
     const bool with_side = uni(0, 1);
     const float side_scale = with_side ? static_cast<float>(uni(-8, 8)) * 0.37f : 0.0f;
     const Activation act = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+    const bool bounded = uni(0, 2) == 0;
+    const int32_t out_min = bounded ? uni(-128, 20) : -128;
+    const int32_t out_max = bounded ? uni(out_min < 0 ? 0 : out_min, 127) : 127;
 
     FusedConvArgs ref;
     ref.geo = g;
@@ -621,6 +629,8 @@ void TestPipelineSweep() {
     ref.per_channel_scale = per_channel;
     ref.side_input_scale = side_scale;
     ref.activation = act;
+    ref.output_min = out_min;
+    ref.output_max = out_max;
     std::vector<int8_t> want(side.size());
     ref.output = want.data();
     RunReference(ref);
@@ -642,6 +652,8 @@ void TestPipelineSweep() {
       a.per_channel_scale = per_channel;
       a.side_input_scale = side_scale;
       a.activation = act;
+      a.output_min = out_min;
+      a.output_max = out_max;
       std::fill(outv.begin(), outv.end(), int8_t{77});
       a.output = outv.data();
       const Status s = EmulateGpuPipeline(a, layout);

@@ -404,7 +404,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   const int64_t c_end = Min(co, t.block_end * kBlock);
   const int64_t partial_ld = nblocks * kBlock;
   const bool single_block = nblocks == 1;
-  const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.relu);
+  const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
   // Micro-tiles of even heights <= kMr.
   const int64_t tiles = (t.rows + kMr - 1) / kMr;

@@ -177,7 +177,10 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
   ep.bias = a.bias;
   ep.side = a.HasSideInput() ? a.side_input : nullptr;
   ep.side_scale = a.side_input_scale;
-  ep.relu = a.activation == Activation::kRelu;
+  int32_t lo, hi;
+  OutputBounds(a, &lo, &hi);
+  ep.lo = static_cast<int8_t>(lo);
+  ep.hi = static_cast<int8_t>(hi);
   std::atomic<bool> stale{false};
   const int64_t item_channels = plan.blocks_per_group * isa.block;
 

@@ -353,7 +353,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   const int64_t c_begin = t.block_begin * kYmmBlock;
   const int64_t c_end = YMin(co, t.block_end * kYmmBlock);
   const int64_t partial_ld = nblocks * kYmmBlock;
-  const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.relu);
+  const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
   const int64_t tiles = (t.rows + kYmmMr - 1) / kYmmMr;
   const int64_t base = t.rows / tiles, extra = t.rows % tiles;

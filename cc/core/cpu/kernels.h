@@ -87,7 +87,7 @@ struct EpilogueArgs {
   const float* bias;       // [Co]
   const int8_t* side;      // [M, Co] or nullptr (no side input)
   float side_scale;        // used when side != nullptr
-  bool relu;               // lower bound 0 (Relu) or -128
+  int8_t lo, hi;           // output range (OutputBounds, conv_params.h)
 };
 
 // Bytes a kernel's gather may write past the last row of its A buffer

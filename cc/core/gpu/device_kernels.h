@@ -82,10 +82,11 @@ struct EpilogueParams {
   uint32_t c4;      // out_c / 4
   uint32_t pixels;  // Ho * Wo
   float side_scale;
-  float lo;             // 0 (Relu) or -128
+  float lo;             // output range [lo, hi] (OutputBounds; by default lo
+                        // is 0 for Relu, -128 otherwise, and hi is 127)
   int32_t per_channel;  // scale has out_c entries
   int32_t has_side;     // side != nullptr and side_scale != 0
-  int32_t unused;
+  float hi;
 };
 
 TFI_HD void EpilogueWord(const EpilogueParams& a, uint32_t t) {
@@ -106,7 +107,7 @@ TFI_HD void EpilogueWord(const EpilogueParams& a, uint32_t t) {
     }
     y = TFI_FADD(y, a.bias[c]);
     y = (y > a.lo) ? y : a.lo;  // NaN -> lo
-    y = (y < 127.0f) ? y : 127.0f;
+    y = (y < a.hi) ? y : a.hi;
     const int32_t r = TFI_RINT(y);  // half to even
     out_word |= (static_cast<uint32_t>(r) & 0xffu) << (8 * v);
   }

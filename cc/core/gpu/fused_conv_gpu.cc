@@ -257,6 +257,15 @@ Status ListCandidates(const TuneInputs& in, std::vector<std::unique_ptr<Candidat
   const ConvGeometry& g = in.args->geo;
   const GpuOptions& opt = *in.options;
   *allocation_failed = false;
+  if (opt.path == PathChoice::kLegacy && !SymmetricPadding(g)) {
+    // Asymmetric padding (SAME with an odd total, or EXPLICIT) runs on the
+    // graph path only.
+    return Unimplemented(
+        "the legacy cuDNN path (forced) needs symmetric padding, got top/bottom " +
+        std::to_string(g.pad_top) + "/" + std::to_string(g.pad_bottom) +
+        " left/right " + std::to_string(g.pad_left) + "/" +
+        std::to_string(g.pad_right) + "; use the graph or auto path");
+  }
   std::vector<ConvLayout> layouts;
   const bool x32 = X32Candidate(g, dev->cc_major, dev->cc_minor);
   switch (opt.layout) {
@@ -707,7 +716,8 @@ Status RunFusedConvGpu(const GpuApi& api, CUstream stream, const GpuConvArgs& ar
 
   EpilogueParams p = MakeEpilogueParams(g, conv_out, args.conv_input_scale, args.per_channel_scale,
                                         args.bias, args.side_input, args.side_input_scale,
-                                        args.activation, args.output);
+                                        args.activation, args.output, args.output_min,
+                                        args.output_max);
   void* params[] = {&p};
   return Launch(api, dev->epilogue, p.words, params, stream);
 }

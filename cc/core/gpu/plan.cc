@@ -145,7 +145,8 @@ EpilogueParams MakeEpilogueParams(const ConvGeometry& g, const ConvOutput& conv,
                                   const float* scale, bool per_channel_scale,
                                   const float* bias, const int8_t* side,
                                   float side_scale, Activation activation,
-                                  int8_t* out) {
+                                  int8_t* out, int32_t output_min,
+                                  int32_t output_max) {
   EpilogueParams p{};
   const int64_t pixels = g.out_h * g.out_w;
   p.conv = conv;
@@ -157,7 +158,10 @@ EpilogueParams MakeEpilogueParams(const ConvGeometry& g, const ConvOutput& conv,
   p.pixels = static_cast<uint32_t>(pixels);
   p.words = static_cast<uint32_t>(g.batch * (g.out_c / 4) * pixels);
   p.side_scale = side_scale;
-  p.lo = activation == Activation::kRelu ? 0.0f : -128.0f;
+  int32_t lo, hi;
+  OutputBounds(activation, output_min, output_max, &lo, &hi);
+  p.lo = static_cast<float>(lo);
+  p.hi = static_cast<float>(hi);
   p.per_channel = per_channel_scale ? 1 : 0;
   p.has_side = (side != nullptr && side_scale != 0.0f) ? 1 : 0;
   if (!p.has_side) p.side = nullptr;

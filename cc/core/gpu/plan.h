@@ -40,6 +40,7 @@ struct GpuConvArgs {
   bool per_channel_scale = false;
   float side_input_scale = 0.0f;  // host value
   Activation activation = Activation::kNone;
+  int32_t output_min = -128, output_max = 127;  // see OutputBounds
   int8_t* output = nullptr;  // [N, out_c/4, Ho, Wo, 4]
 };
 
@@ -124,7 +125,8 @@ EpilogueParams MakeEpilogueParams(const ConvGeometry& g, const ConvOutput& conv,
                                   const float* scale, bool per_channel_scale,
                                   const float* bias, const int8_t* side,
                                   float side_scale, Activation activation,
-                                  int8_t* out);
+                                  int8_t* out, int32_t output_min = -128,
+                                  int32_t output_max = 127);
 
 // Kernel parameters of the int8x4 -> int8x32 conversion of an activation
 // ([N, C/4, H, W, 4], is_filter = false) or a filter ([O, I/4, Kh, Kw, 4]).
