@@ -20,15 +20,17 @@ set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
 ./configure.sh
-bazel build --config=asan //:_fused_int8_ops.so //:core_test
+bazel build --config=asan //:_fused_int8_ops.so //:core_test //:gpu_host_test //:libtfi_gpu_harness.so
 out="$(bazel info --config=asan bazel-bin)"
-# Restore the bazel-bin link to the normal build (a cache hit).
-trap 'bazel build //:_fused_int8_ops.so >/dev/null 2>&1 || true' EXIT
+# bazel-bin now points at the ASan outputs (tests/test_gpu_build.py loads the
+# harness library from there); restore it to the normal build afterwards.
+trap 'bazel build //:all >/dev/null 2>&1 || true' EXIT
 
 export ASAN_OPTIONS="detect_leaks=0:detect_odr_violation=0:alloc_dealloc_mismatch=0:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-echo "asan_check: core test"
+echo "asan_check: core test and GPU host test"
 "${out}/core_test"
+"${out}/gpu_host_test"
 
 libasan="$(g++ -print-file-name=libasan.so)"
 libubsan="$(g++ -print-file-name=libubsan.so)"
