@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cc/core/conv_params.h"
+#include "tests/cc/expect.h"
 #include "cc/core/cpu/kernels.h"
 #include "cc/core/cpu/packed_weights.h"
 #include "cc/core/fused_conv.h"
@@ -22,17 +23,6 @@
 namespace tf_fused_int8 {
 namespace {
 
-int g_failures = 0;
-
-#define EXPECT(cond, ...)                                   \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      ++g_failures;                                         \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                    \
-      std::fprintf(stderr, "\n");                           \
-    }                                                       \
-  } while (0)
 
 // A parallel-for over std::threads, splitting [0, total) into even chunks.
 ParallelFor ThreadParallelFor(int threads) {
@@ -491,8 +481,8 @@ int main() {
   tf_fused_int8::TestLayerShapes();
   tf_fused_int8::TestChangedFilterIsRepacked();
   tf_fused_int8::TestCacheBound();
-  if (tf_fused_int8::g_failures) {
-    std::printf("%d failures\n", tf_fused_int8::g_failures);
+  if (tf_fused_int8::testing::ExpectFailures()) {
+    std::printf("%d failures\n", tf_fused_int8::testing::ExpectFailures());
     return 1;
   }
   std::printf("core_test: all passed\n");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cc/core/conv_params.h"
+#include "tests/cc/expect.h"
 #include "cc/core/epilogue.h"
 #include "cc/core/fused_conv.h"
 #include "cc/core/gpu/autotune_cache.h"
@@ -34,17 +35,6 @@ namespace tf_fused_int8 {
 namespace gpu {
 namespace {
 
-int g_failures = 0;
-
-#define EXPECT(cond, ...)                                                  \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      ++g_failures;                                                        \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-    }                                                                      \
-  } while (0)
 
 // ---------------------------------------------------------------------------
 void TestOptions() {
@@ -723,8 +713,8 @@ int main() {
   TestCompare();
   TestPipelineSweep();
   TestNoGpu();
-  if (g_failures) {
-    std::fprintf(stderr, "gpu_host_test: %d failure(s)\n", g_failures);
+  if (::tf_fused_int8::testing::ExpectFailures()) {
+    std::fprintf(stderr, "gpu_host_test: %d failure(s)\n", ::tf_fused_int8::testing::ExpectFailures());
     return 1;
   }
   std::printf("gpu_host_test: all passed\n");
