@@ -9,17 +9,10 @@ namespace tf_fused_int8 {
 namespace gpu {
 namespace {
 
-Status Check(const GpuApi& api, cudnnStatus_t s, const char* what) {
-  if (s == CUDNN_STATUS_SUCCESS) return Status::Ok();
-  return Internal(std::string(what) + ": " + CudnnErrorString(api, s));
-}
-
-#define TFI_CUDNN(api, call) TFI_GPU_RETURN_IF_ERROR(Check(api, (call), #call))
-
 Status Set(const GpuApi& api, const BackendDesc& d, cudnnBackendAttributeName_t name,
            cudnnBackendAttributeType_t type, int64_t count, const void* values,
            const char* what) {
-  return Check(api, api.cudnnBackendSetAttribute(d.get(), name, type, count, values), what);
+  return CudnnCheck(api, api.cudnnBackendSetAttribute(d.get(), name, type, count, values), what);
 }
 
 Status MakeTensor(const GpuApi& api, const TensorSpec& t, BackendDesc* out) {

@@ -10,13 +10,6 @@ namespace tf_fused_int8 {
 namespace gpu {
 namespace {
 
-Status Check(const GpuApi& api, cudnnStatus_t s, const char* what) {
-  if (s == CUDNN_STATUS_SUCCESS) return Status::Ok();
-  return Internal(std::string(what) + ": " + CudnnErrorString(api, s));
-}
-
-#define TFI_CUDNN(api, call) TFI_GPU_RETURN_IF_ERROR(Check(api, (call), #call))
-
 const char* AlgoName(cudnnConvolutionFwdAlgo_t a) {
   switch (a) {
     case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";

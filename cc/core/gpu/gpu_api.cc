@@ -95,6 +95,11 @@ std::string CuErrorString(const GpuApi& api, CUresult r) {
          (s ? std::string(" (") + s + ")" : std::string());
 }
 
+Status CudnnCheck(const GpuApi& api, cudnnStatus_t s, const char* what) {
+  if (s == CUDNN_STATUS_SUCCESS) return Status::Ok();
+  return Internal(std::string(what) + ": " + CudnnErrorString(api, s));
+}
+
 std::string CudnnErrorString(const GpuApi& api, cudnnStatus_t s) {
   std::string out = "cuDNN status " + std::to_string(static_cast<int>(s));
   if (api.cudnnGetErrorString != nullptr) {

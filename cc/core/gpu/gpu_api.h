@@ -112,6 +112,11 @@ Status LoadGpuApi(const std::string& cudnn_library,
 // cuGetErrorString / cudnnGetErrorString when they are there).
 std::string CuErrorString(const GpuApi& api, CUresult r);
 std::string CudnnErrorString(const GpuApi& api, cudnnStatus_t s);
+// A cuDNN status as a Status naming the call that failed; TFI_CUDNN returns
+// it from the enclosing function on failure.
+Status CudnnCheck(const GpuApi& api, cudnnStatus_t s, const char* what);
+#define TFI_CUDNN(api, call) \
+  TFI_GPU_RETURN_IF_ERROR(::tf_fused_int8::gpu::CudnnCheck(api, (call), #call))
 
 }  // namespace gpu
 }  // namespace tf_fused_int8
