@@ -57,10 +57,21 @@ def expected_output_shape(case):
     if len(v) != 4 or v[0] != 1 or v[3] != 1 or min(v) < 1 or max(v) > INT32_MAX:
       return None
   x, w = case["input_shape"], case["filter_shape"]
-  if len(x) != 4 or len(w) != 4 or x[3] != w[2]:
+  if len(x) != 4 or len(w) != 4:
     return None
   n, h, wd, ci = x
-  kh, kw, _, co = w
+  kh, kw, fci, co = w
+  # Grouped convolution as tf.nn.conv2d: groups = ci / filter in-depth.
+  if fci == 0:
+    if ci != 0:
+      return None
+    groups = 1
+  else:
+    if ci == 0 or ci % fci != 0:
+      return None
+    groups = ci // fci
+    if co % groups != 0:
+      return None
   if any(d > INT32_MAX for d in list(x) + list(w)):
     return None
   if kh < 1 or kw < 1:
@@ -75,7 +86,7 @@ def expected_output_shape(case):
     return None
   if len(case["side_scale_shape"]) != 0:
     return None
-  if numel(x) > INT32_MAX or numel(w) > INT32_MAX or kh * kw * ci > MAX_DEPTH:
+  if numel(x) > INT32_MAX or numel(w) > INT32_MAX or kh * kw * fci > MAX_DEPTH:
     return None
   out = []
   for size, k, st, dl in ((h, kh, case["strides"][1], case["dilations"][1]),

@@ -161,7 +161,11 @@ def conv2d_int32(conv_input, filter, strides=(1, 1), padding="SAME",
                  dilations=(1, 1)):
     """Exact conv2d accumulators, int64 array [N, Ho, Wo, Co].
 
-    conv_input: int8 NHWC [N, H, W, Ci]; filter: int8 HWIO [Kh, Kw, Ci, Co].
+    conv_input: int8 NHWC [N, H, W, Ci]; filter: int8 HWIO [Kh, Kw, Ci/G, Co]
+    with G = Ci / filter in-depth groups (as tf.nn.conv2d): Co % G == 0 and
+    output channel c of group g = c // (Co/G) reads input channels
+    [g*Ci/G, (g+1)*Ci/G). G = Ci is a depthwise convolution (channel
+    multiplier Co/Ci, output channel c reads input channel c // (Co/Ci)).
     Zero padding. SAME: Ho = ceil(H / sh), pad_total =
     max((Ho-1)*sh + (Kh-1)*dh + 1 - H, 0), pad_top = pad_total // 2 (the odd
     extra row/column goes at the bottom/right). VALID: no padding,
@@ -179,13 +183,23 @@ def conv2d_int32(conv_input, filter, strides=(1, 1), padding="SAME",
         raise ValueError("conv_input must be NHWC and filter HWIO (4-D)")
     n, h, wd, ci = x.shape
     kh, kw, fci, co = w.shape
-    if fci != ci:
-        raise ValueError(f"input depth {ci} != filter depth {fci}")
+    if fci == 0:
+        if ci != 0:
+            raise ValueError(f"filter depth 0 with input depth {ci}")
+        groups = 1
+    else:
+        if ci == 0 or ci % fci:
+            raise ValueError(f"input depth {ci} is not a multiple of filter "
+                             f"depth {fci}")
+        groups = ci // fci
+    if co % groups:
+        raise ValueError(f"output depth {co} is not a multiple of groups "
+                         f"{groups}")
     sh, sw = _pair(strides, "strides")
     dh, dw = _pair(dilations, "dilations")
     (ho, wo), ((top, bottom), (left, right)) = conv_output_size_and_padding(
         (h, wd), (kh, kw), strides, padding, dilations)
-    if kh * kw * ci * 128 * 128 >= 2 ** 53:
+    if kh * kw * fci * 128 * 128 >= 2 ** 53:
         raise ValueError("window too large for exact float64 accumulation")
 
     xp = np.zeros((n, h + top + bottom, wd + left + right, ci), np.float64)
@@ -199,7 +213,14 @@ def conv2d_int32(conv_input, filter, strides=(1, 1), padding="SAME",
             r0, c0 = i * dh, j * dw
             patch = xp[:, r0:r0 + (ho - 1) * sh + 1:sh,
                        c0:c0 + (wo - 1) * sw + 1:sw, :]
-            acc += patch @ wf[i, j]
+            if groups == 1:
+                acc += patch @ wf[i, j]
+                continue
+            cog = co // groups
+            for g in range(groups):
+                acc[..., g * cog:(g + 1) * cog] += (
+                    patch[..., g * fci:(g + 1) * fci]
+                    @ wf[i, j, :, g * cog:(g + 1) * cog])
     return acc.astype(np.int64)
 
 

@@ -32,6 +32,9 @@ class ConvCase:
   # "random": scales that spread outputs over the int8 range; "pow2": powers
   # of two, which make exact .5 ties common.
   scale_kind: str = "random"
+  # Grouped convolution (as tf.nn.conv2d): the filter has in_channels /
+  # groups input channels; groups == in_channels is depthwise.
+  groups: int = 1
 
   @property
   def input_shape(self):
@@ -39,7 +42,8 @@ class ConvCase:
 
   @property
   def filter_shape(self):
-    return (self.kernel_h, self.kernel_w, self.in_channels, self.out_channels)
+    return (self.kernel_h, self.kernel_w, self.in_channels // self.groups,
+            self.out_channels)
 
   def output_hw(self):
     """TensorFlow's SAME/VALID output size."""
@@ -67,7 +71,7 @@ class ConvCase:
   def macs(self):
     oh, ow = self.output_hw()
     return (self.batch * oh * ow * self.out_channels * self.kernel_h *
-            self.kernel_w * self.in_channels)
+            self.kernel_w * (self.in_channels // self.groups))
 
   def name(self):
     s = (f"n{self.batch}_{self.height}x{self.width}x{self.in_channels}"
@@ -80,6 +84,8 @@ class ConvCase:
     s += f"_{self.activation}"
     if self.scale_kind != "random":
       s += f"_{self.scale_kind}"
+    if self.groups != 1:
+      s += f"_g{self.groups}"
     return s
 
 
@@ -124,6 +130,57 @@ def sweep_cases(seed=0, dilations=False):
   return cases
 
 
+def grouped_sweep_cases(seed=0):
+  """Grouped and depthwise cases for every kernel path.
+
+  Depthwise (groups = in_channels, channel multiplier 1-3) with kernels 1-7,
+  strides 1-3, dilations, SAME/VALID, channel counts around the 16-lane
+  vector width; grouped convolutions with 2-8 groups of 1-24 channels.
+  """
+  rng = np.random.default_rng(seed)
+  cases = []
+  dw_channels = [1, 2, 3, 8, 15, 16, 17, 24, 32, 33, 48, 96]
+  for k in (1, 2, 3, 3, 5, 7):
+    for stride in (1, 2, 3):
+      for padding in ("SAME", "VALID"):
+        ci = int(rng.choice(dw_channels))
+        mult = 1 if rng.random() < 0.7 else int(rng.integers(2, 4))
+        dh = dw = 1
+        if rng.random() < 0.25:
+          dh, dw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        min_h, min_w = (k - 1) * dh + 1, (k - 1) * dw + 1
+        cases.append(ConvCase(
+            batch=int(rng.integers(1, 4)),
+            height=int(rng.integers(min_h, min_h + 14)),
+            width=int(rng.integers(min_w, min_w + 14)),
+            in_channels=ci, kernel_h=k, kernel_w=k, out_channels=ci * mult,
+            stride_h=stride, stride_w=stride, padding=padding,
+            dilation_h=dh, dilation_w=dw,
+            per_channel_scale=bool(rng.random() < 0.7),
+            side_input=bool(rng.random() < 0.5),
+            activation=str(rng.choice(["Relu", "None"])),
+            scale_kind="pow2" if rng.random() < 0.25 else "random",
+            groups=ci))
+  for k in (1, 3, 5):
+    for stride in (1, 2):
+      for padding in ("SAME", "VALID"):
+        groups = int(rng.choice([2, 3, 4, 8]))
+        gin = int(rng.choice([1, 2, 3, 4, 8, 24]))
+        gout = int(rng.choice([1, 2, 4, 5, 16]))
+        cases.append(ConvCase(
+            batch=int(rng.integers(1, 3)),
+            height=int(rng.integers(k, k + 10)),
+            width=int(rng.integers(k, k + 10)),
+            in_channels=groups * gin, kernel_h=k, kernel_w=k,
+            out_channels=groups * gout, stride_h=stride, stride_w=stride,
+            padding=padding,
+            per_channel_scale=bool(rng.random() < 0.5),
+            side_input=bool(rng.random() < 0.5),
+            activation=str(rng.choice(["Relu", "None"])),
+            groups=groups))
+  return cases
+
+
 def make_inputs(case, seed=0):
   """Random inputs for `case` as a dict of numpy arrays.
 
@@ -135,7 +192,7 @@ def make_inputs(case, seed=0):
   rng = np.random.default_rng(seed)
   x = rng.integers(-128, 128, size=case.input_shape, dtype=np.int8)
   w = rng.integers(-128, 128, size=case.filter_shape, dtype=np.int8)
-  depth = case.kernel_h * case.kernel_w * case.in_channels
+  depth = case.kernel_h * case.kernel_w * (case.in_channels // case.groups)
   co = case.out_channels
   # Std of the accumulator ~ sqrt(depth) * 74 * 74; aim for outputs ~ +-40.
   base = 40.0 / (math.sqrt(depth) * 74.0 * 74.0)
@@ -176,3 +233,26 @@ def resnet50_cases(batch):
                    kernel_h=kh, kernel_w=kw, out_channels=co,
                    stride_h=s, stride_w=s, padding="SAME")
           for (h, w, ci, kh, kw, co, s) in RESNET50_LAYERS]
+
+
+# MobileNetV2's depthwise 3x3 layers at 224x224: (H, W, C, stride).
+MOBILENET_V2_DEPTHWISE_LAYERS = (
+    (112, 112, 32, 1),
+    (112, 112, 96, 2),
+    (56, 56, 144, 1),
+    (56, 56, 144, 2),
+    (28, 28, 192, 1),
+    (28, 28, 192, 2),
+    (14, 14, 384, 1),
+    (14, 14, 576, 1),
+    (14, 14, 576, 2),
+    (7, 7, 960, 1),
+)
+
+
+def mobilenet_v2_depthwise_cases(batch):
+  """MobileNetV2's depthwise 3x3 layers as ConvCases (SAME, Relu)."""
+  return [ConvCase(batch=batch, height=h, width=w, in_channels=c,
+                   kernel_h=3, kernel_w=3, out_channels=c,
+                   stride_h=s, stride_w=s, padding="SAME", groups=c)
+          for (h, w, c, s) in MOBILENET_V2_DEPTHWISE_LAYERS]

@@ -82,6 +82,19 @@ std::string ComputeGeometry(Padding padding, ConvGeometry* g) {
              Str(s.value);
     }
   }
+  if (g->groups < 1 || g->groups > kMaxInt32) {
+    return "groups must be in [1, 2^31-1], got " + Str(g->groups);
+  }
+  if (g->in_c % g->groups != 0) {
+    return "conv_input depth (" + Str(g->in_c) +
+           ") must be a multiple of groups (" + Str(g->groups) +
+           " = conv_input depth / filter input depth)";
+  }
+  if (g->out_c % g->groups != 0) {
+    return "filter output depth (" + Str(g->out_c) +
+           ") must be a multiple of groups (" + Str(g->groups) +
+           " = conv_input depth / filter input depth)";
+  }
   if (g->filter_h < 1 || g->filter_w < 1) {
     return "filter spatial dimensions must be positive, got " +
            Str(g->filter_h) + "x" + Str(g->filter_w);
@@ -116,14 +129,15 @@ std::string ComputeGeometry(Padding padding, ConvGeometry* g) {
   if (Product({g->batch, g->in_h, g->in_w, g->in_c}) < 0) {
     return "conv_input has more than 2^31-1 elements";
   }
-  if (Product({g->filter_h, g->filter_w, g->in_c, g->out_c}) < 0) {
+  const int64_t group_in_c = g->in_c / g->groups;
+  if (Product({g->filter_h, g->filter_w, group_in_c, g->out_c}) < 0) {
     return "filter has more than 2^31-1 elements";
   }
   // Exact int32 accumulation: |acc| <= depth * 128 * 128 < 2^31.
-  const int64_t depth = Product({g->filter_h, g->filter_w, g->in_c});
+  const int64_t depth = Product({g->filter_h, g->filter_w, group_in_c});
   if (depth < 0 || depth > kMaxInt32 / (128 * 128)) {
     return "filter height * width * input depth (" +
-           Str(g->filter_h * g->filter_w) + " * " + Str(g->in_c) +
+           Str(g->filter_h * g->filter_w) + " * " + Str(group_in_c) +
            ") exceeds " + Str(kMaxInt32 / (128 * 128)) +
            ", the largest reduction whose int32 accumulator cannot overflow";
   }

@@ -17,10 +17,18 @@ enum class Padding { kSame, kValid, kExplicit };
 enum class Activation { kNone, kRelu };
 
 // Geometry of one 2-D convolution, NHWC input, HWIO filter, NHWC output.
+//
+// Grouped convolution (as tf.nn.conv2d): the input channels and the output
+// channels are split into `groups` equal parts; output channel c belongs to
+// group c / (out_c / groups) and reads only that group's in_c / groups
+// input channels. The filter is [Kh, Kw, in_c / groups, out_c]. groups ==
+// in_c is a depthwise convolution with channel multiplier out_c / in_c
+// (output channel c reads input channel c / multiplier).
 struct ConvGeometry {
   int64_t batch = 0;
   int64_t in_h = 0, in_w = 0, in_c = 0;
   int64_t filter_h = 0, filter_w = 0, out_c = 0;
+  int64_t groups = 1;  // in_c % groups == 0, out_c % groups == 0
   int64_t stride_h = 1, stride_w = 1;
   int64_t dilation_h = 1, dilation_w = 1;
   // Filled in by ComputeGeometry().
@@ -30,10 +38,16 @@ struct ConvGeometry {
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
 
   int64_t InputElements() const { return batch * in_h * in_w * in_c; }
-  int64_t FilterElements() const { return filter_h * filter_w * in_c * out_c; }
+  // Input channels per group: the filter's in-depth.
+  int64_t GroupInC() const { return groups > 0 ? in_c / groups : 0; }
+  int64_t GroupOutC() const { return groups > 0 ? out_c / groups : 0; }
+  bool IsDepthwise() const { return groups > 1 && GroupInC() == 1; }
+  int64_t FilterElements() const {
+    return filter_h * filter_w * GroupInC() * out_c;
+  }
   int64_t OutputElements() const { return batch * out_h * out_w * out_c; }
-  // Depth of the GEMM reduction: Kh * Kw * Ci.
-  int64_t ReductionDepth() const { return filter_h * filter_w * in_c; }
+  // Depth of one output element's reduction: Kh * Kw * Ci / groups.
+  int64_t ReductionDepth() const { return filter_h * filter_w * GroupInC(); }
 };
 
 // Fills out_h/out_w and the paddings from the sizes, strides, dilations and
@@ -63,7 +77,7 @@ inline void OutputBounds(Activation activation, int32_t output_min,
 struct FusedConvArgs {
   ConvGeometry geo;
   const int8_t* input = nullptr;       // [N, H, W, Ci]
-  const int8_t* filter = nullptr;      // [Kh, Kw, Ci, Co]
+  const int8_t* filter = nullptr;      // [Kh, Kw, Ci / groups, Co]
   const float* bias = nullptr;         // [Co]
   const int8_t* side_input = nullptr;  // [N, Ho, Wo, Co] or nullptr
   const float* conv_input_scale = nullptr;  // [1] or [Co]

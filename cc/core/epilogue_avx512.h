@@ -113,6 +113,30 @@ inline void Epilogue64(__m512i a0, __m512i a1, __m512i a2, __m512i a3,
   _mm512_mask_storeu_epi8(out, mask, b);
 }
 
+// 16 output channels in natural order in one zmm (the depthwise kernel):
+// scale/bias are 16 floats each (natural order, readable in full), side the
+// pixel's side bytes for these channels (read under `mask`) or nullptr.
+// VPMOVSDB saturates int32 to int8 exactly like the PACKSSDW + PACKSSWB
+// pair above, so the case analysis at the top of this file applies as is.
+// Stores the bytes selected by `mask`.
+inline void Epilogue16Natural(__m512i acc, const float* scale,
+                              const float* bias, const int8_t* side,
+                              const Epilogue512Consts& k, __mmask16 mask,
+                              int8_t* out) {
+  __m512 y;
+  if (side != nullptr) {
+    const __m512i s = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, side));
+    y = EpilogueFloat512(acc, _mm512_loadu_ps(scale), _mm512_loadu_ps(bias), &s,
+                         k.side_scale, k.hi);
+  } else {
+    y = EpilogueFloat512(acc, _mm512_loadu_ps(scale), _mm512_loadu_ps(bias),
+                         nullptr, k.side_scale, k.hi);
+  }
+  const __m128i b = _mm_max_epi8(_mm512_maskz_cvtsepi32_epi8(mask, _mm512_cvtps_epi32(y)),
+                                 _mm512_castsi512_si128(k.lo));
+  _mm_mask_storeu_epi8(out, mask, b);
+}
+
 }  // namespace
 }  // namespace tf_fused_int8
 

@@ -44,7 +44,9 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
 // reference.cc: obvious, slow, exact; the one every other path is tested
 // against.
 void RunReference(const FusedConvArgs& args);
-// cpu/conv_portable.cc: blocked im2col + int32 GEMM in plain C++.
+// cpu/conv_portable.cc: blocked im2col + int32 GEMM in plain C++ (groups == 1
+// only: RunFusedConv sends grouped calls through cpu/grouped.h and depthwise
+// calls to cpu/depthwise.h first).
 void RunPortable(const FusedConvArgs& args, const ParallelFor& parallel_for);
 
 }  // namespace tf_fused_int8

@@ -16,11 +16,17 @@ void RunReference(const FusedConvArgs& a) {
   int32_t lo_i, hi_i;
   OutputBounds(a, &lo_i, &hi_i);
   const float lo = static_cast<float>(lo_i), hi = static_cast<float>(hi_i);
+  // Grouped convolution: output channel co reads the group_in_c input
+  // channels of its group, starting at channel ci0; the filter has
+  // group_in_c input rows.
+  const int64_t group_in_c = g.GroupInC();
+  const int64_t group_out_c = g.GroupOutC();
   for (int64_t n = 0; n < g.batch; ++n) {
     for (int64_t oy = 0; oy < g.out_h; ++oy) {
       for (int64_t ox = 0; ox < g.out_w; ++ox) {
         const int64_t out_pixel = (n * g.out_h + oy) * g.out_w + ox;
         for (int64_t co = 0; co < g.out_c; ++co) {
+          const int64_t ci0 = (co / group_out_c) * group_in_c;
           int32_t acc = 0;
           for (int64_t ky = 0; ky < g.filter_h; ++ky) {
             const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
@@ -29,9 +35,11 @@ void RunReference(const FusedConvArgs& a) {
               const int64_t ix =
                   ox * g.stride_w - g.pad_left + kx * g.dilation_w;
               if (ix < 0 || ix >= g.in_w) continue;
-              const int8_t* in = a.input + ((n * g.in_h + iy) * g.in_w + ix) * g.in_c;
-              const int8_t* w = a.filter + ((ky * g.filter_w + kx) * g.in_c) * g.out_c + co;
-              for (int64_t ci = 0; ci < g.in_c; ++ci) {
+              const int8_t* in =
+                  a.input + ((n * g.in_h + iy) * g.in_w + ix) * g.in_c + ci0;
+              const int8_t* w =
+                  a.filter + ((ky * g.filter_w + kx) * group_in_c) * g.out_c + co;
+              for (int64_t ci = 0; ci < group_in_c; ++ci) {
                 acc += static_cast<int32_t>(in[ci]) *
                        static_cast<int32_t>(w[ci * g.out_c]);
               }

@@ -47,6 +47,35 @@ absl::Status CheckWindowAttr(const char* name, const std::vector<int32_t>& v,
   return absl::OkStatus();
 }
 
+// Grouped convolution as tf.nn.conv2d: groups = conv_input depth / filter
+// input depth (1 for an ordinary convolution); the output depth must be a
+// multiple of it (checked by ComputeGeometry).
+absl::Status InferGroups(int64_t in_c, int64_t filter_in_c,
+                         const std::string& in_what,
+                         const std::string& filter_what, int64_t* groups) {
+  const std::string in_desc =
+      "conv_input depth " + std::to_string(in_c) + " (" + in_what + ")";
+  const std::string filter_desc =
+      "filter input depth " + std::to_string(filter_in_c) + " (" + filter_what + ")";
+  if (filter_in_c == 0) {
+    if (in_c != 0) {
+      return absl::InvalidArgumentError(
+          filter_desc + " is 0 but " + in_desc +
+          " is not: the filter input depth must be conv_input depth / groups");
+    }
+    *groups = 1;
+    return absl::OkStatus();
+  }
+  if (filter_in_c < 0 || in_c <= 0 || in_c % filter_in_c != 0) {
+    return absl::InvalidArgumentError(
+        in_desc + " must be a multiple of the " + filter_desc +
+        ": the filter input depth is conv_input depth / groups (equal to it "
+        "for an ordinary convolution)");
+  }
+  *groups = in_c / filter_in_c;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
@@ -179,12 +208,10 @@ absl::Status ValidateConvInputs(tensorflow::OpKernelContext* ctx,
           "filter must be rank 4 [height, width, in_depth, out_depth] (HWIO), "
           "got shape " + filter.shape().DebugString());
     }
-    if (input.dim_size(3) != filter.dim_size(2)) {
-      return absl::InvalidArgumentError(
-          "filter input depth (dimension 2 of filter " + filter.shape().DebugString() +
-          ") must equal conv_input depth (dimension 3 of " + input.shape().DebugString() +
-          ")");
-    }
+    TF_RETURN_IF_ERROR(InferGroups(input.dim_size(3), filter.dim_size(2),
+                                   "dimension 3 of conv_input " + input.shape().DebugString(),
+                                   "dimension 2 of filter " + filter.shape().DebugString(),
+                                   &g.groups));
     g.batch = input.dim_size(0);
     g.in_h = input.dim_size(1);
     g.in_w = input.dim_size(2);
@@ -203,12 +230,10 @@ absl::Status ValidateConvInputs(tensorflow::OpKernelContext* ctx,
           "filter must be rank 5 [out_depth, in_depth/4, height, width, 4] "
           "(OIHW_VECT_I), got shape " + filter.shape().DebugString());
     }
-    if (input.dim_size(1) != filter.dim_size(1)) {
-      return absl::InvalidArgumentError(
-          "filter input depth (4 * dimension 1 of filter " + filter.shape().DebugString() +
-          ") must equal conv_input depth (4 * dimension 1 of " +
-          input.shape().DebugString() + ")");
-    }
+    TF_RETURN_IF_ERROR(InferGroups(
+        input.dim_size(1) * 4, filter.dim_size(1) * 4,
+        "4 * dimension 1 of conv_input " + input.shape().DebugString(),
+        "4 * dimension 1 of filter " + filter.shape().DebugString(), &g.groups));
     if (filter.dim_size(0) % 4 != 0) {
       return absl::InvalidArgumentError(
           "NCHW_VECT_C needs an output depth (filter dimension 0) that is a "

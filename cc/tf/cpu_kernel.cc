@@ -70,14 +70,17 @@ class FusedInt8ConvCpuOp : public OpKernel {
         return ctx->allocate_temp(tensorflow::DT_INT8, shape, t);
       };
       OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.in_h, g.in_w, g.in_c}), &input_nhwc));
-      OP_REQUIRES_OK(ctx, temp(TensorShape({g.filter_h, g.filter_w, g.in_c, g.out_c}),
+      // The filter's input depth is the group's (in_c / groups, a multiple
+      // of 4 here because both depths are).
+      const int64_t filter_in_c = g.GroupInC();
+      OP_REQUIRES_OK(ctx, temp(TensorShape({g.filter_h, g.filter_w, filter_in_c, g.out_c}),
                                &filter_hwio));
       OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
                                &output_nhwc));
       NchwVectCToNhwc(Int8Data(ctx->input(0)), g.batch, g.in_c, g.in_h, g.in_w, 4,
                       g.in_c, MutableInt8Data(&input_nhwc));
-      OihwVectIToHwio(Int8Data(ctx->input(1)), g.out_c, g.in_c, g.filter_h, g.filter_w,
-                      4, g.in_c, MutableInt8Data(&filter_hwio));
+      OihwVectIToHwio(Int8Data(ctx->input(1)), g.out_c, filter_in_c, g.filter_h,
+                      g.filter_w, 4, filter_in_c, MutableInt8Data(&filter_hwio));
       args.input = Int8Data(input_nhwc);
       args.filter = Int8Data(filter_hwio);
       if (v.has_side_input) {

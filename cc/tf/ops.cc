@@ -158,8 +158,19 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
     k_h = c->Dim(filter, 2);
     k_w = c->Dim(filter, 3);
   }
-  TF_RETURN_IF_ERROR(MergeNamed(c, in_c, filter_in_c, "conv_input depth",
-                                "filter input depth", &in_c));
+  // Grouped convolution as tf.nn.conv2d: groups = conv_input depth / filter
+  // input depth, and the output depth must be a multiple of groups.
+  if (c->ValueKnown(in_c) && c->ValueKnown(filter_in_c)) {
+    const int64_t ci = c->Value(in_c), fci = c->Value(filter_in_c);
+    if (fci == 0 ? ci != 0 : (ci == 0 || ci % fci != 0)) {
+      return absl::InvalidArgumentError(
+          "conv_input depth (" + std::to_string(ci) +
+          ") must be a multiple of the filter input depth (" +
+          std::to_string(fci) +
+          "): the filter input depth is conv_input depth / groups (equal to "
+          "it for an ordinary convolution)");
+    }
+  }
 
   ShapeHandle bias;
   if (!c->WithRank(c->input(2), 1, &bias).ok()) {
@@ -168,6 +179,17 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
   }
   TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(bias, 0), out_c, "bias length",
                                 "filter output depth", &out_c));
+  if (c->ValueKnown(in_c) && c->ValueKnown(filter_in_c) && c->ValueKnown(out_c) &&
+      c->Value(filter_in_c) > 0) {
+    const int64_t groups = c->Value(in_c) / c->Value(filter_in_c);
+    if (c->Value(out_c) % groups != 0) {
+      return absl::InvalidArgumentError(
+          "filter output depth (" + std::to_string(c->Value(out_c)) +
+          ") must be a multiple of groups (" + std::to_string(groups) +
+          " = conv_input depth " + std::to_string(c->Value(in_c)) +
+          " / filter input depth " + std::to_string(c->Value(filter_in_c)) + ")");
+    }
+  }
 
   ShapeHandle scale;
   if (!c->WithRankAtMost(c->input(4), 1, &scale).ok()) {
@@ -269,6 +291,11 @@ with lo = Relu ? max(0, output_min) : output_min; -128 <= output_min <=
 output_max <= 127 (defaults -128/127; Relu6 is output_max = round(6 /
 output_scale)); a NaN y gives lo.
 conv_input_scale is a scalar or has one value per output channel.
+Grouped convolution as in tf.nn.conv2d: groups = conv_input depth / filter
+input depth; output channel c of group g = c / (output depth / groups) reads
+input channels [g, g + 1) * conv_input depth / groups. groups = conv_input
+depth is a depthwise convolution (filter [Kh, Kw, 1, depth * multiplier],
+TF's depthwise_conv2d channel order).
 padding EXPLICIT takes explicit_paddings: 8 non-negative values, a
 [before, after] pair per dimension in data_format order (0 for batch and
 depth), as in tf.nn.conv2d.

@@ -81,6 +81,18 @@ FusedConvArgs MakeCase(std::mt19937* rng, Padding* padding, Buffers* b) {
   }
   g.in_c = kChannels[uni(0, 12)];
   g.out_c = kChannels[uni(0, 12)];
+  const int group_kind = uni(0, 5);
+  if (group_kind == 0) {
+    // Depthwise: groups = in_c, channel multiplier 1 (usually) to 3.
+    g.in_c = kChannels[uni(0, 12)];
+    g.groups = g.in_c;
+    g.out_c = g.in_c * (uni(0, 2) == 0 ? uni(2, 3) : 1);
+  } else if (group_kind == 1) {
+    // Grouped: 2..4 groups of 2..9 input and 1..9 output channels.
+    g.groups = uni(2, 4);
+    g.in_c = g.groups * uni(2, 9);
+    g.out_c = g.groups * uni(1, 9);
+  }
   std::string err = ComputeGeometry(*padding, &g);
   EXPECT(err.empty(), "%s", err.c_str());
   auto fill = [&](std::vector<int8_t>* v, int64_t n) {
@@ -214,10 +226,10 @@ int CheckAllPaths(FusedConvArgs a, const char* what) {
 
 FusedConvArgs LayerCase(int64_t batch, int64_t h, int64_t w, int64_t ci,
                         int64_t k, int64_t co, int64_t stride, bool side,
-                        std::mt19937* rng, Buffers* b) {
+                        std::mt19937* rng, Buffers* b, int64_t groups = 1) {
   FusedConvArgs a;
   ConvGeometry& g = a.geo;
-  g.batch = batch; g.in_h = h; g.in_w = w; g.in_c = ci;
+  g.batch = batch; g.in_h = h; g.in_w = w; g.in_c = ci; g.groups = groups;
   g.filter_h = g.filter_w = k; g.out_c = co;
   g.stride_h = g.stride_w = stride;
   EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "layer geometry");
@@ -268,6 +280,27 @@ void TestLayerShapes() {
     std::snprintf(what, sizeof(what), "layer n%ld %ldx%ldx%ld k%ld co%ld s%ld",
                   long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
                   long(l.co), long(l.s));
+    runs += CheckAllPaths(a, what);
+  }
+  // MobileNetV2-like depthwise layers (groups = in_c) and grouped layers.
+  struct G { int64_t n, h, w, ci, k, co, s, groups; bool side; };
+  const G grouped[] = {
+      {1, 28, 28, 144, 3, 144, 1, 144, false},  // depthwise 3x3
+      {2, 29, 27, 96, 3, 96, 2, 96, true},      // depthwise 3x3 / 2
+      {1, 14, 14, 35, 5, 35, 1, 35, true},      // depthwise 5x5, tail lanes
+      {1, 9, 10, 24, 3, 48, 1, 24, false},      // channel multiplier 2
+      {1, 14, 14, 128, 3, 128, 1, 32, false},   // ResNeXt-like 32 x 4
+      {2, 12, 13, 48, 3, 96, 2, 3, true},       // 3 groups of 16 -> 32
+  };
+  for (const G& l : grouped) {
+    Buffers b;
+    FusedConvArgs a = LayerCase(l.n, l.h, l.w, l.ci, l.k, l.co, l.s, l.side,
+                                &rng, &b, l.groups);
+    char what[112];
+    std::snprintf(what, sizeof(what),
+                  "grouped layer n%ld %ldx%ldx%ld k%ld co%ld s%ld groups %ld",
+                  long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
+                  long(l.co), long(l.s), long(l.groups));
     runs += CheckAllPaths(a, what);
   }
   std::printf("layer shapes: %d runs checked\n", runs);
@@ -436,6 +469,9 @@ void TestGeometryErrors() {
       {"input overflow", [](ConvGeometry* g) { g->batch = 1 << 20; g->in_h = 1 << 10; }, Padding::kSame, "conv_input has more than"},
       {"accumulator overflow", [](ConvGeometry* g) { g->in_c = 20000; g->filter_h = 7; g->in_h = 7; }, Padding::kSame, "int32 accumulator"},
       {"huge dim", [](ConvGeometry* g) { g->out_c = int64_t{1} << 40; }, Padding::kSame, "filter output depth"},
+      {"zero groups", [](ConvGeometry* g) { g->groups = 0; }, Padding::kSame, "groups must be in"},
+      {"groups not dividing input", [](ConvGeometry* g) { g->groups = 2; }, Padding::kSame, "conv_input depth (3) must be a multiple of groups (2"},
+      {"groups not dividing output", [](ConvGeometry* g) { g->groups = 3; g->out_c = 4; }, Padding::kSame, "filter output depth (4) must be a multiple of groups (3"},
   };
   for (const Bad& b : bad) {
     ConvGeometry g = geo();
@@ -443,6 +479,20 @@ void TestGeometryErrors() {
     const std::string err = ComputeGeometry(b.p, &g);
     EXPECT(err.find(b.needle) != std::string::npos, "%s: got '%s'", b.what, err.c_str());
   }
+  // Grouped: the reduction and the filter cover in_c / groups channels.
+  g = geo(); g.in_c = 6; g.groups = 3; g.out_c = 9;
+  EXPECT(ComputeGeometry(Padding::kSame, &g).empty() && g.GroupInC() == 2 &&
+         g.GroupOutC() == 3 && g.ReductionDepth() == 18 &&
+         g.FilterElements() == 3 * 3 * 2 * 9 && !g.IsDepthwise(), "grouped geometry");
+  g = geo(); g.groups = 3; g.out_c = 6;
+  EXPECT(ComputeGeometry(Padding::kSame, &g).empty() && g.IsDepthwise(), "depthwise");
+  g = geo(); g.in_c = 20000 * 4; g.groups = 4; g.filter_h = 7; g.in_h = 7;
+  EXPECT(ComputeGeometry(Padding::kSame, &g).find("int32 accumulator") != std::string::npos,
+         "grouped accumulator bound uses in_c / groups");
+  g = geo(); g.in_c = 18000 * 8; g.groups = 8; g.filter_h = 7; g.in_h = 7;
+  g.batch = 1; g.in_w = 1; g.filter_w = 1; g.out_c = 8;
+  EXPECT(ComputeGeometry(Padding::kSame, &g).empty(),
+         "grouped depth 7 * 18000 within the accumulator bound");
   g = geo(); g.batch = 0;
   EXPECT(ComputeGeometry(Padding::kSame, &g).empty() && g.OutputElements() == 0, "batch 0");
   // Explicit padding: pads kept, out = (in + before + after - eff) / stride + 1.

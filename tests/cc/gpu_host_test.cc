@@ -421,6 +421,12 @@ void TestSpecsAndLayouts() {
   bad = SampleGeometry();
   bad.in_c = 6;
   EXPECT(ValidateGpuGeometry(bad).code() == StatusCode::kInvalidArgument, "in_c");
+  bad = SampleGeometry();
+  bad.groups = 2;
+  st = ValidateGpuGeometry(bad);
+  EXPECT(st.code() == StatusCode::kUnimplemented &&
+             st.message().find("groups") != std::string::npos,
+         "grouped GPU call: %s", st.ToString().c_str());
   EXPECT(X32Candidate(SampleGeometry(), 9, 0) && !X32Candidate(SampleGeometry(), 7, 0),
          "x32 needs sm_75+");
   ConvGeometry c36 = SampleGeometry();

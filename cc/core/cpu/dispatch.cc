@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "cc/core/cpu/depthwise.h"
+#include "cc/core/cpu/grouped.h"
 #include "cc/core/cpu/kernels.h"
 #include "cc/core/fused_conv.h"
 
@@ -119,6 +121,41 @@ std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
   return "";
 }
 
+namespace {
+
+// One groups == 1 call on a resolved, non-reference path.
+void RunUngrouped(const FusedConvArgs& args, KernelPath path,
+                  const ParallelFor& parallel_for, const int8_t* cache_key) {
+  switch (path) {
+    case KernelPath::kAvx2:
+      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
+      return;
+    case KernelPath::kAvxVnni:
+      cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key);
+      return;
+    case KernelPath::kAvx512Vnni:
+      cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key);
+      return;
+    default:
+      RunPortable(args, parallel_for);
+      return;
+  }
+}
+
+cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
+  switch (path) {
+    case KernelPath::kAvx2:
+    case KernelPath::kAvxVnni:
+      return cpu::DepthwiseRowsAvx2;
+    case KernelPath::kAvx512Vnni:
+      return cpu::DepthwiseRowsAvx512Vnni;
+    default:
+      return cpu::DepthwiseRowsPortable;
+  }
+}
+
+}  // namespace
+
 std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
                          const ParallelFor& parallel_for) {
   KernelPath resolved;
@@ -130,21 +167,25 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
       RunReference(args);
       return "";
     case KernelPath::kPortable:
-      RunPortable(args, parallel_for);
-      return "";
     case KernelPath::kAvx2:
-      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for);
-      return "";
     case KernelPath::kAvxVnni:
-      cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for);
-      return "";
     case KernelPath::kAvx512Vnni:
-      cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for);
-      return "";
+      break;
     default:
       return std::string("CPU kernel '") + KernelPathName(resolved) +
              "' has no implementation";
   }
+  if (args.geo.IsDepthwise()) {
+    cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for);
+  } else if (args.geo.groups > 1) {
+    cpu::RunPerGroup(args, parallel_for,
+                     [&](const FusedConvArgs& sub, const int8_t* cache_key) {
+                       RunUngrouped(sub, resolved, parallel_for, cache_key);
+                     });
+  } else {
+    RunUngrouped(args, resolved, parallel_for, nullptr);
+  }
+  return "";
 }
 
 }  // namespace tf_fused_int8

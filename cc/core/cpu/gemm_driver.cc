@@ -246,7 +246,8 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
 void SetWeightModeForTesting(int mode) { g_weight_mode.store(mode); }
 
 void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
-                 const ParallelFor& parallel_for) {
+                 const ParallelFor& parallel_for, const int8_t* cache_key) {
+  if (cache_key == nullptr) cache_key = a.filter;
   const ConvGeometry& g = a.geo;
   if (g.ReductionDepth() == 0) {
     RunPortable(a, parallel_for);  // no products: bias-only epilogue
@@ -261,10 +262,10 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   }
   PackedWeightsCache& cache = PackedWeightsCache::Global();
   bool fresh = false;
-  std::shared_ptr<const PackedWeights> w = cache.Get(a.filter, g, isa, &fresh);
+  std::shared_ptr<const PackedWeights> w = cache.Get(a.filter, cache_key, g, isa, &fresh);
   if (RunPass(a, isa, plan, &w->view(), !fresh, parallel_for)) {
     // The filter changed since it was packed: repack, recompute.
-    w = cache.Replace(a.filter, g, isa);
+    w = cache.Replace(a.filter, cache_key, g, isa);
     RunPass(a, isa, plan, &w->view(), false, parallel_for);
   }
 }

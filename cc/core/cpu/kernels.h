@@ -157,9 +157,12 @@ extern const IsaKernels kAvx2Kernels;
 int64_t BlockLaneChannel(PackFormatId format, int64_t position);
 
 // The driver (gemm_driver.cc, baseline code): packs/caches the weights,
-// tiles, gathers and runs `isa`'s kernels over parallel_for.
+// tiles, gathers and runs `isa`'s kernels over parallel_for. groups == 1
+// only (grouped calls are split by grouped.h first). cache_key: the
+// filter's identity in the packed-weight cache (nullptr: args.filter).
 void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
-                 const ParallelFor& parallel_for);
+                 const ParallelFor& parallel_for,
+                 const int8_t* cache_key = nullptr);
 
 // Tests only: where the weights come from. 0: automatic (cached with several
 // M tiles, packed on the fly with one), 1: always cached, 2: always on the

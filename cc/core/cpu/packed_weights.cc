@@ -142,9 +142,9 @@ PackedWeightsCache& PackedWeightsCache::Global() {
 }
 
 std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
-    const int8_t* filter, const ConvGeometry& g, const IsaKernels& isa,
-    bool* fresh) {
-  const Key key = MakeKey(filter, g, isa);
+    const int8_t* filter, const int8_t* key_address, const ConvGeometry& g,
+    const IsaKernels& isa, bool* fresh) {
+  const Key key = MakeKey(key_address, g, isa);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->Find(key);
@@ -166,11 +166,12 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
 }
 
 std::shared_ptr<const PackedWeights> PackedWeightsCache::Replace(
-    const int8_t* filter, const ConvGeometry& g, const IsaKernels& isa) {
+    const int8_t* filter, const int8_t* key_address, const ConvGeometry& g,
+    const IsaKernels& isa) {
   std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
   std::lock_guard<std::mutex> lock(impl_->mu);
   ++impl_->stats.stale;
-  impl_->Insert(MakeKey(filter, g, isa), w);
+  impl_->Insert(MakeKey(key_address, g, isa), w);
   return w;
 }
 

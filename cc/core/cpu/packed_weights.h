@@ -10,7 +10,9 @@
 // reads the filter once, which the check below must do anyway, and skips
 // reading a packed copy; such calls neither read nor fill the cache.
 //
-// Cache key: (filter pointer, Kh, Kw, Ci, Co, layout). A pointer hit is only
+// Cache key: (filter pointer, Kh, Kw, Ci, Co, layout); for one group of a
+// grouped convolution the pointer is the original filter's address plus the
+// group index (grouped.h), the sizes the group's. A pointer hit is only
 // a candidate: every call that uses a cached entry re-checks it against the
 // filter's current bytes, panel by panel, while it computes (GemmTileArgs::
 // verify; each (channel block, K panel) is checked exactly once per call,
@@ -79,11 +81,16 @@ class PackedWeightsCache {
   // Returns packed weights for the filter. *fresh is true when they were
   // packed by this call from the current filter bytes (no check needed),
   // false for a cache hit that the caller must verify while computing.
+  // key_address is the filter's identity in the key: the filter itself,
+  // or for one group of a grouped filter copied out (grouped.h) the
+  // original filter's address plus the group index.
   std::shared_ptr<const PackedWeights> Get(const int8_t* filter,
+                                           const int8_t* key_address,
                                            const ConvGeometry& g,
                                            const IsaKernels& isa, bool* fresh);
   // Repacks after a failed verification and replaces the entry.
   std::shared_ptr<const PackedWeights> Replace(const int8_t* filter,
+                                               const int8_t* key_address,
                                                const ConvGeometry& g,
                                                const IsaKernels& isa);
   void Clear();

@@ -19,6 +19,13 @@ Status ValidateGpuGeometry(const ConvGeometry& g) {
         "; pad the filter's output channels with zeros (and bias with anything) and drop them "
         "afterwards");
   }
+  if (g.groups != 1) {
+    return Unimplemented(
+        "grouped and depthwise convolutions (groups = conv_input depth / filter input depth = " +
+        std::to_string(g.groups) +
+        ") are not implemented by the GPU kernel yet; run this op on the CPU (NHWC, or "
+        "NCHW_VECT_C under tf.device('/CPU:0')), which computes the same bits");
+  }
   // ComputeGeometry already bounds every tensor below 2^31 elements, so the
   // device kernels' 32-bit word indices (elements / 4) cannot overflow.
   return Status::Ok();

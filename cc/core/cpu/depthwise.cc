@@ -1,0 +1,160 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The depthwise driver (see depthwise.h) and the portable row kernel.
+#include "cc/core/cpu/depthwise.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cc/core/epilogue.h"
+#include "cc/core/fused_conv.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+int64_t RoundUpTo(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Floor division for a possibly negative numerator, positive divisor.
+int64_t FloorDiv(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// Taps k in [0, k_size) with 0 <= base + k * dilation < in_size.
+void TapRange(int64_t base, int64_t dilation, int64_t k_size, int64_t in_size,
+              int64_t* begin, int64_t* end) {
+  int64_t b = base >= 0 ? 0 : (-base + dilation - 1) / dilation;
+  int64_t e = FloorDiv(in_size - 1 - base, dilation) + 1;
+  b = std::min(b, k_size);
+  e = std::max(b, std::min(e, k_size));
+  *begin = b;
+  *end = e;
+}
+
+}  // namespace
+
+void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t c_count = d.channels;
+  const float lo = d.lo, hi = d.hi;
+  std::vector<int32_t> acc(static_cast<size_t>(c_count));
+  for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+    const int64_t n = r / g.out_h, oy = r % g.out_h;
+    const int64_t iy0 = oy * g.stride_h - g.pad_top;
+    const int64_t ky0 = d.ky_range[2 * oy], ky1 = d.ky_range[2 * oy + 1];
+    for (int64_t ox = 0; ox < g.out_w; ++ox) {
+      const int64_t ix0 = ox * g.stride_w - g.pad_left;
+      const int64_t kx0 = d.kx_range[2 * ox], kx1 = d.kx_range[2 * ox + 1];
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int64_t ky = ky0; ky < ky1; ++ky) {
+        const int64_t iy = iy0 + ky * g.dilation_h;
+        for (int64_t kx = kx0; kx < kx1; ++kx) {
+          const int64_t ix = ix0 + kx * g.dilation_w;
+          const int8_t* in = d.input + ((n * g.in_h + iy) * g.in_w + ix) * c_count;
+          const int8_t* w = d.filter + (ky * g.filter_w + kx) * c_count;
+          for (int64_t c = 0; c < c_count; ++c) {
+            acc[c] += static_cast<int32_t>(in[c]) * static_cast<int32_t>(w[c]);
+          }
+        }
+      }
+      const int64_t o = (r * g.out_w + ox) * c_count;
+      for (int64_t c = 0; c < c_count; ++c) {
+        d.output[o + c] = EpilogueScalar(
+            acc[c], d.scale[c], d.bias[c], d.side != nullptr,
+            d.side != nullptr ? d.side[o + c] : int8_t{0}, d.side_scale, lo, hi);
+      }
+    }
+  }
+}
+
+void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
+                  const ParallelFor& parallel_for) {
+  const ConvGeometry& g = a.geo;
+  const int64_t c_count = g.out_c;
+  const int64_t multiplier = g.out_c / g.in_c;
+  const int64_t padded = RoundUpTo(c_count, kDepthwiseChannelAlign);
+  const int64_t taps = g.filter_h * g.filter_w;
+
+  // Channel multiplier M > 1: input channel c feeds output channels
+  // [c * M, (c + 1) * M); expand it so that output channel j reads channel j.
+  std::vector<int8_t> expanded;
+  const int8_t* input = a.input;
+  if (multiplier > 1) {
+    const int64_t pixels = g.batch * g.in_h * g.in_w;
+    expanded.resize(static_cast<size_t>(pixels * c_count));
+    parallel_for(pixels, c_count, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int8_t* src = a.input + p * g.in_c;
+        int8_t* dst = expanded.data() + p * c_count;
+        for (int64_t c = 0; c < g.in_c; ++c) {
+          for (int64_t m = 0; m < multiplier; ++m) dst[c * multiplier + m] = src[c];
+        }
+      }
+    });
+    input = expanded.data();
+  }
+
+  // Widened weights: int8 in the low 16 bits, zero high half (depthwise.h).
+  std::vector<int32_t> wide(static_cast<size_t>(taps * padded), 0);
+  for (int64_t t = 0; t < taps; ++t) {
+    for (int64_t c = 0; c < c_count; ++c) {
+      wide[t * padded + c] = static_cast<int32_t>(
+          static_cast<uint16_t>(static_cast<int16_t>(a.filter[t * c_count + c])));
+    }
+  }
+  std::vector<float> scale(static_cast<size_t>(padded), 0.0f);
+  std::vector<float> bias(static_cast<size_t>(padded), 0.0f);
+  for (int64_t c = 0; c < c_count; ++c) {
+    scale[c] = a.conv_input_scale[a.per_channel_scale ? c : 0];
+    bias[c] = a.bias[c];
+  }
+  std::vector<int64_t> ky_range(static_cast<size_t>(2 * g.out_h));
+  std::vector<int64_t> kx_range(static_cast<size_t>(2 * g.out_w));
+  for (int64_t oy = 0; oy < g.out_h; ++oy) {
+    TapRange(oy * g.stride_h - g.pad_top, g.dilation_h, g.filter_h, g.in_h,
+             &ky_range[2 * oy], &ky_range[2 * oy + 1]);
+  }
+  int64_t full_begin = g.out_w, full_end = g.out_w;
+  for (int64_t ox = 0; ox < g.out_w; ++ox) {
+    TapRange(ox * g.stride_w - g.pad_left, g.dilation_w, g.filter_w, g.in_w,
+             &kx_range[2 * ox], &kx_range[2 * ox + 1]);
+    const bool full = kx_range[2 * ox] == 0 && kx_range[2 * ox + 1] == g.filter_w;
+    if (full && full_begin == g.out_w) full_begin = ox;
+    if (full) full_end = ox + 1;
+  }
+  // The full columns are contiguous (the window slides monotonically); if
+  // none, full_begin == full_end == Wo.
+
+  DepthwiseRowArgs base;
+  base.geo = &g;
+  base.input = input;
+  base.filter = a.filter;
+  base.wide = wide.data();
+  base.scale = scale.data();
+  base.bias = bias.data();
+  base.side = a.HasSideInput() ? a.side_input : nullptr;
+  base.side_scale = a.side_input_scale;
+  int32_t lo, hi;
+  OutputBounds(a, &lo, &hi);
+  base.lo = static_cast<int8_t>(lo);
+  base.hi = static_cast<int8_t>(hi);
+  base.output = a.output;
+  base.channels = c_count;
+  base.padded_c = padded;
+  base.ky_range = ky_range.data();
+  base.kx_range = kx_range.data();
+  base.full_begin = full_begin;
+  base.full_end = full_end;
+  const int64_t total_rows = g.batch * g.out_h;
+  const int64_t cost = g.out_w * c_count * (taps + 8);
+  parallel_for(total_rows, cost, [&](int64_t begin, int64_t end) {
+    DepthwiseRowArgs d = base;
+    d.row_begin = begin;
+    d.row_end = end;
+    rows(d);
+  });
+}
+
+}  // namespace cpu
+}  // namespace tf_fused_int8

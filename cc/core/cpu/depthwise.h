@@ -1,0 +1,75 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Depthwise convolution (groups == in_c: one input channel per group, channel
+// multiplier M = out_c / in_c) as a direct kernel: each output channel is a
+// Kh x Kw window of one input channel, so there is no reduction across
+// channels to feed a GEMM; instead the kernels vectorize across channels
+// (NHWC keeps them contiguous), one int32 accumulator lane per channel.
+//
+// The driver (depthwise.cc, baseline code) prepares per call:
+//  * for M > 1, an expanded input [N, H, W, out_c] whose channel c is input
+//    channel c / M, so that the row kernels only see M == 1;
+//  * the weights widened to int32 lanes [Kh * Kw, padded_c] holding the int8
+//    weight in the low 16 bits and zero in the high 16 bits: PMADDWD /
+//    VPDPWSSD of such a lane with a sign-extended int8 activation (int32
+//    lane, high half 0 or -1) is exactly w * x (the high halves multiply
+//    zero);
+//  * scale (broadcast when scalar) and bias padded to padded_c floats, so
+//    vector loads never read past the caller's arrays.
+// and runs the row kernel of the chosen instruction set over the output rows
+// (n, oy) with the caller's ParallelFor.
+//
+// Like kernels.h, this header is included by baseline and ISA translation
+// units: declarations and plain structs only, no inline code.
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_H_
+
+#include <cstdint>
+
+#include "cc/core/conv_params.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+
+// Channel padding of the widened weights, scale and bias (one zmm of int32).
+constexpr int64_t kDepthwiseChannelAlign = 16;
+
+struct DepthwiseRowArgs {
+  const ConvGeometry* geo;  // the call's geometry (fields only in ISA code)
+  const int8_t* input;      // [N, H, W, channels] (expanded when M > 1)
+  const int8_t* filter;     // [Kh * Kw, channels] (the HWIO filter itself)
+  const int32_t* wide;      // [Kh * Kw, padded_c] widened weights, 64B aligned
+  const float* scale;       // [padded_c]
+  const float* bias;        // [padded_c]
+  const int8_t* side;       // [N, Ho, Wo, channels] or nullptr
+  float side_scale;
+  int8_t lo, hi;            // output range (OutputBounds)
+  int8_t* output;           // [N, Ho, Wo, channels]
+  int64_t channels;         // out_c
+  int64_t padded_c;         // channels rounded up to kDepthwiseChannelAlign
+  // Valid filter taps per output row / column: [begin, end) of ky for
+  // output row oy at ky_range[2 * oy], of kx for column ox at
+  // kx_range[2 * ox] (taps outside are padding).
+  const int64_t* ky_range;  // [Ho * 2]
+  const int64_t* kx_range;  // [Wo * 2]
+  // Output columns whose whole window is inside the input horizontally
+  // (kx_range is [0, Kw) for every ox in [full_begin, full_end)).
+  int64_t full_begin, full_end;
+  int64_t row_begin, row_end;  // output rows r = n * Ho + oy
+};
+using DepthwiseRowsFn = void (*)(const DepthwiseRowArgs&);
+
+// Row kernels, one per instruction set (depthwise_<isa>.cc); the portable
+// one lives in depthwise.cc.
+void DepthwiseRowsPortable(const DepthwiseRowArgs& d);
+void DepthwiseRowsAvx2(const DepthwiseRowArgs& d);
+void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
+
+// Runs a depthwise call (args.geo.IsDepthwise()) with `rows`.
+void RunDepthwise(const FusedConvArgs& args, DepthwiseRowsFn rows,
+                  const ParallelFor& parallel_for);
+
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_H_
