@@ -24,6 +24,18 @@ scale of the side input (residual) ``s_side``, the real computation
 ``s_w[c] = max(|w[..., c]|) / 127`` and ``q_w = round(w / s_w[c])`` clipped
 to [-127, 127].
 
+Grouped and depthwise convolutions
+----------------------------------
+``groups=G`` (Keras ``Conv2D`` semantics) splits the Ci input and the
+``filters`` output channels into G groups: the kernel is
+[Kh, Kw, Ci / G, filters] and output channel c (group c // (filters / G))
+reads input channels [g * Ci / G, (g + 1) * Ci / G). A depthwise
+convolution with channel multiplier M is ``groups=Ci, filters=Ci * M`` with
+the depthwise kernel [Kh, Kw, Ci, M] reshaped to [Kh, Kw, 1, Ci * M]
+(``depthwise_to_grouped_kernel``; output channel c reads input channel
+c // M, ``tf.nn.depthwise_conv2d``'s order);
+``QuantizedFusedConv2D.from_float_depthwise_weights`` does both.
+
 Saving: the layer is registered with Keras as
 ``"tf_fused_int8>QuantizedFusedConv2D"``, so ``import tf_fused_int8`` before
 ``keras.models.load_model``. A SavedModel exported from a model with this
@@ -38,7 +50,8 @@ import numpy as np
 
 from tf_fused_int8.ops import fused_conv2d_bias_activation
 
-__all__ = ["QuantizedFusedConv2D", "quantize_kernel"]
+__all__ = ["QuantizedFusedConv2D", "depthwise_to_grouped_kernel",
+           "quantize_kernel", "relu6_output_max"]
 
 
 def _pair(value, name):
@@ -78,11 +91,75 @@ def relu6_output_max(output_scale):
   return int(min(127, round(6.0 / s)))
 
 
+_PADDING_FORMS = (
+    "'same', 'valid', or explicit zero padding as keras.layers.ZeroPadding2D "
+    "takes it: an int p (all four sides), (pad_h, pad_w) (symmetric per "
+    "axis) or ((top, bottom), (left, right)); also tf.nn.conv2d's NHWC "
+    "[[0, 0], [top, bottom], [left, right], [0, 0]]")
+
+
+def _nonneg_int(v):
+  if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+    raise TypeError(v)
+  if v < 0:
+    raise ValueError(f"padding values must be >= 0, got {v}")
+  return int(v)
+
+
 def _padding(padding):
-  p = str(padding).lower()
-  if p not in ("same", "valid"):
-    raise ValueError(f"padding must be 'same' or 'valid', got {padding!r}")
-  return p
+  """'same', 'valid' or ((top, bottom), (left, right)) (ints >= 0).
+
+  Explicit forms, like keras.layers.ZeroPadding2D: p -> ((p, p), (p, p));
+  (ph, pw) -> ((ph, ph), (pw, pw)); ((t, b), (l, r)) as is; and
+  tf.nn.conv2d's NHWC [[0, 0], [t, b], [l, r], [0, 0]].
+  """
+  if isinstance(padding, bytes):
+    padding = padding.decode()
+  if isinstance(padding, str):
+    p = padding.lower()
+    if p not in ("same", "valid"):
+      raise ValueError(f"padding must be {_PADDING_FORMS}; got {padding!r}")
+    return p
+  try:
+    if isinstance(padding, numbers.Integral):
+      p = _nonneg_int(padding)
+      return ((p, p), (p, p))
+    items = list(padding)
+    if len(items) == 2 and all(isinstance(v, numbers.Integral)
+                               for v in items):
+      ph, pw = (_nonneg_int(v) for v in items)
+      return ((ph, ph), (pw, pw))
+    pairs = [tuple(_nonneg_int(v) for v in pair) for pair in items]
+    if any(len(pair) != 2 for pair in pairs):
+      raise TypeError(padding)
+    if len(pairs) == 4:
+      if pairs[0] != (0, 0) or pairs[3] != (0, 0):
+        raise ValueError(
+            f"padding as 4 [before, after] pairs is NHWC: the batch and "
+            f"channel pairs must be [0, 0], got {padding!r}")
+      pairs = pairs[1:3]
+    if len(pairs) != 2:
+      raise TypeError(padding)
+    return (pairs[0], pairs[1])
+  except TypeError:
+    raise ValueError(f"padding must be {_PADDING_FORMS}; got "
+                     f"{padding!r}") from None
+
+
+def depthwise_to_grouped_kernel(depthwise_kernel):
+  """A depthwise kernel [Kh, Kw, Ci, M] as the grouped kernel
+  [Kh, Kw, 1, Ci * M] of ``groups=Ci`` (any dtype; a reshape).
+
+  Output channel c * M + m of the grouped convolution is depthwise channel
+  (c, m), the order of ``tf.nn.depthwise_conv2d`` and
+  ``keras.layers.DepthwiseConv2D``, so the outputs are the same.
+  """
+  k = np.asarray(depthwise_kernel)
+  if k.ndim != 4:
+    raise ValueError(f"depthwise kernel must be [Kh, Kw, Ci, M], got shape "
+                     f"{k.shape}")
+  kh, kw, ci, m = k.shape
+  return k.reshape(kh, kw, 1, ci * m)
 
 
 def _windowed_size(size, k, stride, dilation, padding, what):
@@ -90,24 +167,34 @@ def _windowed_size(size, k, stride, dilation, padding, what):
 
   The same arithmetic as the op's C++ shape function
   (GetWindowedOutputSizeFromDimsV2): SAME -> ceil(in / stride);
-  VALID -> ceil((in - eff_k + 1) / stride), an error when in < eff_k.
+  VALID -> ceil((in - eff_k + 1) / stride), an error when in < eff_k;
+  explicit (before, after) -> (in + before + after - eff_k) // stride + 1,
+  an error when in + before + after < eff_k.
   """
   if size is None:
     return None
   eff_k = (k - 1) * dilation + 1
   if padding == "same":
     return (size + stride - 1) // stride
-  if size < eff_k:
+  if padding == "valid":
+    if size < eff_k:
+      raise ValueError(
+          f"{what} {size} is smaller than the dilated kernel ({eff_k}) with "
+          f"padding='valid'; the output would be empty")
+    return (size - eff_k + stride) // stride
+  before, after = padding
+  if size + before + after < eff_k:
     raise ValueError(
-        f"{what} {size} is smaller than the dilated kernel ({eff_k}) with "
-        f"padding='valid'; the output would be empty")
-  return (size - eff_k + stride) // stride
+        f"{what} {size} padded by ({before}, {after}) is smaller than the "
+        f"dilated kernel ({eff_k}); the output would be empty")
+  return (size + before + after - eff_k) // stride + 1
 
 
 def quantize_kernel(kernel, per_channel=True):
   """Symmetric int8 quantization of a float HWIO kernel.
 
-  Returns ``(q, scale)``: ``q`` int8 [Kh, Kw, Ci, Co] with values in
+  Returns ``(q, scale)``: ``q`` int8 [Kh, Kw, Ci, Co] (or a grouped
+  [Kh, Kw, Ci / groups, Co]) with values in
   [-127, 127] and ``scale`` float64, [Co] when `per_channel` (else a 0-d
   array), such that ``kernel ~= q * scale``. ``scale = max|w| / 127`` over
   each output channel (or the whole kernel); an all-zero channel gets scale
@@ -153,7 +240,7 @@ class QuantizedFusedConv2D(keras.layers.Layer):
                                                   # hi = effective_output_max()
 
   Weights (in ``get_weights``/``set_weights`` order):
-    kernel            int8  [Kh, Kw, Ci, filters], non-trainable
+    kernel            int8  [Kh, Kw, Ci / groups, filters], non-trainable
     bias              float32 [filters]
     conv_input_scale  float32 [filters] (per_channel_scale) or scalar []
     side_input_scale  float32 scalar, only when ``use_side_input``
@@ -166,7 +253,18 @@ class QuantizedFusedConv2D(keras.layers.Layer):
     filters: number of output channels.
     kernel_size: int or (Kh, Kw).
     strides: int or (sh, sw).
-    padding: "valid" or "same" (TensorFlow's geometry).
+    padding: "valid" or "same" (TensorFlow's geometry), or explicit zero
+      padding in keras.layers.ZeroPadding2D's forms: an int p (p rows /
+      columns on all four sides), (pad_h, pad_w) (symmetric per axis) or
+      ((top, bottom), (left, right)); tf.nn.conv2d's NHWC list
+      [[0, 0], [top, bottom], [left, right], [0, 0]] is accepted too.
+      Explicit pads may be asymmetric and larger than the kernel; the layer
+      runs the op with padding="EXPLICIT" and explicit_paddings
+      [0, 0, top, bottom, left, right, 0, 0], and the output size is
+      (in + before + after - (K - 1) * dilation - 1) // stride + 1. Stored
+      (``self.padding``, ``get_config``) as "same", "valid" or
+      ((top, bottom), (left, right)). So ``ZeroPadding2D(p)`` followed by a
+      "valid" convolution is this layer with ``padding=p``.
     activation: None (or "linear"), "relu" or "relu6". "relu6" needs
       ``output_scale`` (the scale s_out of the int8 output, real = s_out * q)
       and runs the op with Relu and output_max = min(output_max,
@@ -182,6 +280,14 @@ class QuantizedFusedConv2D(keras.layers.Layer):
     per_channel_scale: ``conv_input_scale`` has one value per output channel
       (True) or is a scalar (False).
     dilation_rate: int or (dh, dw).
+    groups: G, as in keras.layers.Conv2D: the input channels Ci and
+      ``filters`` must both be multiples of G; the kernel is
+      [Kh, Kw, Ci / G, filters] and output channel c, of group
+      g = c // (filters / G), reads input channels [g * Ci / G,
+      (g + 1) * Ci / G). Depthwise (channel multiplier M) is groups=Ci,
+      filters=Ci * M, kernel [Kh, Kw, 1, Ci * M]: see
+      ``from_float_depthwise_weights`` and ``depthwise_to_grouped_kernel``.
+      The op infers G from the kernel's shape (like tf.nn.conv2d).
     kernel_initializer: Keras initializer; its values are rounded, clipped to
       [-128, 127] and cast to int8. Default "zeros" (weights normally come
       from ``set_weights`` or ``from_float_weights``).
@@ -206,6 +312,7 @@ class QuantizedFusedConv2D(keras.layers.Layer):
                output_min=-128,
                output_max=127,
                output_scale=None,
+               groups=1,
                **kwargs):
     kwargs.pop("trainable", None)  # nothing here is trainable
     super().__init__(trainable=False, **kwargs)
@@ -219,6 +326,14 @@ class QuantizedFusedConv2D(keras.layers.Layer):
     self.use_side_input = bool(use_side_input)
     self.per_channel_scale = bool(per_channel_scale)
     self.dilation_rate = _pair(dilation_rate, "dilation_rate")
+    if (isinstance(groups, (bool, np.bool_)) or
+        not isinstance(groups, numbers.Integral) or groups < 1):
+      raise ValueError(f"groups must be a positive int, got {groups!r}")
+    self.groups = int(groups)
+    if self.filters % self.groups:
+      raise ValueError(
+          f"filters ({self.filters}) must be a multiple of groups "
+          f"({self.groups}): each group has filters / groups output channels")
     self.output_min = int(output_min)
     self.output_max = int(output_max)
     if not -128 <= self.output_min <= self.output_max <= 127:
@@ -258,10 +373,13 @@ class QuantizedFusedConv2D(keras.layers.Layer):
           f"{self._expected_input()}, got shape {shape}")
     if (self.input_channels is not None and shape[3] is not None and
         shape[3] != self.input_channels):
+      kernel = (f"the kernel has {self.input_channels} input channels"
+                if self.groups == 1 else
+                f"the kernel has {self.input_channels // self.groups} input "
+                f"channels per group, {self.groups} groups")
       raise ValueError(
           f"{self.__class__.__name__} '{self.name}' expects {what} of shape "
-          f"{self._expected_input()} (the kernel has {self.input_channels} "
-          f"input channels), got shape {shape}")
+          f"{self._expected_input()} ({kernel}), got shape {shape}")
 
   def _check_dtype(self, dtype, what="inputs", shape=None):
     try:
@@ -289,11 +407,17 @@ class QuantizedFusedConv2D(keras.layers.Layer):
           f"{self.__class__.__name__} '{self.name}' needs a known channel "
           f"count: expected inputs of shape {self._expected_input()}, got "
           f"shape {input_shape}")
-    self.input_channels = int(input_shape[3])
+    ci = int(input_shape[3])
+    if ci % self.groups:
+      raise ValueError(
+          f"{self.__class__.__name__} '{self.name}' has groups={self.groups}: "
+          f"the input channel count must be a multiple of {self.groups}, got "
+          f"inputs of shape {input_shape}")
+    self.input_channels = ci
     kh, kw = self.kernel_size
     co = self.filters
     self.kernel = self.add_weight(
-        name="kernel", shape=(kh, kw, self.input_channels, co), dtype="int8",
+        name="kernel", shape=(kh, kw, ci // self.groups, co), dtype="int8",
         initializer=_int8_initializer(self.kernel_initializer),
         trainable=False, autocast=False)
     self.bias = self.add_weight(
@@ -322,16 +446,38 @@ class QuantizedFusedConv2D(keras.layers.Layer):
 
     Agrees with the C++ shape function: batch passes through, an unknown
     height/width gives an unknown output height/width, a known one gives
-    TensorFlow's SAME/VALID size.
+    TensorFlow's SAME/VALID size or, with explicit padding,
+    (in + before + after - (K - 1) * dilation - 1) // stride + 1 (groups do
+    not change the output shape).
     """
     input_shape = tuple(input_shape) if input_shape is not None else None
     self._check_input_shape(input_shape)
     n, h, w, _ = input_shape
     kh, kw = self.kernel_size
     (sh, sw), (dh, dw) = self.strides, self.dilation_rate
-    ho = _windowed_size(h, kh, sh, dh, self.padding, "input height")
-    wo = _windowed_size(w, kw, sw, dw, self.padding, "input width")
+    if isinstance(self.padding, str):
+      pad_h = pad_w = self.padding
+    else:
+      pad_h, pad_w = self.padding
+    ho = _windowed_size(h, kh, sh, dh, pad_h, "input height")
+    wo = _windowed_size(w, kw, sw, dw, pad_w, "input width")
     return (n, ho, wo, self.filters)
+
+  @property
+  def op_padding(self):
+    """The op's ``padding`` attr: "SAME", "VALID" or "EXPLICIT"."""
+    if isinstance(self.padding, str):
+      return self.padding.upper()
+    return "EXPLICIT"
+
+  @property
+  def explicit_paddings(self):
+    """The op's ``explicit_paddings`` attr: [] for same/valid, else the NHWC
+    [0, 0, top, bottom, left, right, 0, 0]."""
+    if isinstance(self.padding, str):
+      return []
+    (top, bottom), (left, right) = self.padding
+    return [0, 0, top, bottom, left, right, 0, 0]
 
   def _side_shape(self, output_shape, side_shape):
     """Merges the side input's shape into the output's (as the op does)."""
@@ -387,7 +533,8 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         self.kernel.value,
         self.bias.value,
         strides=self.strides,
-        padding=self.padding.upper(),
+        padding=self.op_padding,
+        explicit_paddings=self.explicit_paddings,
         conv_input_scale=self.conv_input_scale.value,
         side_input_scale=(self.side_input_scale.value
                           if self.use_side_input else 0.0),
@@ -440,7 +587,10 @@ class QuantizedFusedConv2D(keras.layers.Layer):
     """A built layer from float weights and the activations' scales.
 
     Args:
-      kernel: float HWIO kernel [Kh, Kw, Ci, Co] (e.g. a Conv2D's kernel).
+      kernel: float HWIO kernel [Kh, Kw, Ci / groups, Co] (e.g. a Conv2D's
+        kernel; ``groups`` from `kwargs`, default 1, and the layer is built
+        for Ci = kernel.shape[2] * groups input channels). For a depthwise
+        kernel [Kh, Kw, Ci, M] use ``from_float_depthwise_weights``.
       bias: float [Co] or None (zeros).
       input_scale: s_in, the scale of the int8 input (real = s_in * q).
       output_scale: s_out, the scale of the int8 output.
@@ -448,8 +598,8 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         given -> use_side_input=True.
       per_channel_scale: per-output-channel weight scales (else one).
       **kwargs: the other constructor arguments (strides, padding,
-        activation, dilation_rate, name, ...); filters and kernel_size come
-        from the kernel.
+        activation, dilation_rate, groups, name, ...); filters and
+        kernel_size come from the kernel.
 
     The weights are (computed in float64, stored as float32):
       q_w, s_w = quantize_kernel(kernel, per_channel_scale)
@@ -486,9 +636,40 @@ class QuantizedFusedConv2D(keras.layers.Layer):
       weights.append(np.float32(float(side_input_scale) / s_out))
     layer = cls(filters=co, kernel_size=(kh, kw), use_side_input=use_side,
                 per_channel_scale=per_channel_scale, **kwargs)
-    layer.build((None, None, None, ci))
+    layer.build((None, None, None, ci * layer.groups))
     layer.set_weights(weights)
     return layer
+
+  @classmethod
+  def from_float_depthwise_weights(cls,
+                                   depthwise_kernel,
+                                   bias=None,
+                                   input_scale=1.0,
+                                   output_scale=1.0,
+                                   side_input_scale=None,
+                                   per_channel_scale=True,
+                                   **kwargs):
+    """A built depthwise layer from a float depthwise kernel.
+
+    ``depthwise_kernel`` is [Kh, Kw, Ci, M] (keras.layers.DepthwiseConv2D's
+    kernel, channel multiplier M), ``bias`` [Ci * M] or None. The layer has
+    ``groups=Ci``, ``filters=Ci * M`` and the int8 kernel [Kh, Kw, 1, Ci * M]
+    (``depthwise_to_grouped_kernel``): output channel c * M + m is depthwise
+    channel (c, m), as in DepthwiseConv2D. Weight scales are per output
+    channel (one per (c, m)) unless ``per_channel_scale=False``. The other
+    arguments are those of ``from_float_weights`` (``groups`` comes from the
+    kernel).
+    """
+    if "groups" in kwargs:
+      raise ValueError("from_float_depthwise_weights takes groups from the "
+                       "depthwise kernel (groups = its input channels), not "
+                       "from groups=")
+    kernel = depthwise_to_grouped_kernel(depthwise_kernel)
+    return cls.from_float_weights(
+        kernel, bias, input_scale=input_scale, output_scale=output_scale,
+        side_input_scale=side_input_scale,
+        per_channel_scale=per_channel_scale,
+        groups=np.asarray(depthwise_kernel).shape[2], **kwargs)
 
   # ----------------------------------------------------------------- config
 
@@ -504,6 +685,7 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         "use_side_input": self.use_side_input,
         "per_channel_scale": self.per_channel_scale,
         "dilation_rate": self.dilation_rate,
+        "groups": self.groups,
         "output_min": self.output_min,
         "output_max": self.output_max,
         "output_scale": self.output_scale,

@@ -9,14 +9,25 @@
 ``quantize_model`` walks a functional (or Sequential) Keras model and
 rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
 
-* ``Conv2D`` (with or without bias, activation linear or relu);
+* ``Conv2D`` (with or without bias, activation linear, relu or relu6, any
+  ``groups``) and ``DepthwiseConv2D`` (any ``depth_multiplier`` M; it
+  becomes a grouped convolution with ``groups`` = its input channels and the
+  kernel [Kh, Kw, Ci, M] reshaped to [Kh, Kw, 1, Ci * M]);
+* a ``ZeroPadding2D`` right before the convolution becomes the op's explicit
+  padding;
 * a following ``BatchNormalization`` over the channel axis is folded into the
   kernel and bias (in float64, before the kernel is quantized);
 * a following ``ReLU`` layer (or ``Activation("relu")``) becomes the op's
-  Relu;
+  Relu, and a ReLU6 (``ReLU(max_value=6)``, ``Activation("relu6")`` or
+  ``activation="relu6"``) the op's Relu with
+  ``output_max = min(127, round(6 / s_out))``;
 * a two-input ``Add`` of the (linear) conv stack and another tensor, the
-  residual, maps that tensor to the op's side input, and a ``ReLU`` after the
-  ``Add`` becomes the op's Relu.
+  residual, maps that tensor to the op's side input, and a ``ReLU`` (or
+  ReLU6) after the ``Add`` becomes the op's activation.
+
+So ResNet blocks and MobileNetV2 inverted-residual blocks (1x1 expand +
+ReLU6, depthwise + ReLU6, linear 1x1 project, residual ``Add``) quantize end
+to end.
 
 Consecutive fused convolutions pass int8 tensors to each other (an "int8
 region"). A ``Quantize`` layer (float -> int8) is put where a float tensor
@@ -60,6 +71,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_fused_int8.layers import QuantizedFusedConv2D
+from tf_fused_int8.layers import depthwise_to_grouped_kernel
 
 __all__ = [
     "Dequantize",
@@ -269,16 +281,43 @@ def _activation_name(fn):
     return getattr(fn, "__name__", repr(fn))
 
 
-def _is_relu(node):
+_FUSED_ACTIVATIONS = ("relu", "relu6")
+
+
+def _relu_kind(node):
+  """"relu" / "relu6" when the node is a ReLU / Activation layer computing
+  exactly max(x, 0) / min(max(x, 0), 6), else None."""
   op = node.operation
   if _single_tensor_call(node) is None:
-    return False
+    return None
   if type(op) is keras.layers.ReLU:  # pylint: disable=unidiomatic-typecheck
-    return (op.max_value is None and float(op.negative_slope) == 0.0 and
-            float(op.threshold) == 0.0)
+    if float(op.negative_slope) != 0.0 or float(op.threshold) != 0.0:
+      return None
+    if op.max_value is None:
+      return "relu"
+    return "relu6" if float(op.max_value) == 6.0 else None
   if type(op) is keras.layers.Activation:  # pylint: disable=unidiomatic-typecheck
-    return _activation_name(op.activation) == "relu"
-  return False
+    name = _activation_name(op.activation)
+    return name if name in _FUSED_ACTIVATIONS else None
+  return None
+
+
+def _conv_activation(op):
+  """None, "relu" or "relu6" for a convolution's own activation (or the
+  unsupported name)."""
+  act = _activation_name(op.activation)
+  return None if act == "linear" else act
+
+
+_CONV_TYPES = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
+
+
+def _is_conv(op):
+  return type(op) in _CONV_TYPES  # exact types: subclasses may change call
+
+
+def _is_depthwise(op):
+  return type(op) is keras.layers.DepthwiseConv2D  # pylint: disable=unidiomatic-typecheck
 
 
 def _float_dtype_ok(layer):
@@ -288,7 +327,8 @@ def _float_dtype_ok(layer):
 
 
 def _conv_problem(node):
-  """Why this Conv2D node cannot become a QuantizedFusedConv2D (or None)."""
+  """Why this Conv2D / DepthwiseConv2D node cannot become a
+  QuantizedFusedConv2D (or None)."""
   op = node.operation
   x = _single_tensor_call(node)
   if x is None:
@@ -297,14 +337,12 @@ def _conv_problem(node):
     return f"its input shape {x.shape} is not [N, H, W, C] with known C"
   if op.data_format != "channels_last":
     return f"data_format={op.data_format!r} (only channels_last)"
-  if op.groups != 1:
-    return f"groups={op.groups} (only 1)"
   if op.padding not in ("same", "valid"):
     return f"padding={op.padding!r}"
   act = _activation_name(op.activation)
-  if act not in ("linear", "relu"):
-    return (f"activation={act!r} (the fused op has only relu; use "
-            f"activation=None and a separate activation layer)")
+  if act not in ("linear",) + _FUSED_ACTIVATIONS:
+    return (f"activation={act!r} (the fused op has only relu and relu6; "
+            f"use activation=None and a separate activation layer)")
   if getattr(op, "quantization_mode", None):
     return f"it is already quantized ({op.quantization_mode})"
   if not _float_dtype_ok(op):
@@ -330,14 +368,17 @@ def _bn_problem(node):
 
 
 class _Group:
-  """One fused conv stack: Conv2D [+ BN] [+ ReLU] [+ Add(side) [+ ReLU]]."""
+  """One fused conv stack: [ZeroPadding2D +] Conv2D|DepthwiseConv2D [+ BN]
+  [+ ReLU|ReLU6] [+ Add(side) [+ ReLU|ReLU6]]."""
 
   def __init__(self, conv_node):
     self.conv_node = conv_node
+    self.pad_node = None
+    self.padding = conv_node.operation.padding  # or ((t, b), (l, r))
     self.bn_node = None
     self.add_node = None
     self.side = None
-    self.relu = _activation_name(conv_node.operation.activation) == "relu"
+    self.act = _conv_activation(conv_node.operation)  # None/relu/relu6
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -361,7 +402,51 @@ _FLOAT_LAYERS = (
     keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D,
     keras.layers.ReLU, keras.layers.Activation, keras.layers.Softmax,
     keras.layers.Add, keras.layers.Rescaling, keras.layers.Identity,
+    keras.layers.ZeroPadding2D,
 )
+
+
+def _zero_padding_pairs(node):
+  """((top, bottom), (left, right)) of a plain channels_last ZeroPadding2D
+  node called on one NHWC tensor, else None."""
+  op = node.operation
+  if type(op) is not keras.layers.ZeroPadding2D:  # pylint: disable=unidiomatic-typecheck
+    return None
+  x = _single_tensor_call(node)
+  if x is None or not _rank4_channels(x) or op.data_format != "channels_last":
+    return None
+  (top, bottom), (left, right) = op.padding
+  return ((int(top), int(bottom)), (int(left), int(right)))
+
+
+def _merged_padding(conv, zero_pads, in_hw):
+  """The explicit ((t, b), (l, r)) padding equal to ZeroPadding2D(zero_pads)
+  followed by `conv` (its own "valid"/"same" padding on the padded input),
+  or None when it depends on an unknown input size (SAME with stride > 1).
+
+  Exact: the zeros ZeroPadding2D adds are the zeros of the op's padding
+  (real 0 is int8 0). SAME adds TensorFlow's pads for the padded size,
+  total = max((ceil(P / s) - 1) * s + (K - 1) * d + 1 - P, 0), the odd one
+  after.
+  """
+  if conv.padding == "valid":
+    return zero_pads
+  pairs = []
+  for axis in (0, 1):
+    k, s, d = (conv.kernel_size[axis], conv.strides[axis],
+               conv.dilation_rate[axis])
+    eff_k = (k - 1) * d + 1
+    before, after = zero_pads[axis]
+    size = in_hw[axis]
+    if s == 1:
+      total = eff_k - 1
+    elif size is None:
+      return None
+    else:
+      padded = size + before + after
+      total = max((-(-padded // s) - 1) * s + eff_k - padded, 0)
+    pairs.append((before + total // 2, after + total - total // 2))
+  return tuple(pairs)
 
 
 class _Plan:
@@ -373,10 +458,10 @@ class _Plan:
     self.float_notes = []  # (layer name, class name, reason or None)
     for node in graph.nodes:
       op = node.operation
-      if type(op) is keras.layers.Conv2D:  # pylint: disable=unidiomatic-typecheck
+      if _is_conv(op):
         problem = _conv_problem(node)
         if problem:
-          self.float_notes.append((op.name, "Conv2D", problem))
+          self.float_notes.append((op.name, type(op).__name__, problem))
           continue
         self.groups.append(self._chain(node))
     self._assign_adds()
@@ -385,7 +470,7 @@ class _Plan:
       op = node.operation
       if node.is_input or id(node) in member:
         continue
-      if type(op) is keras.layers.Conv2D:  # pylint: disable=unidiomatic-typecheck
+      if _is_conv(op):
         continue  # noted above
       if type(op) is keras.layers.BatchNormalization:  # pylint: disable=unidiomatic-typecheck
         self.float_notes.append((op.name, "BatchNormalization",
@@ -397,15 +482,30 @@ class _Plan:
 
   def _chain(self, conv_node):
     g = _Group(conv_node)
+    # A ZeroPadding2D feeding only this convolution: explicit padding.
+    x = g.input
+    pad = self.graph.producer.get(id(x))
+    if pad is not None and not pad.is_input and (
+        self.graph.sole_consumer(x) is conv_node):
+      zero_pads = _zero_padding_pairs(pad)
+      if zero_pads is not None:
+        shape = pad.input_tensors[0].shape
+        merged = _merged_padding(conv_node.operation, zero_pads,
+                                 (shape[1], shape[2]))
+        if merged is not None:
+          g.pad_node = pad
+          g.padding = merged
+          g.input = pad.input_tensors[0]
+          g.members.insert(0, pad)
     nxt = self.graph.sole_consumer(g.tail)
-    if (not g.relu and nxt is not None and
+    if (g.act is None and nxt is not None and
         type(nxt.operation) is keras.layers.BatchNormalization and  # pylint: disable=unidiomatic-typecheck
         _bn_problem(nxt) is None):
       g.bn_node = nxt
       g.extend(nxt)
       nxt = self.graph.sole_consumer(g.tail)
-    if not g.relu and nxt is not None and _is_relu(nxt):
-      g.relu = True
+    if g.act is None and nxt is not None and _relu_kind(nxt):
+      g.act = _relu_kind(nxt)
       g.extend(nxt)
     return g
 
@@ -425,7 +525,7 @@ class _Plan:
       for i, t in enumerate(ins):
         g = by_tail.get(id(t))
         other = ins[1 - i]
-        if (g is None or g.relu or g.add_node is not None or
+        if (g is None or g.act is not None or g.add_node is not None or
             self.graph.sole_consumer(t) is not node or
             not self._same_shape(t, other)):
           continue
@@ -440,8 +540,8 @@ class _Plan:
       g.side = other
       g.extend(node)
       nxt = self.graph.sole_consumer(g.tail)
-      if nxt is not None and _is_relu(nxt):
-        g.relu = True
+      if nxt is not None and _relu_kind(nxt):
+        g.act = _relu_kind(nxt)
         g.extend(nxt)
 
   @staticmethod
@@ -459,13 +559,15 @@ class _Plan:
       return problem
     x = node.input_tensors[0]
     prod = self.graph.producer.get(id(x))
-    if prod is None or type(prod.operation) is not keras.layers.Conv2D:  # pylint: disable=unidiomatic-typecheck
-      return "its input is not a Conv2D output"
+    if prod is None or not _is_conv(prod.operation):
+      return "its input is not a Conv2D or DepthwiseConv2D output"
+    kind = type(prod.operation).__name__
     if _conv_problem(prod):
-      return "its Conv2D is not quantized"
+      return f"its {kind} is not quantized"
     if _activation_name(prod.operation.activation) != "linear":
-      return "its Conv2D has an activation (BN after ReLU cannot be folded)"
-    return "the Conv2D output is also used elsewhere"
+      return (f"its {kind} has an activation (BN after ReLU cannot be "
+              f"folded)")
+    return f"the {kind} output is also used elsewhere"
 
   def calibration_tensors(self):
     seen, out = set(), []
@@ -691,20 +793,30 @@ def _clone_layer(op):
 
 
 def _group_weights(group):
+  """(float64 HWIO kernel [Kh, Kw, Ci / G, Co], float64 bias [Co], G),
+  with BN folded. A DepthwiseConv2D kernel [Kh, Kw, Ci, M] becomes
+  [Kh, Kw, 1, Ci * M] with G = Ci (output channel c * M + m, the order of
+  DepthwiseConv2D's output, so its bias and a following BN apply as is)."""
   conv = group.conv_node.operation
   weights = conv.get_weights()
-  kernel = weights[0]
+  kernel = np.asarray(weights[0], np.float64)
   bias = weights[1] if conv.use_bias else None
+  if _is_depthwise(conv):
+    groups = kernel.shape[2]
+    kernel = depthwise_to_grouped_kernel(kernel)
+  else:
+    groups = conv.groups
   if group.bn_node is None:
     b = (np.zeros(kernel.shape[-1]) if bias is None else
          np.asarray(bias, np.float64))
-    return np.asarray(kernel, np.float64), b
+    return kernel, b, groups
   bn = group.bn_node.operation
-  return fold_batch_norm(
+  kernel, b = fold_batch_norm(
       kernel, bias,
       bn.gamma.numpy() if bn.scale else None,
       bn.beta.numpy() if bn.center else None,
       bn.moving_mean.numpy(), bn.moving_variance.numpy(), bn.epsilon)
+  return kernel, b, groups
 
 
 class _UniqueNames:
@@ -728,7 +840,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
 
   Args:
     model: a functional or Sequential Keras model (float32) made of Conv2D,
-      BatchNormalization, ReLU, Add, pooling, Flatten, Dense, ... layers.
+      DepthwiseConv2D, ZeroPadding2D, BatchNormalization, ReLU / ReLU6, Add,
+      pooling, Flatten, Dense, ... layers.
     calibration_data: representative inputs (a few hundred samples is
       plenty): a ``tf.data.Dataset`` of batches, numpy arrays, a
       ``keras.utils.PyDataset`` or a generator of batches (see
@@ -748,7 +861,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
   Returns:
     A new ``keras.Model`` with the float model's inputs and outputs in which
     every quantizable conv stack is one ``QuantizedFusedConv2D`` (BN folded,
-    ReLU fused, residual Add as side input), with ``Quantize`` /
+    ReLU / ReLU6 fused, residual Add as side input, a preceding
+    ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
+    ``groups`` = its input channels), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. The float model
     is not modified.
 
@@ -816,7 +931,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     group = plan.tail_of.get(id(node))
     if group is not None:
       conv = group.conv_node.operation
-      kernel, bias = _group_weights(group)
+      kernel, bias, groups = _group_weights(group)
       if id(conv) in float_convs or conv.name in qconv_names:
         base = names(f"{conv.name}_int8")
       else:
@@ -829,9 +944,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           side_input_scale=(None if group.side is None else
                             scale_of[id(group.side)]),
           per_channel_scale=per_channel,
-          strides=conv.strides, padding=conv.padding,
-          dilation_rate=conv.dilation_rate,
-          activation="relu" if group.relu else None, name=base)
+          strides=conv.strides, padding=group.padding,
+          dilation_rate=conv.dilation_rate, groups=groups,
+          activation=group.act, name=base)
       x = get_int8(group.input)
       if group.side is None:
         y = layer(x)
@@ -839,6 +954,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         y = layer(x, side_input=get_int8(group.side))
       int8_of[id(group.tail)] = y
       counts["conv"] += 1
+      counts["depthwise"] += _is_depthwise(conv)
       counts["bn"] += group.bn_node is not None
       counts["add"] += group.add_node is not None
       continue
@@ -861,7 +977,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
                        name=name or f"{model.name}_int8")
   if verbose:
     print(f"quantize_model: {counts['conv']} QuantizedFusedConv2D "
-          f"({counts['bn']} BatchNormalization folded, {counts['add']} "
+          f"({counts['depthwise']} depthwise, {counts['bn']} "
+          f"BatchNormalization folded, {counts['add']} "
           f"residual Add as side input), {counts['quantize']} Quantize, "
           f"{counts['dequantize']} Dequantize; "
           f"{len(plan.float_notes)} unsupported layer(s) left float")
