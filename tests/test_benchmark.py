@@ -43,10 +43,44 @@ def test_cli_prints_the_table_on_tiny_layers():
     assert row.count("x ") >= 2, row  # both speedup columns filled
 
 
+def test_cli_depthwise_suite_and_grouped_specs():
+  """--suite=mobilenet_v2_dw with tiny custom depthwise/grouped layers: TF
+  has no int8 kernel for them (tf-int8 '-'), fp32 is TF's float depthwise
+  conv, and the check compares with TF's float depthwise accumulators put
+  through the contract epilogue ("exact"), or "n/a" for the grouped layer
+  without a TF counterpart on CPU."""
+  r = _run_cli("--suite=mobilenet_v2_dw",
+               "--layers=9x10x32:3x3x32:1:g32,11x9x24:3x3x48:2:g24,7x7x8:3x3x8:1:g2",
+               "--batches=1", "--threads=1", "--repeats=1", "--min_time=0")
+  assert r.returncode == 0, r.stderr[-3000:]
+  rows = [l for l in r.stdout.splitlines() if l.startswith(("9x10x32", "11x9x24", "7x7x8"))]
+  assert len(rows) == 3, r.stdout
+  by_name = {row.split()[0]: row for row in rows}
+  for name in ("9x10x32", "11x9x24"):
+    row = by_name[name]
+    assert " dw " in row, row
+    assert row.split()[-1] == "exact", row
+    assert row.count("x ") >= 1, row  # vs fp32 filled
+  assert " g2 " in by_name["7x7x8"]
+
+
+def test_depthwise_suite_cases():
+  cases = benchmark.layer_cases([], 2, "mobilenet_v2_dw")
+  assert cases == testing.mobilenet_v2_depthwise_cases(2)
+  assert all(c.groups == c.in_channels == c.out_channels for c in cases)
+  assert {c.stride_h for c in cases} == {1, 2}
+  (c,) = benchmark.layer_cases(["8x8x16:3x3x32:2:g16"], 1)
+  assert (c.groups, c.filter_shape) == (16, (3, 3, 1, 32))
+  assert benchmark.layer_name(c) == "8x8x16 3x3x32 s2 dw"
+
+
 def test_bad_layer_spec_is_a_usage_error():
   r = _run_cli("--layers=56x56", "--threads=1")
   assert r.returncode != 0
   assert "HxWxCi:KhxKwxCo:stride" in r.stderr
+  r = _run_cli("--layers=8x8x6:3x3x6:1:g4", "--threads=1")
+  assert r.returncode != 0
+  assert "groups 4 must divide" in r.stderr
 
 
 def test_layer_cases():

@@ -3,6 +3,7 @@
     python -m tf_fused_int8.benchmark                      # everything below
     python -m tf_fused_int8.benchmark --batches=1 --threads=2 --layers=0,3
     python -m tf_fused_int8.benchmark --paths=avx2,avxvnni,avx512vnni
+    python -m tf_fused_int8.benchmark --suite=mobilenet_v2_dw  # depthwise 3x3
 
 For each ResNet-50 layer of ``tf_fused_int8.testing.resnet50_cases`` (inputs
 from ``testing.make_inputs``), each batch size and each thread count, in one
@@ -15,7 +16,15 @@ run, it times:
   * fp32:     ``tf.nn.conv2d`` + ``bias_add`` + ``relu`` in a ``tf.function``
               on the same values as float32 (TF may fuse these itself);
 
-and prints milliseconds per call (best of ``--repeats``, each repeat running
+With ``--suite=mobilenet_v2_dw`` the layers are MobileNetV2's depthwise 3x3
+convolutions (``testing.mobilenet_v2_depthwise_cases``; our op with groups =
+channels). TensorFlow has no int8 depthwise kernel, so tf-int8 is "-" and fp32
+is ``tf.nn.depthwise_conv2d`` + ``bias_add`` + ``relu``; the check column then
+compares our output with TF's float depthwise accumulators (exact: |partial
+sums| <= 9 * 2^14 < 2^24) put through the contract's epilogue in numpy
+float32 (no side input: scale multiply, bias add, round half to even, clip).
+
+It prints milliseconds per call (best of ``--repeats``, each repeat running
 at least ``--min_time`` seconds; the three are interleaved so that load from
 other processes hits them alike), effective GOPS (2 * MACs / time), and the
 speedups ours vs tf-int8 and ours vs fp32 (their time / our time). The check
@@ -54,12 +63,16 @@ from tf_fused_int8 import testing
 FLAGS = flags.FLAGS
 
 flags.DEFINE_list("batches", ["1", "8"], "Batch sizes.")
+flags.DEFINE_enum("suite", "resnet50", ["resnet50", "mobilenet_v2_dw"],
+                  "Layer set: ResNet-50's convolutions or MobileNetV2's "
+                  "depthwise 3x3 layers.")
 flags.DEFINE_list("threads", ["1", "2"],
                   "Intra-op thread counts (one child process each).")
 flags.DEFINE_list(
     "layers", [],
-    "Layers to run: indices into testing.RESNET50_LAYERS (0-6), or custom "
-    "'HxWxCi:KhxKwxCo:stride' specs. Default: all ResNet-50 layers.")
+    "Layers to run: indices into the --suite's layers, or custom "
+    "'HxWxCi:KhxKwxCo:stride[:gGROUPS]' specs (groups as tf.nn.conv2d; "
+    "gCi is depthwise). Default: all of the suite's layers.")
 flags.DEFINE_list("paths", [],
                   "Extra columns: CPU kernel paths to force (e.g. "
                   "avx2,avxvnni,avx512vnni,portable).")
@@ -85,37 +98,62 @@ def _parse_triple(text, what):
   return tuple(int(p) for p in parts)
 
 
-def layer_cases(layer_specs, batch):
-  """ConvCases for the --layers specs (all ResNet-50 layers by default)."""
-  resnet = testing.resnet50_cases(batch)
+def suite_cases(suite, batch):
+  if suite == "mobilenet_v2_dw":
+    return testing.mobilenet_v2_depthwise_cases(batch)
+  return testing.resnet50_cases(batch)
+
+
+def layer_cases(layer_specs, batch, suite="resnet50"):
+  """ConvCases for the --layers specs (all of the suite's layers by default)."""
+  known = suite_cases(suite, batch)
   if not layer_specs:
-    return resnet
+    return known
   cases = []
   for spec in layer_specs:
     spec = spec.strip()
     if spec.isdigit():
-      cases.append(resnet[int(spec)])
+      cases.append(known[int(spec)])
       continue
     try:
-      image, kernel, stride = spec.split(":")
+      parts = spec.split(":")
+      if len(parts) not in (3, 4):
+        raise ValueError("expected 3 or 4 ':'-separated parts")
+      image, kernel, stride = parts[:3]
       h, w, ci = _parse_triple(image, "image")
       kh, kw, co = _parse_triple(kernel, "kernel")
       s = int(stride)
+      groups = 1
+      if len(parts) == 4:
+        if not parts[3].lower().startswith("g"):
+          raise ValueError("the groups part must look like g<GROUPS>")
+        groups = int(parts[3][1:])
+        if groups < 1 or ci % groups or co % groups:
+          raise ValueError(f"groups {groups} must divide Ci {ci} and Co {co}")
     except ValueError as e:
       raise app.UsageError(
           f"--layers entry {spec!r}: expected an index 0-"
-          f"{len(resnet) - 1} or HxWxCi:KhxKwxCo:stride ({e})")
+          f"{len(known) - 1} or HxWxCi:KhxKwxCo:stride[:gGROUPS] ({e})")
     cases.append(testing.ConvCase(batch=batch, height=h, width=w,
                                   in_channels=ci, kernel_h=kh, kernel_w=kw,
                                   out_channels=co, stride_h=s, stride_w=s,
-                                  padding="SAME"))
+                                  padding="SAME", groups=groups))
   return cases
 
 
 def layer_name(case):
-  return (f"{case.height}x{case.width}x{case.in_channels} "
+  name = (f"{case.height}x{case.width}x{case.in_channels} "
           f"{case.kernel_h}x{case.kernel_w}x{case.out_channels} "
           f"s{case.stride_h}")
+  if case.groups == case.in_channels and case.groups > 1:
+    name += " dw"
+  elif case.groups > 1:
+    name += f" g{case.groups}"
+  return name
+
+
+def _is_depthwise(case):
+  return case.groups > 1 and case.groups == case.in_channels
 
 
 # ------------------------------------------------------- the three callables
@@ -154,8 +192,8 @@ def _tf_int8_op(tf, case, inputs):
   """
   from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
   from tensorflow.python.eager import execute  # pylint: disable=g-import-not-at-top
-  if case.dilations != (1, 1):
-    return None  # TF's int8 kernel has no dilation
+  if case.dilations != (1, 1) or case.groups != 1:
+    return None  # TF's int8 kernel has no dilation and no groups
   int8, f32 = tf.int8, tf.float32
   scale = inputs["conv_input_scale"]
   tensors = [tf.constant(inputs["conv_input"]), tf.constant(inputs["filter"]),
@@ -179,19 +217,46 @@ def _tf_int8_op(tf, case, inputs):
   return fn
 
 
+def _fp32_conv(tf, case, x, w):
+  """TF's float convolution of `case` (depthwise: tf.nn.depthwise_conv2d)."""
+  strides = [1, case.stride_h, case.stride_w, 1]
+  if _is_depthwise(case):
+    mult = case.out_channels // case.in_channels
+    w = tf.reshape(w, [case.kernel_h, case.kernel_w, case.in_channels, mult])
+    dil = (case.dilation_h, case.dilation_w)
+    return tf.nn.depthwise_conv2d(x, w, strides, case.padding,
+                                  dilations=None if dil == (1, 1) else dil)
+  return tf.nn.conv2d(x, w, strides=strides, padding=case.padding,
+                      dilations=[1, case.dilation_h, case.dilation_w, 1])
+
+
 def _fp32_op(tf, case, inputs):
   x = tf.constant(inputs["conv_input"].astype("float32"))
   w = tf.constant(inputs["filter"].astype("float32"))
   b = tf.constant(inputs["bias"])
-  strides = [1, case.stride_h, case.stride_w, 1]
-  dilations = [1, case.dilation_h, case.dilation_w, 1]
 
   @tf.function
   def fn():
-    y = tf.nn.conv2d(x, w, strides=strides, padding=case.padding,
-                     dilations=dilations)
-    return tf.nn.relu(tf.nn.bias_add(y, b))
+    return tf.nn.relu(tf.nn.bias_add(_fp32_conv(tf, case, x, w), b))
+  if case.groups > 1 and not _is_depthwise(case):
+    try:
+      fn()
+    except Exception:  # pylint: disable=broad-except
+      return None  # TF's CPU conv2d may refuse grouped filters
   return fn
+
+
+def _depthwise_expected(tf, case, inputs):
+  """The contract's output from TF's float depthwise accumulators (exact for
+  3x3 int8: |partial sums| < 2^24) and a float32 numpy epilogue (no side
+  input: y = f32(acc) * scale + bias, round half to even, clip)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  acc = _fp32_conv(tf, case, tf.constant(inputs["conv_input"].astype("float32")),
+                   tf.constant(inputs["filter"].astype("float32"))).numpy()
+  y = acc.astype(np.float32) * inputs["conv_input_scale"].astype(np.float32)
+  y = y + inputs["bias"].astype(np.float32)
+  lo = 0.0 if case.activation == "Relu" else -128.0
+  return np.clip(np.rint(y), lo, 127).astype(np.int8)
 
 
 # ------------------------------------------------------------------ timing
@@ -277,11 +342,11 @@ def _check(case, ours, theirs):
   if theirs is None:
     return "n/a"
   a = ours.numpy().view("int8")
-  b = theirs.numpy().view("int8")
+  b = theirs.view("int8") if hasattr(theirs, "view") else theirs.numpy().view("int8")
   diffs = int((a != b).sum())
   if diffs == 0:
     return "exact"
-  depth = case.kernel_h * case.kernel_w * case.in_channels
+  depth = case.kernel_h * case.kernel_w * (case.in_channels // case.groups)
   return "MISMATCH" if depth <= 1024 else f"~{diffs}"
 
 
@@ -296,7 +361,7 @@ def run_child(threads):
   kernel = os.environ.get(KERNEL_ENV) or f"auto ({_auto_path_guess()})"
   with tf.device("/CPU:0"):
     for batch in (int(b) for b in FLAGS.batches):
-      for case in layer_cases(FLAGS.layers, batch):
+      for case in layer_cases(FLAGS.layers, batch, FLAGS.suite):
         inputs = testing.make_inputs(case, seed=0)
         ours = _our_op(tf, case, inputs)
         fns = {"ours": ours}
@@ -313,6 +378,8 @@ def run_child(threads):
                   file=sys.stderr)
             fns["tf_int8"] = None
         check = "n/a"
+        if FLAGS.check and theirs is None and _is_depthwise(case):
+          theirs = _depthwise_expected(tf, case, inputs)
         if FLAGS.check and theirs is not None:
           check = _check(case, ours(), theirs)
         times = _time_interleaved(fns, FLAGS.repeats, FLAGS.min_time)
@@ -373,7 +440,7 @@ def _child_args(threads):
           f"--threads={threads}", f"--batches={','.join(FLAGS.batches)}",
           f"--repeats={FLAGS.repeats}", f"--min_time={FLAGS.min_time}",
           f"--tf_int8={FLAGS.tf_int8}", f"--fp32={FLAGS.fp32}",
-          f"--check={FLAGS.check}"]
+          f"--check={FLAGS.check}", f"--suite={FLAGS.suite}"]
   if FLAGS.layers:
     args.append(f"--layers={','.join(FLAGS.layers)}")
   if FLAGS.paths:
