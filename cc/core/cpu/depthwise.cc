@@ -147,7 +147,11 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   base.full_begin = full_begin;
   base.full_end = full_end;
   const int64_t total_rows = g.batch * g.out_h;
-  const int64_t cost = g.out_w * c_count * (taps + 8);
+  // Cycles per output row for the vector kernels: per pixel and 16
+  // channels about one cycle per tap plus the epilogue (ParallelFor runs
+  // small calls inline: waking a second thread costs more than a 7x7 or
+  // 14x14 layer at batch 1 takes).
+  const int64_t cost = g.out_w * ((c_count + 15) / 16) * (taps + 8);
   parallel_for(total_rows, cost, [&](int64_t begin, int64_t end) {
     DepthwiseRowArgs d = base;
     d.row_begin = begin;

@@ -1,0 +1,230 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The depthwise row kernel (depthwise.h) once, over a vector policy V that
+// supplies 16 channels' worth of registers and instructions at one width:
+// depthwise_avx512vnni.cc (one zmm, VPDPWSSD) and depthwise_avx2.cc (two
+// ymm, PMADDWD + PADDD). Include ONLY from those ISA translation units,
+// after defining V: everything here lives in an anonymous namespace, so no
+// vector code can be merged by the linker into a baseline symbol (see
+// kernels.h).
+//
+// Per output row (n, oy) and block of 16 channels, the columns are walked
+// left to right:
+//  * border columns (window partly outside the input): one pixel over its
+//    valid taps, two accumulator chains (alternate filter rows);
+//  * interior columns (window inside horizontally), 3- and 5-wide filters
+//    with stride 1 or 2 and dilation 1: blocks of V::Pixels<kKw, kSw>()
+//    pixels in which each input column of the block's span is loaded once
+//    per filter row and multiplied into every pixel whose window covers it
+//    (3x3 stride 1, 8 pixels: 10 loads per filter row instead of 24);
+//  * other interior columns: four pixels sharing each weight load.
+// Filter rows outside the input (top/bottom) are skipped via ky_range.
+//
+// V's interface (all static):
+//   Acc, Tail                      accumulators / valid-lane description
+//   Tail MakeTail(count)           count in 1..16 valid channels
+//   Acc Zero(); Acc Add(Acc, Acc)
+//   X Load<kFull>(p, tail)         16 sign-extended activations (kFull: all
+//                                  16 valid, no masking)
+//   W LoadW(const int32_t*)        16 widened weights (depthwise.h)
+//   void Mac(Acc*, X, W)           acc += x * w, exact
+//   Consts MakeConsts(side_scale, lo, hi)
+//   void Store(Acc, scale, bias, side or nullptr, Consts, Tail, out)
+//   template <int kKw, int kSw> constexpr int Pixels()   interior block
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_ROWS_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_ROWS_H_
+
+#include <cstdint>
+
+#include "cc/core/cpu/depthwise.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+template <class V>
+struct DepthwiseRowKernel {
+  using Acc = typename V::Acc;
+  using Tail = typename V::Tail;
+  using Consts = typename V::Consts;
+
+  // One 16-channel block of one output row.
+  struct Block {
+    const DepthwiseRowArgs* d;
+    const int8_t* image;      // the image of this row's batch element
+    int64_t iy0, ky0, ky1;    // first input row, valid filter rows
+    int64_t c0;               // first channel
+    Tail tail;
+    const Consts* k;
+    int8_t* out_row;
+    const int8_t* side_row;   // or nullptr
+
+    void Store(const Acc& a, int64_t ox) const {
+      const int64_t o = ox * d->channels + c0;
+      V::Store(a, d->scale + c0, d->bias + c0,
+               side_row != nullptr ? side_row + o : nullptr, *k, tail,
+               out_row + o);
+    }
+  };
+
+  // kP interior pixels from column ox: compile-time filter width kKw and
+  // stride kSw, dilation 1 (see the header comment).
+  template <int kKw, int kSw, int kP, bool kFull>
+  static void Interior(const Block& b, int64_t ox, Acc* acc) {
+    const DepthwiseRowArgs& d = *b.d;
+    const ConvGeometry& g = *d.geo;
+    const int64_t cc = d.channels, pc = d.padded_c;
+    const int8_t* row0 =
+        b.image + ((b.iy0 + b.ky0) * g.in_w + ox * kSw - g.pad_left) * cc + b.c0;
+    const int32_t* wide = d.wide + b.ky0 * kKw * pc + b.c0;
+    for (int p = 0; p < kP; ++p) acc[p] = V::Zero();
+    for (int64_t r = 0; r < b.ky1 - b.ky0; ++r) {
+      const int8_t* row = row0 + r * g.in_w * cc;
+      const int32_t* w = wide + r * kKw * pc;
+      typename V::W wv[kKw];
+      for (int kx = 0; kx < kKw; ++kx) wv[kx] = V::LoadW(w + kx * pc);
+      constexpr int kCols = (kP - 1) * kSw + kKw;
+      for (int col = 0; col < kCols; ++col) {
+        const auto x = V::template Load<kFull>(row + col * cc, b.tail);
+        for (int p = 0; p < kP; ++p) {
+          const int kx = col - p * kSw;
+          if (kx >= 0 && kx < kKw) V::Mac(&acc[p], x, wv[kx]);
+        }
+      }
+    }
+  }
+
+  // Interior columns [ox, ox_end): blocks of kP, then of 4 when kP > 4,
+  // then single pixels.
+  template <int kKw, int kSw, bool kFull>
+  static void InteriorRun(const Block& b, int64_t ox, int64_t ox_end) {
+    constexpr int kP = V::template Pixels<kKw, kSw>();
+    constexpr int kHalf = kP > 4 ? 4 : 1;
+    Acc acc[kP];
+    for (; ox + kP <= ox_end; ox += kP) {
+      Interior<kKw, kSw, kP, kFull>(b, ox, acc);
+      for (int p = 0; p < kP; ++p) b.Store(acc[p], ox + p);
+    }
+    if (kHalf > 1 && ox + kHalf <= ox_end) {
+      Interior<kKw, kSw, kHalf, kFull>(b, ox, acc);
+      for (int p = 0; p < kHalf; ++p) b.Store(acc[p], ox + p);
+      ox += kHalf;
+    }
+    for (; ox < ox_end; ++ox) {
+      Interior<kKw, kSw, 1, kFull>(b, ox, acc);
+      b.Store(acc[0], ox);
+    }
+  }
+
+  using RunFn = void (*)(const Block&, int64_t, int64_t);
+
+  // The specialized interior runners (full / partial channel blocks) for
+  // this geometry, or nullptrs.
+  static void PickInterior(const ConvGeometry& g, RunFn* full, RunFn* part) {
+    *full = *part = nullptr;
+    if (g.dilation_w != 1 || g.dilation_h != 1) return;
+    if (g.filter_w == 3 && g.stride_w == 1) {
+      *full = InteriorRun<3, 1, true>;
+      *part = InteriorRun<3, 1, false>;
+    } else if (g.filter_w == 3 && g.stride_w == 2) {
+      *full = InteriorRun<3, 2, true>;
+      *part = InteriorRun<3, 2, false>;
+    } else if (g.filter_w == 5 && g.stride_w == 1) {
+      *full = InteriorRun<5, 1, true>;
+      *part = InteriorRun<5, 1, false>;
+    } else if (g.filter_w == 5 && g.stride_w == 2) {
+      *full = InteriorRun<5, 2, true>;
+      *part = InteriorRun<5, 2, false>;
+    }
+  }
+
+  // Four interior pixels from ox, any filter width, stride and dilation:
+  // each weight load serves the four.
+  static void Generic4(const Block& b, int64_t ox, Acc* acc) {
+    const DepthwiseRowArgs& d = *b.d;
+    const ConvGeometry& g = *d.geo;
+    const int64_t cc = d.channels, pc = d.padded_c;
+    const int64_t step = g.stride_w * cc;
+    for (int p = 0; p < 4; ++p) acc[p] = V::Zero();
+    for (int64_t ky = b.ky0; ky < b.ky1; ++ky) {
+      // Whole window inside horizontally: every address is in the image.
+      const int8_t* row = b.image +
+          ((b.iy0 + ky * g.dilation_h) * g.in_w + ox * g.stride_w - g.pad_left) * cc + b.c0;
+      const int32_t* w = d.wide + ky * g.filter_w * pc + b.c0;
+      for (int64_t kx = 0; kx < g.filter_w; ++kx) {
+        const auto wv = V::LoadW(w + kx * pc);
+        const int8_t* p = row + kx * g.dilation_w * cc;
+        for (int i = 0; i < 4; ++i) {
+          V::Mac(&acc[i], V::template Load<false>(p + i * step, b.tail), wv);
+        }
+      }
+    }
+  }
+
+  // One pixel over its valid taps (borders).
+  static Acc Single(const Block& b, int64_t ox) {
+    const DepthwiseRowArgs& d = *b.d;
+    const ConvGeometry& g = *d.geo;
+    const int64_t cc = d.channels, pc = d.padded_c;
+    const int64_t ix0 = ox * g.stride_w - g.pad_left;
+    const int64_t kx0 = d.kx_range[2 * ox], kx1 = d.kx_range[2 * ox + 1];
+    Acc a[2] = {V::Zero(), V::Zero()};
+    for (int64_t ky = b.ky0; ky < b.ky1; ++ky) {
+      // ix0 may be negative here: form each tap's offset before adding it
+      // to the pointer (no out-of-object pointer arithmetic).
+      const int64_t row_off = ((b.iy0 + ky * g.dilation_h) * g.in_w + ix0) * cc + b.c0;
+      const int32_t* w = d.wide + ky * g.filter_w * pc + b.c0;
+      Acc& acc = a[(ky - b.ky0) & 1];
+      for (int64_t kx = kx0; kx < kx1; ++kx) {
+        V::Mac(&acc, V::template Load<false>(b.image + (row_off + kx * g.dilation_w * cc), b.tail),
+               V::LoadW(w + kx * pc));
+      }
+    }
+    return V::Add(a[0], a[1]);
+  }
+
+  static void Rows(const DepthwiseRowArgs& d) {
+    const ConvGeometry& g = *d.geo;
+    const int64_t cc = d.channels;
+    const Consts k = V::MakeConsts(d.side_scale, d.lo, d.hi);
+    RunFn run_full, run_part;
+    PickInterior(g, &run_full, &run_part);
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      Block b;
+      b.d = &d;
+      const int64_t n = r / g.out_h, oy = r % g.out_h;
+      b.image = d.input + n * g.in_h * g.in_w * cc;
+      b.iy0 = oy * g.stride_h - g.pad_top;
+      b.ky0 = d.ky_range[2 * oy];
+      b.ky1 = d.ky_range[2 * oy + 1];
+      b.k = &k;
+      b.out_row = d.output + r * g.out_w * cc;
+      b.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+      for (b.c0 = 0; b.c0 < cc; b.c0 += 16) {
+        const int64_t count = cc - b.c0 < 16 ? cc - b.c0 : 16;
+        b.tail = V::MakeTail(count);
+        int64_t ox = 0;
+        while (ox < g.out_w) {
+          if (ox == d.full_begin && run_full != nullptr) {
+            (count == 16 ? run_full : run_part)(b, ox, d.full_end);
+            ox = d.full_end;
+          } else if (ox >= d.full_begin && ox + 4 <= d.full_end) {
+            Acc acc[4];
+            Generic4(b, ox, acc);
+            for (int p = 0; p < 4; ++p) b.Store(acc[p], ox + p);
+            ox += 4;
+          } else {
+            b.Store(Single(b, ox), ox);
+            ++ox;
+          }
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_ROWS_H_
