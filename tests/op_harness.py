@@ -102,3 +102,15 @@ def assert_same_bits(got, want, what=""):
     raise AssertionError(
         f"{what}: {len(diff)} of {got.size} elements differ; first at {first}: "
         f"got {got[first]}, want {want[first]}")
+
+
+def assert_cases_match_reference(cases, path, seed=0):
+  """Every case through the op with `path` forced equals the reference
+  (inputs from testing.make_inputs with seed + index)."""
+  from tf_fused_int8 import testing  # pylint: disable=g-import-not-at-top
+  for i, case in enumerate(cases):
+    inputs = testing.make_inputs(case, seed=seed + i)
+    want = run_reference(case, inputs)
+    with forced_kernel(path):
+      got = run_op(case, inputs)
+    assert_same_bits(got, want, f"{path} {case.name()}")

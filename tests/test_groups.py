@@ -34,25 +34,16 @@ def test_sweep_covers_the_space():
 
 @pytest.mark.parametrize("path", op_harness.expected_paths())
 def test_every_path_matches_reference(path):
-  for i, case in enumerate(CASES):
-    inputs = testing.make_inputs(case, seed=i)
-    want = op_harness.run_reference(case, inputs)
-    with op_harness.forced_kernel(path):
-      got = op_harness.run_op(case, inputs)
-    op_harness.assert_same_bits(got, want, f"{path} {case.name()}")
+  op_harness.assert_cases_match_reference(CASES, path)
 
 
 @pytest.mark.parametrize("path", op_harness.expected_paths())
 def test_mobilenet_v2_depthwise_layers(path):
   """The benchmark's layers (batch 1; the largest two cropped to 40x40)."""
-  for i, case in enumerate(testing.mobilenet_v2_depthwise_cases(batch=1)):
-    if case.height > 56:
-      case = testing.ConvCase(**{**case.__dict__, "height": 40, "width": 40})
-    inputs = testing.make_inputs(case, seed=100 + i)
-    want = op_harness.run_reference(case, inputs)
-    with op_harness.forced_kernel(path):
-      got = op_harness.run_op(case, inputs)
-    op_harness.assert_same_bits(got, want, f"{path} {case.name()}")
+  cases = [c if c.height <= 56 else
+           testing.ConvCase(**{**c.__dict__, "height": 40, "width": 40})
+           for c in testing.mobilenet_v2_depthwise_cases(batch=1)]
+  op_harness.assert_cases_match_reference(cases, path, seed=100)
 
 
 @pytest.mark.parametrize("case", CASES[::5], ids=IDS[::5])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import layer_helpers
 import op_harness
 import reference
 import tf_fused_int8
@@ -175,35 +176,11 @@ INPUT_SPECS = [
 ]
 
 
-def _op_static_shape(layer, spec, side_spec=None):
-  """The C++ shape function's answer: the op traced on symbolic shapes."""
-  def fn(x, side=None):
-    return tf_fused_int8.fused_conv2d_bias_activation(
-        x, layer.kernel.value, layer.bias.value,
-        strides=layer.strides, padding=layer.padding.upper(),
-        conv_input_scale=layer.conv_input_scale.value,
-        side_input_scale=1.0 if side is not None else 0.0,
-        side_input=side, activation_mode="None",
-        dilations=layer.dilation_rate)
-  specs = [tf.TensorSpec(spec, tf.int8)]
-  if side_spec is not None:
-    specs.append(tf.TensorSpec(side_spec, tf.int8))
-  cf = tf.function(fn).get_concrete_function(*specs)
-  return tuple(cf.structured_outputs.shape.as_list())
-
-
 @pytest.mark.parametrize("kwargs", SHAPE_LAYERS, ids=str)
 def test_shape_inference_agrees_with_op(kwargs):
   layer = QFC(**kwargs)
   layer.build((None, None, None, 3))
-  for spec in INPUT_SPECS:
-    want = _op_static_shape(layer, spec)
-    # compute_output_shape, Keras's symbolic call, and the layer in a graph.
-    assert layer.compute_output_shape(spec) == want, spec
-    sym = layer(keras.Input(batch_shape=spec, dtype="int8"))
-    assert tuple(sym.shape) == want and sym.dtype == "int8", spec
-    cf = tf.function(layer).get_concrete_function(tf.TensorSpec(spec, tf.int8))
-    assert tuple(cf.structured_outputs.shape.as_list()) == want, spec
+  layer_helpers.check_shape_inference(layer, INPUT_SPECS)
 
 
 def test_side_input_shape_merges_like_the_op():
@@ -212,7 +189,7 @@ def test_side_input_shape_merges_like_the_op():
   for spec, side_spec in [((None, None, None, 3), (2, 8, None, 6)),
                           ((None, 8, 8, 3), (None, None, None, 6)),
                           ((3, None, 5, 3), (None, 4, None, 6))]:
-    want = _op_static_shape(layer, spec, side_spec)
+    want = layer_helpers.op_static_shape(layer, spec, side_spec)
     sym = layer(keras.Input(batch_shape=spec, dtype="int8"),
                 side_input=keras.Input(batch_shape=side_spec, dtype="int8"))
     assert tuple(sym.shape) == want, (spec, side_spec)
@@ -227,7 +204,7 @@ def test_valid_padding_too_small_input_is_an_error_like_the_op():
   with pytest.raises(ValueError, match="input height 4 is smaller"):
     layer.compute_output_shape((None, 4, 9, 3))
   with pytest.raises(Exception):  # the op's shape function agrees
-    _op_static_shape(layer, (None, 4, 9, 3))
+    layer_helpers.op_static_shape(layer, (None, 4, 9, 3))
 
 
 # -------------------------------------------------------------------- errors

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import layer_helpers
 import reference
 import tf_fused_int8
 from tf_fused_int8 import layers as qlayers
@@ -192,18 +193,6 @@ def test_explicit_padding_equals_zero_padding2d_then_valid():
 
 # ------------------------------------------------------- shape inference
 
-def _op_static_shape(layer, spec):
-  """The C++ shape function's answer: the op traced on a symbolic shape."""
-  def fn(x):
-    return tf_fused_int8.fused_conv2d_bias_activation(
-        x, layer.kernel.value, layer.bias.value, strides=layer.strides,
-        padding=layer.op_padding, explicit_paddings=layer.explicit_paddings,
-        conv_input_scale=layer.conv_input_scale.value, activation_mode="None",
-        dilations=layer.dilation_rate)
-  cf = tf.function(fn).get_concrete_function(tf.TensorSpec(spec, tf.int8))
-  return tuple(cf.structured_outputs.shape.as_list())
-
-
 SHAPE_LAYERS = [
     dict(filters=6, kernel_size=3, padding=((0, 3), (2, 1)), strides=2),
     dict(filters=4, kernel_size=(3, 2), padding=(0, 4), dilation_rate=(2, 3)),
@@ -221,13 +210,7 @@ INPUT_SPECS = [(None, None, None, 6), (None, 17, None, 6), (2, None, 12, 6),
 def test_shape_inference_agrees_with_op(kwargs):
   layer = QFC(**kwargs)
   layer.build((None, None, None, 6))
-  for spec in INPUT_SPECS:
-    want = _op_static_shape(layer, spec)
-    assert layer.compute_output_shape(spec) == want, spec
-    sym = layer(keras.Input(batch_shape=spec, dtype="int8"))
-    assert tuple(sym.shape) == want and sym.dtype == "int8", spec
-    cf = tf.function(layer).get_concrete_function(tf.TensorSpec(spec, tf.int8))
-    assert tuple(cf.structured_outputs.shape.as_list()) == want, spec
+  layer_helpers.check_shape_inference(layer, INPUT_SPECS)
 
 
 def test_explicit_padding_too_small_input_is_an_error_like_the_op():
@@ -237,7 +220,7 @@ def test_explicit_padding_too_small_input_is_an_error_like_the_op():
   with pytest.raises(ValueError, match=r"input height 3 padded by \(1, 0\)"):
     layer.compute_output_shape((None, 3, 9, 3))
   with pytest.raises(Exception):  # the op's shape function agrees
-    _op_static_shape(layer, (None, 3, 9, 3))
+    layer_helpers.op_static_shape(layer, (None, 3, 9, 3))
 
 
 # -------------------------------------------------------------- errors

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import layer_helpers
 import reference
 import tf_fused_int8
 from tf_fused_int8 import quantization
@@ -25,17 +26,6 @@ pytestmark = pytest.mark.filterwarnings(
 L = keras.layers
 QFC = tf_fused_int8.QuantizedFusedConv2D
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def set_bn(layer, rng):
-  n = layer.moving_mean.shape[0]
-  weights = []
-  if layer.scale:
-    weights.append(rng.uniform(0.5, 1.5, n))
-  if layer.center:
-    weights.append(rng.normal(0.0, 0.2, n))
-  weights += [rng.normal(0.0, 0.3, n), rng.uniform(0.3, 2.0, n)]
-  layer.set_weights([w.astype(np.float32) for w in weights])
 
 
 def residual_model(seed=0):
@@ -54,7 +44,7 @@ def residual_model(seed=0):
   rng = np.random.default_rng(seed)
   for layer in model.layers:
     if isinstance(layer, L.BatchNormalization):
-      set_bn(layer, rng)
+      layer_helpers.set_bn(layer, rng)
     elif isinstance(layer, L.Conv2D):
       layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
                          for w in layer.get_weights()])
@@ -78,7 +68,7 @@ def test_bn_folding_is_exact_in_float(use_bias, center, scale):
   bn = L.BatchNormalization(epsilon=1e-3, center=center, scale=scale)
   model = keras.Model(inp, bn(conv(inp)))
   conv.set_weights([rng.normal(0, 0.5, w.shape) for w in conv.get_weights()])
-  set_bn(bn, rng)
+  layer_helpers.set_bn(bn, rng)
   k, b = quantization.fold_batch_norm(
       conv.kernel.numpy(), conv.bias.numpy() if use_bias else None,
       bn.gamma.numpy() if scale else None, bn.beta.numpy() if center else None,
@@ -296,7 +286,7 @@ def test_unsupported_layers_warn_and_stay_float():
   rng = np.random.default_rng(2)
   for layer in model.layers:
     if isinstance(layer, L.BatchNormalization):
-      set_bn(layer, rng)
+      layer_helpers.set_bn(layer, rng)
   x = images(16, seed=4, shape=(8, 8, 3))
   with pytest.warns(quantization.QuantizationWarning) as record:
     qmodel = quantization.quantize_model(model, x, verbose=0)

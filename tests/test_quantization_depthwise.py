@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import layer_helpers
 import reference
 import tf_fused_int8
 from tf_fused_int8 import quantization
@@ -27,17 +28,10 @@ QFC = tf_fused_int8.QuantizedFusedConv2D
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def set_bn(layer, rng):
-  n = layer.moving_mean.shape[0]
-  layer.set_weights([w.astype(np.float32) for w in (
-      rng.uniform(0.5, 1.5, n), rng.normal(0.0, 0.2, n),
-      rng.normal(0.0, 0.3, n), rng.uniform(0.3, 2.0, n))])
-
-
 def randomize(model, rng, weight_std=0.3):
   for layer in model.layers:
     if isinstance(layer, L.BatchNormalization):
-      set_bn(layer, rng)
+      layer_helpers.set_bn(layer, rng)
     elif isinstance(layer, (L.Conv2D, L.DepthwiseConv2D)):
       layer.set_weights([rng.normal(0, weight_std, w.shape).astype(np.float32)
                          for w in layer.get_weights()])
@@ -444,7 +438,7 @@ def test_keras_applications_mobilenet_v2_quantizes_end_to_end():
   rng = np.random.default_rng(0)
   for layer in model.layers:
     if isinstance(layer, L.BatchNormalization):
-      set_bn(layer, rng)
+      layer_helpers.set_bn(layer, rng)
   x = rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)
