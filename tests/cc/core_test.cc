@@ -291,6 +291,8 @@ void TestLayerShapes() {
       {1, 9, 10, 24, 3, 48, 1, 24, false},      // channel multiplier 2
       {1, 14, 14, 128, 3, 128, 1, 32, false},   // ResNeXt-like 32 x 4
       {2, 12, 13, 48, 3, 96, 2, 3, true},       // 3 groups of 16 -> 32
+      {1, 11, 9, 96, 3, 16, 1, 2, false},       // wide groups: span > 32
+      {2, 10, 12, 64, 3, 64, 2, 8, true},       // 8 x 8, stride 2
   };
   for (const G& l : grouped) {
     Buffers b;

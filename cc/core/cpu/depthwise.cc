@@ -34,6 +34,24 @@ void TapRange(int64_t base, int64_t dilation, int64_t k_size, int64_t in_size,
 
 }  // namespace
 
+void ComputeWindowRanges(const ConvGeometry& g, WindowRanges* r) {
+  r->ky.assign(static_cast<size_t>(2 * g.out_h), 0);
+  r->kx.assign(static_cast<size_t>(2 * g.out_w), 0);
+  for (int64_t oy = 0; oy < g.out_h; ++oy) {
+    TapRange(oy * g.stride_h - g.pad_top, g.dilation_h, g.filter_h, g.in_h,
+             &r->ky[2 * oy], &r->ky[2 * oy + 1]);
+  }
+  r->full_begin = r->full_end = g.out_w;
+  for (int64_t ox = 0; ox < g.out_w; ++ox) {
+    TapRange(ox * g.stride_w - g.pad_left, g.dilation_w, g.filter_w, g.in_w,
+             &r->kx[2 * ox], &r->kx[2 * ox + 1]);
+    const bool full = r->kx[2 * ox] == 0 && r->kx[2 * ox + 1] == g.filter_w;
+    if (full && r->full_begin == g.out_w) r->full_begin = ox;
+    if (full) r->full_end = ox + 1;
+  }
+  // The full columns are contiguous (the window slides monotonically).
+}
+
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t c_count = d.channels;
@@ -109,22 +127,8 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
     scale[c] = a.conv_input_scale[a.per_channel_scale ? c : 0];
     bias[c] = a.bias[c];
   }
-  std::vector<int64_t> ky_range(static_cast<size_t>(2 * g.out_h));
-  std::vector<int64_t> kx_range(static_cast<size_t>(2 * g.out_w));
-  for (int64_t oy = 0; oy < g.out_h; ++oy) {
-    TapRange(oy * g.stride_h - g.pad_top, g.dilation_h, g.filter_h, g.in_h,
-             &ky_range[2 * oy], &ky_range[2 * oy + 1]);
-  }
-  int64_t full_begin = g.out_w, full_end = g.out_w;
-  for (int64_t ox = 0; ox < g.out_w; ++ox) {
-    TapRange(ox * g.stride_w - g.pad_left, g.dilation_w, g.filter_w, g.in_w,
-             &kx_range[2 * ox], &kx_range[2 * ox + 1]);
-    const bool full = kx_range[2 * ox] == 0 && kx_range[2 * ox + 1] == g.filter_w;
-    if (full && full_begin == g.out_w) full_begin = ox;
-    if (full) full_end = ox + 1;
-  }
-  // The full columns are contiguous (the window slides monotonically); if
-  // none, full_begin == full_end == Wo.
+  WindowRanges ranges;
+  ComputeWindowRanges(g, &ranges);
 
   DepthwiseRowArgs base;
   base.geo = &g;
@@ -142,10 +146,10 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   base.output = a.output;
   base.channels = c_count;
   base.padded_c = padded;
-  base.ky_range = ky_range.data();
-  base.kx_range = kx_range.data();
-  base.full_begin = full_begin;
-  base.full_end = full_end;
+  base.ky_range = ranges.ky.data();
+  base.kx_range = ranges.kx.data();
+  base.full_begin = ranges.full_begin;
+  base.full_end = ranges.full_end;
   const int64_t total_rows = g.batch * g.out_h;
   // Cycles per output row for the vector kernels: per pixel and 16
   // channels about one cycle per tap plus the epilogue (ParallelFor runs

@@ -25,6 +25,7 @@
 #define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "cc/core/conv_params.h"
 
@@ -58,6 +59,16 @@ struct DepthwiseRowArgs {
   int64_t row_begin, row_end;  // output rows r = n * Ho + oy
 };
 using DepthwiseRowsFn = void (*)(const DepthwiseRowArgs&);
+
+// Valid filter taps per output row and column, shared by the direct
+// (depthwise and narrow-group) kernels: [begin, end) of ky for output row oy
+// at ky[2 * oy], of kx for column ox at kx[2 * ox]; columns [full_begin,
+// full_end) have every kx valid (full_begin == full_end == Wo if none).
+struct WindowRanges {
+  std::vector<int64_t> ky, kx;
+  int64_t full_begin = 0, full_end = 0;
+};
+void ComputeWindowRanges(const ConvGeometry& g, WindowRanges* r);
 
 // Row kernels, one per instruction set (depthwise_<isa>.cc); the portable
 // one lives in depthwise.cc.

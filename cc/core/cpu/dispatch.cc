@@ -177,6 +177,8 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
   }
   if (args.geo.IsDepthwise()) {
     cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for);
+  } else if (resolved == KernelPath::kAvx512Vnni && cpu::NarrowGroupsFit(args.geo)) {
+    cpu::RunNarrowGroups(args, cpu::NarrowGroupRowsAvx512Vnni, parallel_for);
   } else if (args.geo.groups > 1) {
     cpu::RunPerGroup(args, parallel_for,
                      [&](const FusedConvArgs& sub, const int8_t* cache_key) {

@@ -1,9 +1,12 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 #include "cc/core/cpu/grouped.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "cc/core/cpu/depthwise.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -63,6 +66,110 @@ void RunPerGroup(
     run(sub, a.filter + grp);
     copy_rows(output.data(), gout, 0, a.output, g.out_c, grp * gout, out_pixels, gout);
   }
+}
+
+namespace {
+
+// First input channel read by output channel c.
+int64_t GroupBase(const ConvGeometry& g, int64_t c) {
+  return (c / g.GroupOutC()) * g.GroupInC();
+}
+
+}  // namespace
+
+bool NarrowGroupsFit(const ConvGeometry& g) {
+  // Up to 8 input channels per group (4 pairs per tap): beyond that the
+  // per-group GEMM's VPDPBUSD (64 products per instruction) wins at
+  // batch > 1 despite the copies (ResNeXt: 32 x 4 and 32 x 8 go here,
+  // 32 x 16 to the GEMM; see the benchmark's grouped layers).
+  if (g.groups <= 1 || g.GroupInC() <= 1 || g.GroupInC() > 8) return false;
+  for (int64_t c0 = 0; c0 < g.out_c; c0 += kNarrowLanes) {
+    const int64_t last = std::min(g.out_c, c0 + kNarrowLanes) - 1;
+    if (GroupBase(g, last) + g.GroupInC() - GroupBase(g, c0) > kNarrowSpan) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void RunNarrowGroups(const FusedConvArgs& a, void (*rows)(const NarrowRowArgs&),
+                     const ParallelFor& parallel_for) {
+  const ConvGeometry& g = a.geo;
+  const int64_t gin = g.GroupInC();
+  const int64_t taps = g.filter_h * g.filter_w;
+  const int64_t pairs = (gin + 1) / 2;
+  const int64_t blocks = (g.out_c + kNarrowLanes - 1) / kNarrowLanes;
+  std::vector<int32_t> weights(static_cast<size_t>(blocks * taps * pairs * 16), 0);
+  std::vector<int16_t> perms(static_cast<size_t>(blocks * pairs * 32), 0);
+  std::vector<int64_t> span_begin(static_cast<size_t>(blocks));
+  std::vector<uint32_t> span_mask(static_cast<size_t>(blocks));
+  std::vector<float> scale(static_cast<size_t>(blocks * 16), 0.0f);
+  std::vector<float> bias(static_cast<size_t>(blocks * 16), 0.0f);
+  auto pair_bits = [](int8_t lo, int8_t hi) {
+    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(int16_t{lo})) |
+                                (static_cast<uint32_t>(static_cast<uint16_t>(int16_t{hi})) << 16));
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kNarrowLanes;
+    const int64_t begin = GroupBase(g, c0);
+    span_begin[b] = begin;
+    const int64_t bytes = std::min(kNarrowSpan, g.in_c - begin);
+    span_mask[b] = bytes >= 32 ? 0xFFFFFFFFu : ((1u << bytes) - 1);
+    for (int64_t l = 0; l < kNarrowLanes; ++l) {
+      const int64_t c = c0 + l;
+      if (c >= g.out_c) break;
+      scale[c] = a.conv_input_scale[a.per_channel_scale ? c : 0];
+      bias[c] = a.bias[c];
+      const int64_t base = GroupBase(g, c) - begin;
+      for (int64_t j = 0; j < pairs; ++j) {
+        const int64_t i0 = 2 * j, i1 = 2 * j + 1;
+        int16_t* perm = perms.data() + (b * pairs + j) * 32;
+        perm[2 * l] = static_cast<int16_t>(base + i0);
+        // Past the group's channels the weight is 0: any valid index.
+        perm[2 * l + 1] = static_cast<int16_t>(i1 < gin ? base + i1 : base + i0);
+        for (int64_t t = 0; t < taps; ++t) {
+          const int8_t* w = a.filter + t * gin * g.out_c + c;  // [taps, gin, Co]
+          const int8_t w1 = i1 < gin ? w[i1 * g.out_c] : int8_t{0};
+          weights[((b * taps + t) * pairs + j) * 16 + l] = pair_bits(w[i0 * g.out_c], w1);
+        }
+      }
+    }
+  }
+  WindowRanges ranges;
+  ComputeWindowRanges(g, &ranges);
+
+  NarrowRowArgs base;
+  base.geo = &g;
+  base.input = a.input;
+  base.weights = weights.data();
+  base.perms = perms.data();
+  base.span_begin = span_begin.data();
+  base.span_mask = span_mask.data();
+  base.scale = scale.data();
+  base.bias = bias.data();
+  base.side = a.HasSideInput() ? a.side_input : nullptr;
+  base.side_scale = a.side_input_scale;
+  int32_t lo, hi;
+  OutputBounds(a, &lo, &hi);
+  base.lo = static_cast<int8_t>(lo);
+  base.hi = static_cast<int8_t>(hi);
+  base.output = a.output;
+  base.blocks = blocks;
+  base.pairs = pairs;
+  base.taps = taps;
+  base.ky_range = ranges.ky.data();
+  base.kx_range = ranges.kx.data();
+  base.full_begin = ranges.full_begin;
+  base.full_end = ranges.full_end;
+  // Cycles per output row: per pixel, block and tap about one span load and
+  // a VPERMW + VPDPWSSD per pair, plus the epilogue.
+  const int64_t cost = g.out_w * blocks * (taps * (1 + 2 * pairs) + 8);
+  parallel_for(g.batch * g.out_h, cost, [&](int64_t begin, int64_t end) {
+    NarrowRowArgs d = base;
+    d.row_begin = begin;
+    d.row_end = end;
+    rows(d);
+  });
 }
 
 }  // namespace cpu

@@ -1,11 +1,25 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// Grouped convolution (1 < groups, more than one input channel per group) on
-// the GEMM paths: each group is an ordinary convolution over its own
-// channels, run one group at a time through a groups == 1 kernel on
-// contiguous copies (the group's input channels, its filter columns, its
-// side input channels; the output is scattered back into place). Depthwise
-// convolutions (one input channel per group) take depthwise.h instead.
+// Grouped convolution (1 < groups, more than one input channel per group).
+// Depthwise convolutions (one input channel per group) take depthwise.h.
+//
+//  * Narrow groups (avx512vnni): a direct kernel like the depthwise one,
+//    16 output channels in the lanes of one zmm. For each block of 16 output
+//    channels the input channels its groups read form a "span" of at most
+//    32 consecutive channels; per tap the span is loaded once, widened to
+//    int16 and, for each pair (i, i + 1) of a group's input channels,
+//    VPERMW puts lane c's pair (x[base(c) + i], x[base(c) + i + 1]) next to
+//    each other so that one VPDPWSSD with the pair's weights (w[i][c],
+//    w[i + 1][c]) adds both products, exactly. ResNeXt's 32 groups of 4
+//    channels: one span load and 2 x (VPERMW + VPDPWSSD) per tap and 16
+//    channels (64 products).
+//  * Otherwise (other paths, wide groups): each group is an ordinary
+//    convolution over its own channels, run one group at a time through a
+//    groups == 1 kernel on contiguous copies (the group's input channels,
+//    its filter columns, its side input channels; the output is scattered
+//    back into place).
+//
+// Declarations and plain structs only (included by baseline and ISA code).
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_GROUPED_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_GROUPED_H_
 
@@ -26,6 +40,50 @@ namespace cpu {
 void RunPerGroup(
     const FusedConvArgs& args, const ParallelFor& parallel_for,
     const std::function<void(const FusedConvArgs& sub, const int8_t* cache_key)>& run);
+
+// Lanes per block and the widest input-channel span a block may read.
+constexpr int64_t kNarrowLanes = 16;
+constexpr int64_t kNarrowSpan = 32;
+
+// Whether the narrow-group kernel handles g: groups > 1, 2 to 8 input
+// channels per group, and every block of 16 output channels reads at most
+// kNarrowSpan consecutive input channels.
+bool NarrowGroupsFit(const ConvGeometry& g);
+
+struct NarrowRowArgs {
+  const ConvGeometry* geo;
+  const int8_t* input;        // [N, H, W, Ci]
+  // Per block b (16 output channels), pair j of a group's input channels
+  // (i = 2j, 2j + 1), tap t: 16 int32 lanes, lane l = channel 16b + l,
+  // holding the int16 pair (w[t][2j][c], w[t][2j + 1][c]) (0 past Co or
+  // past the group's channels). Index: ((b * taps + t) * pairs + j) * 16.
+  const int32_t* weights;
+  // Per block and pair: 32 int16 VPERMW indices into the widened span:
+  // 2l -> base(c) + 2j - span_begin, 2l + 1 -> base(c) + 2j + 1 -
+  // span_begin. Index: (b * pairs + j) * 32.
+  const int16_t* perms;
+  const int64_t* span_begin;  // [blocks] first input channel of the span
+  const uint32_t* span_mask;  // [blocks] bytes of the span inside Ci
+  const float* scale;         // [blocks * 16]
+  const float* bias;          // [blocks * 16]
+  const int8_t* side;         // [N, Ho, Wo, Co] or nullptr
+  float side_scale;
+  int8_t lo, hi;
+  int8_t* output;             // [N, Ho, Wo, Co]
+  int64_t blocks, pairs, taps;
+  const int64_t* ky_range;    // see depthwise.h WindowRanges
+  const int64_t* kx_range;
+  int64_t full_begin, full_end;
+  int64_t row_begin, row_end;
+};
+
+// grouped_avx512vnni.cc
+void NarrowGroupRowsAvx512Vnni(const NarrowRowArgs& d);
+
+// Runs a call for which NarrowGroupsFit(args.geo) holds.
+void RunNarrowGroups(const FusedConvArgs& args,
+                     void (*rows)(const NarrowRowArgs&),
+                     const ParallelFor& parallel_for);
 
 }  // namespace cpu
 }  // namespace tf_fused_int8
