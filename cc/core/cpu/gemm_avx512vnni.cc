@@ -9,8 +9,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
+#include "cc/core/cpu/gemm_isa_common.h"
 #include "cc/core/cpu/kernels.h"
 #include "cc/core/epilogue_avx512.h"
 
@@ -26,9 +26,6 @@ constexpr int64_t kGroupBytes = kBlock * 4;  // one k-group of a block
 constexpr int kMr = 6;                       // micro-tile rows
 constexpr int64_t kKcGroups = 96;            // K panel: 96 * 256 B = 24 KiB
 
-inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
-
 inline __mmask64 ByteMask(int64_t n) {
   return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
 }
@@ -39,35 +36,37 @@ constexpr int64_t LaneChannel(int64_t p) {
   return 16 * ((p / 4) % 4) + 4 * (p / 16) + p % 4;
 }
 
-
-inline int32_t LoadU32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // ---------------------------------------------------------------- packing
+
+// One k-group of a block: filter rows k .. k + 3 (`rows`, ld apart; rows
+// past k_total read as zero), the block's channels (mask), interleaved into
+// the group's four zmm in kFormatZmmU8 order: 8 unpacks.
+inline void LoadGroupZmm(const int8_t* rows, int64_t ld, int64_t k,
+                         int64_t k_total, __mmask64 mask, __m512i u[4]) {
+  __m512i r[4];
+  for (int i = 0; i < 4; ++i) {
+    r[i] = k + i < k_total ? _mm512_maskz_loadu_epi8(mask, rows + i * ld)
+                           : _mm512_setzero_si512();
+  }
+  const __m512i t0 = _mm512_unpacklo_epi8(r[0], r[1]);
+  const __m512i t1 = _mm512_unpackhi_epi8(r[0], r[1]);
+  const __m512i t2 = _mm512_unpacklo_epi8(r[2], r[3]);
+  const __m512i t3 = _mm512_unpackhi_epi8(r[2], r[3]);
+  u[0] = _mm512_unpacklo_epi16(t0, t2);
+  u[1] = _mm512_unpackhi_epi16(t0, t2);
+  u[2] = _mm512_unpacklo_epi16(t1, t3);
+  u[3] = _mm512_unpackhi_epi16(t1, t3);
+}
 
 bool PanelZmm(const PanelArgs& p) {
   const int64_t n0 = p.block_index * kBlock;
   const __mmask64 mask = ByteMask(p.out_c - n0);
-  const int8_t* src = p.filter + n0;
   int8_t* dst = p.panel;
   __m512i diff = _mm512_setzero_si512();
   for (int64_t g = p.g0; g < p.g1; ++g, dst += kGroupBytes) {
-    __m512i r[4];
-    for (int i = 0; i < 4; ++i) {
-      const int64_t k = 4 * g + i;
-      r[i] = k < p.k ? _mm512_maskz_loadu_epi8(mask, src + k * p.out_c)
-                     : _mm512_setzero_si512();
-    }
-    const __m512i t0 = _mm512_unpacklo_epi8(r[0], r[1]);
-    const __m512i t1 = _mm512_unpackhi_epi8(r[0], r[1]);
-    const __m512i t2 = _mm512_unpacklo_epi8(r[2], r[3]);
-    const __m512i t3 = _mm512_unpackhi_epi8(r[2], r[3]);
-    const __m512i u[4] = {
-        _mm512_unpacklo_epi16(t0, t2), _mm512_unpackhi_epi16(t0, t2),
-        _mm512_unpacklo_epi16(t1, t3), _mm512_unpackhi_epi16(t1, t3)};
+    __m512i u[4];
+    LoadGroupZmm(p.filter + 4 * g * p.out_c + n0, p.out_c, 4 * g, p.k, mask,
+                 u);
     if (p.verify) {
       for (int j = 0; j < 4; ++j) {
         diff = _mm512_or_si512(
@@ -93,175 +92,33 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
     for (int64_t nb = nb0; nb < nb1; ++nb, out += panel_bytes) {
       const int64_t n0 = nb * kBlock;
       const __mmask64 mask = ByteMask(co - n0);
-      __m512i r[4];
-      for (int i = 0; i < 4; ++i) {
-        r[i] = k + i < k_total
-                   ? _mm512_maskz_loadu_epi8(mask, rows + i * co + n0)
-                   : _mm512_setzero_si512();
-      }
-      const __m512i t0 = _mm512_unpacklo_epi8(r[0], r[1]);
-      const __m512i t1 = _mm512_unpackhi_epi8(r[0], r[1]);
-      const __m512i t2 = _mm512_unpacklo_epi8(r[2], r[3]);
-      const __m512i t3 = _mm512_unpackhi_epi8(r[2], r[3]);
-      _mm512_storeu_si512(out, _mm512_unpacklo_epi16(t0, t2));
-      _mm512_storeu_si512(out + 64, _mm512_unpackhi_epi16(t0, t2));
-      _mm512_storeu_si512(out + 128, _mm512_unpacklo_epi16(t1, t3));
-      _mm512_storeu_si512(out + 192, _mm512_unpackhi_epi16(t1, t3));
+      __m512i u[4];
+      LoadGroupZmm(rows + n0, co, k, k_total, mask, u);
+      for (int j = 0; j < 4; ++j) _mm512_storeu_si512(out + 64 * j, u[j]);
     }
   }
 }
 
 // ----------------------------------------------------------------- im2col
-//
-// Gathers one K panel's slice [k0, k1) of the tile's im2col rows (the HWC
-// window of each output pixel, XOR 0x80; padding 0x80 = a zero activation).
-// Pieces are written front to back in whole 64-byte stores that may run
-// past the piece: the overrun lands on bytes written later (the rest of the
-// row, the next row) or in the buffer's slack (kIm2ColSlack). Bytes past
-// K meet zero weight rows, so their values do not matter.
 
-// Copies n >= 0 bytes XOR 0x80. Reads stay below src_end; writes may run up
-// to 63 bytes past dst + n.
-inline void CopyXor(uint8_t* dst, const int8_t* src, int64_t n,
-                    const int8_t* src_end) {
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t i = 0; i < n; i += 64) {
-    const int8_t* s = src + i;
-    const __m512i v = s + 64 <= src_end
-                          ? _mm512_loadu_si512(s)
-                          : _mm512_maskz_loadu_epi8(ByteMask(src_end - s), s);
-    _mm512_storeu_si512(dst + i, _mm512_xor_si512(v, flip));
+// Im2ColSlice's copy policy (gemm_isa_common.h): u8 activations x ^ 0x80,
+// padding 0x80 (a zero activation), 64 bytes a vector.
+struct ZmmU8Copy {
+  using Vec = __m512i;
+  static constexpr int64_t kElemBytes = 1;
+  static constexpr int64_t kStep = 64;
+  static Vec Load(const int8_t* src) { return _mm512_loadu_si512(src); }
+  static Vec LoadPartial(const int8_t* src, int64_t n) {
+    return _mm512_maskz_loadu_epi8(ByteMask(n), src);
   }
-}
-
-// n bytes of 0x80 (a zero activation); may write up to 63 bytes past n.
-inline void FillPad(uint8_t* dst, int64_t n) {
-  const __m512i pad = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t i = 0; i < n; i += 64) _mm512_storeu_si512(dst + i, pad);
-}
-
-// Writes the part of window segment [seg0, seg1) (offsets within the ky
-// run) that falls in [s, e) to row_out + offset - s; src (or pad when null)
-// holds the segment's bytes.
-inline void CopySegment(uint8_t* out, int64_t s, int64_t e, int64_t seg0,
-                        int64_t seg1, const int8_t* src, const int8_t* end) {
-  const int64_t a = Max(s, seg0), b = Min(e, seg1);
-  if (a >= b) return;
-  if (src == nullptr) {
-    FillPad(out + (a - s), b - a);
-  } else {
-    CopyXor(out + (a - s), src + (a - seg0), b - a, end);
+  static void Store(uint8_t* dst, Vec v) {
+    _mm512_storeu_si512(
+        dst, _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))));
   }
-}
-
-// Rows [r0, r0 + rows) of the tile (pixels p0 + r0 ...), elements [k0, k1),
-// written to dst (lda apart).
-__attribute__((noinline)) void Im2ColSliceZmm(const GemmTileArgs& t,
-                                              uint8_t* dst, int64_t r0,
-                                              int64_t rows, int64_t k0,
-                                              int64_t k1) {
-  const ConvGeometry& g = *t.geo;
-  const int64_t ci = g.in_c, kw = g.filter_w;
-  const int64_t k = g.filter_h * kw * ci;
-  k1 = Min(k1, k);
-  if (k1 <= k0) return;
-  const int8_t* end = t.input + g.batch * g.in_h * g.in_w * ci;
-  const bool pointwise = g.filter_h == 1 && kw == 1 && g.stride_h == 1 &&
-                         g.stride_w == 1 && g.pad_top == 0 &&
-                         g.pad_left == 0 && g.out_h == g.in_h &&
-                         g.out_w == g.in_w;
-  const int64_t p0 = t.p0 + r0;
-  if (pointwise) {  // direct GEMM: the rows are the input pixels
-    const int8_t* src = t.input + p0 * ci + k0;
-    if (k0 == 0 && k1 == ci && t.lda == ci) {
-      CopyXor(dst, src, rows * ci, end);
-    } else {
-      for (int64_t m = 0; m < rows; ++m) {
-        CopyXor(dst + m * t.lda, src + m * ci, k1 - k0, end);
-      }
-    }
-    return;
+  static void StorePad(uint8_t* dst) {
+    _mm512_storeu_si512(dst, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const int64_t run = kw * ci;
-  const int64_t row_bytes = g.in_w * ci;
-  const int64_t span_h = (g.filter_h - 1) * g.dilation_h;
-  const int64_t ky_step = g.dilation_h * row_bytes;
-  const int64_t ky0 = k0 / run, ky1 = (k1 - 1) / run;  // rows of the window
-  const bool whole = k0 == 0 && k1 == k;  // the panel holds all of K
-  int64_t ox = p0 % g.out_w;
-  int64_t oy = (p0 / g.out_w) % g.out_h;
-  int64_t n = p0 / (g.out_w * g.out_h);
-  for (int64_t m = 0; m < rows; ++m) {
-    uint8_t* row = dst + m * t.lda;
-    const int64_t image = n * g.in_h * row_bytes;
-    const int64_t iy0 = oy * g.stride_h - g.pad_top;
-    const int64_t ix0 = ox * g.stride_w - g.pad_left;
-    // Columns [lo, hi) of the window are inside the image (dilation 1).
-    const int64_t lo = g.dilation_w == 1 ? Min(kw, Max(0, -ix0)) : 0;
-    const int64_t hi = g.dilation_w == 1 ? Max(lo, Min(kw, g.in_w - ix0)) : 0;
-    // Offset of the window's first byte (meaningful when inside).
-    const int64_t first = image + iy0 * row_bytes + ix0 * ci;
-    if (g.dilation_w == 1 && lo == 0 && hi == kw && iy0 >= 0 &&
-        iy0 + span_h < g.in_h &&
-        first + span_h * row_bytes + run + 64 <= end - t.input) {
-      // Interior window: each ky is one contiguous run; whole vectors.
-      if (whole) {
-        const int8_t* src = t.input + first;
-        uint8_t* out = row;
-        for (int64_t ky = 0; ky < g.filter_h; ++ky) {
-          for (int64_t i = 0; i < run; i += 64) {
-            _mm512_storeu_si512(out + i, _mm512_xor_si512(
-                                             _mm512_loadu_si512(src + i), flip));
-          }
-          src += ky_step;
-          out += run;
-        }
-      } else {
-      for (int64_t ky = ky0; ky <= ky1; ++ky) {
-        const int64_t s = Max(k0, ky * run), e = Min(k1, (ky + 1) * run);
-        const int8_t* src = t.input + first + ky * ky_step + (s - ky * run);
-        uint8_t* out = row + (s - k0);
-        for (int64_t i = 0; i < e - s; i += 64) {
-          _mm512_storeu_si512(out + i, _mm512_xor_si512(
-                                           _mm512_loadu_si512(src + i), flip));
-        }
-      }
-      }
-    } else {
-      for (int64_t ky = ky0; ky <= ky1; ++ky) {
-        const int64_t base = ky * run;
-        const int64_t s = Max(k0, base) - base, e = Min(k1, base + run) - base;
-        uint8_t* out = row + (base + s - k0);
-        const int64_t iy = iy0 + ky * g.dilation_h;
-        if (iy < 0 || iy >= g.in_h) {
-          FillPad(out, e - s);
-          continue;
-        }
-        const int8_t* in_row = t.input + image + iy * row_bytes;
-        if (g.dilation_w == 1) {
-          CopySegment(out, s, e, 0, lo * ci, nullptr, end);
-          CopySegment(out, s, e, lo * ci, hi * ci, in_row + (ix0 + lo) * ci, end);
-          CopySegment(out, s, e, hi * ci, run, nullptr, end);
-        } else {
-          for (int64_t kx = s / ci; kx <= (e - 1) / ci; ++kx) {
-            const int64_t ix = ix0 + kx * g.dilation_w;
-            const bool inside = ix >= 0 && ix < g.in_w;
-            CopySegment(out, s, e, kx * ci, (kx + 1) * ci,
-                        inside ? in_row + ix * ci : nullptr, end);
-          }
-        }
-      }
-    }
-    if (++ox == g.out_w) {
-      ox = 0;
-      if (++oy == g.out_h) {
-        oy = 0;
-        ++n;
-      }
-    }
-  }
-}
+};
 
 // ------------------------------------------------------------------- GEMM
 
@@ -358,13 +215,6 @@ inline void MicroTile(const TileContext& t) {
         _mm512_store_si512(t.partial + i * t.partial_ld + 16 * j, acc[i][j]);
       }
     }
-  }
-}
-
-// Prefetches `lines` 64-byte lines from p into L2.
-inline void PrefetchL2(const int8_t* p, int64_t lines) {
-  for (int64_t l = 0; l < lines; ++l) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
   }
 }
 
@@ -515,7 +365,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         // reused from the A buffer by the other blocks. With one block they
         // are used once: a micro-tile's worth of scratch (L1) is enough.
         uint8_t* a_rows = single_block ? t.a : t.a + r * t.lda;
-        if (b == 0) Im2ColSliceZmm(t, a_rows, r, h, 4 * g0, 4 * g1);
+        if (b == 0) Im2ColSlice<ZmmU8Copy>(t, a_rows, r, h, 4 * g0, 4 * g1);
         tc.a = a_rows;
         tc.partial = t.partial + r * partial_ld + b * kBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
@@ -530,20 +380,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         }
         r += h;
         if (verifying && v1 > v0) {
-          // Rows [v0, v1) are whole groups except at the panel's end.
-          PanelArgs pa;
-          pa.filter = t.filter;
-          pa.k = t.k;
-          pa.out_c = co;
-          pa.verify = true;
-          pa.g0 = v0 / 4;
-          pa.g1 = (v1 + 3) / 4;
-          for (int64_t vb = t.block_begin; vb < t.block_end; ++vb) {
-            pa.block_index = vb;
-            pa.panel = const_cast<int8_t*>(t.w->data + (vb * groups + pa.g0) *
-                                                           kGroupBytes);
-            stale |= PanelZmm(pa);
-          }
+          stale |= VerifyPanelRows<PanelZmm>(t, v0, v1, 4, kGroupBytes);
         }
       }
     }

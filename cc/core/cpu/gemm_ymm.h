@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cc/core/cpu/gemm_isa_common.h"
 #include "cc/core/cpu/kernels.h"
 #include "cc/core/epilogue_avx2.h"
 
@@ -29,15 +30,6 @@ constexpr int64_t kYmmBlock = 16;               // channels per block (2 ymm)
 constexpr int64_t kYmmGroupBytes = kYmmBlock * 4;  // one k-group of a block
 constexpr int kYmmMr = 6;
 constexpr int64_t kYmmKcGroups = 256;  // K panel: 256 * 64 B = 16 KiB
-
-inline int64_t YMin(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t YMax(int64_t a, int64_t b) { return a > b ? a : b; }
-
-inline int32_t YLoadU32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // 16 filter bytes of row k, channels [n0, n0 + 16) (zeros past Co / K).
 inline __m128i LoadFilterRow16(const PanelArgs& p, int64_t k, int64_t n0) {
@@ -87,150 +79,50 @@ bool PanelYmm(const PanelArgs& p) {
   return !_mm256_testz_si256(diff, diff);
 }
 
-// Converts n input bytes to the A operand: XOR 0x80 (u8) or sign-extend to
-// int16 (dst then receives 2n bytes). Reads stay below src_end; writes may
-// run up to 31 bytes past the converted run (rows are written front to
-// back, so the overrun lands on bytes written later or in the A buffer's
-// kIm2ColSlack).
+// Im2ColSlice's copy policy (gemm_isa_common.h) for the A operand form:
+// u8 (kInt16 false): 32 inputs a vector, x ^ 0x80, padding 0x80 (a zero
+// activation); int16: 16 inputs a vector sign-extended to 16 int16,
+// padding 0. A partial load goes through a zeroed copy (AVX2 has no masked
+// byte loads).
 template <bool kInt16>
-inline void ConvertRun(uint8_t* dst, const int8_t* src, int64_t n,
-                       const int8_t* src_end) {
-  if (kInt16) {
-    for (int64_t i = 0; i < n; i += 16) {
-      const int8_t* s = src + i;
-      __m128i v;
-      if (s + 16 <= src_end) {
-        v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-      } else {
-        alignas(16) int8_t tmp[16] = {0};
-        std::memcpy(tmp, s, static_cast<size_t>(src_end - s));
-        v = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i),
-                          _mm256_cvtepi8_epi16(v));
-    }
-  } else {
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    for (int64_t i = 0; i < n; i += 32) {
-      const int8_t* s = src + i;
-      __m256i v;
-      if (s + 32 <= src_end) {
-        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-      } else {
-        alignas(32) int8_t tmp[32] = {0};
-        std::memcpy(tmp, s, static_cast<size_t>(src_end - s));
-        v = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                          _mm256_xor_si256(v, flip));
-    }
-  }
-}
+struct YmmCopyInput {
+  using Vec = __m256i;
+};
+template <>
+struct YmmCopyInput<true> {
+  using Vec = __m128i;
+};
 
-// n elements of padding (a zero activation): 0x80 (u8) or int16 0. May
-// write up to 31 bytes past them.
 template <bool kInt16>
-inline void PadRun(uint8_t* dst, int64_t n) {
-  const __m256i pad = kInt16 ? _mm256_setzero_si256()
-                             : _mm256_set1_epi8(static_cast<char>(0x80));
-  const int64_t bytes = kInt16 ? 2 * n : n;
-  for (int64_t i = 0; i < bytes; i += 32) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), pad);
+struct YmmCopy {
+  using Vec = typename YmmCopyInput<kInt16>::Vec;
+  static constexpr int64_t kElemBytes = kInt16 ? 2 : 1;
+  static constexpr int64_t kStep = sizeof(Vec);
+  static Vec Load(const int8_t* src) {
+    Vec v;
+    std::memcpy(&v, src, sizeof(v));  // an unaligned vector load
+    return v;
   }
-}
-
-// Writes the part of window segment [seg0, seg1) (element offsets within
-// the ky run) that falls in [s, e) to out + (offset - s) elements; src (or
-// padding when null) holds the segment's elements.
-template <bool kInt16>
-inline void YmmCopySegment(uint8_t* out, int64_t s, int64_t e, int64_t seg0,
-                           int64_t seg1, const int8_t* src,
-                           const int8_t* end) {
-  constexpr int64_t el = kInt16 ? 2 : 1;
-  const int64_t a = YMax(s, seg0), b = YMin(e, seg1);
-  if (a >= b) return;
-  if (src == nullptr) {
-    PadRun<kInt16>(out + (a - s) * el, b - a);
-  } else {
-    ConvertRun<kInt16>(out + (a - s) * el, src + (a - seg0), b - a, end);
+  static Vec LoadPartial(const int8_t* src, int64_t n) {
+    alignas(sizeof(Vec)) int8_t tmp[sizeof(Vec)] = {0};
+    std::memcpy(tmp, src, static_cast<size_t>(n));
+    return Load(tmp);
   }
-}
-
-// Gathers rows [r0, r0 + rows) of the tile, elements [k0, k1) of their
-// im2col rows (see the AVX-512 file's Im2ColSliceZmm), converted to the A
-// operand form, to dst (lda apart).
-template <bool kInt16>
-void Im2ColSliceYmm(const GemmTileArgs& t, uint8_t* dst, int64_t r0,
-                    int64_t rows, int64_t k0, int64_t k1) {
-  constexpr int64_t el = kInt16 ? 2 : 1;  // bytes per element
-  const ConvGeometry& g = *t.geo;
-  const int64_t ci = g.in_c, kw = g.filter_w;
-  const int64_t k = g.filter_h * kw * ci;
-  k1 = YMin(k1, k);
-  if (k1 <= k0) return;
-  const int8_t* end = t.input + g.batch * g.in_h * g.in_w * ci;
-  const bool pointwise = g.filter_h == 1 && kw == 1 && g.stride_h == 1 &&
-                         g.stride_w == 1 && g.pad_top == 0 &&
-                         g.pad_left == 0 && g.out_h == g.in_h &&
-                         g.out_w == g.in_w;
-  const int64_t p0 = t.p0 + r0;
-  if (pointwise) {  // direct GEMM: the rows are the input pixels
-    const int8_t* src = t.input + p0 * ci + k0;
-    if (k0 == 0 && k1 == ci && t.lda == ci * el) {
-      ConvertRun<kInt16>(dst, src, rows * ci, end);
+  static void Store(uint8_t* dst, Vec v) {
+    __m256i a;
+    if constexpr (kInt16) {
+      a = _mm256_cvtepi8_epi16(v);
     } else {
-      for (int64_t m = 0; m < rows; ++m) {
-        ConvertRun<kInt16>(dst + m * t.lda, src + m * ci, k1 - k0, end);
-      }
+      a = _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
     }
-    return;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), a);
   }
-  const int64_t run = kw * ci;
-  const int64_t row_bytes = g.in_w * ci;
-  const int64_t ky0 = k0 / run, ky1 = (k1 - 1) / run;
-  int64_t ox = p0 % g.out_w;
-  int64_t oy = (p0 / g.out_w) % g.out_h;
-  int64_t n = p0 / (g.out_w * g.out_h);
-  for (int64_t m = 0; m < rows; ++m) {
-    uint8_t* row = dst + m * t.lda;
-    const int64_t image = n * g.in_h * row_bytes;
-    const int64_t iy0 = oy * g.stride_h - g.pad_top;
-    const int64_t ix0 = ox * g.stride_w - g.pad_left;
-    const int64_t lo = g.dilation_w == 1 ? YMin(kw, YMax(0, -ix0)) : 0;
-    const int64_t hi = g.dilation_w == 1 ? YMax(lo, YMin(kw, g.in_w - ix0)) : 0;
-    for (int64_t ky = ky0; ky <= ky1; ++ky) {
-      const int64_t base = ky * run;
-      const int64_t s = YMax(k0, base) - base, e = YMin(k1, base + run) - base;
-      uint8_t* out = row + (base + s - k0) * el;
-      const int64_t iy = iy0 + ky * g.dilation_h;
-      if (iy < 0 || iy >= g.in_h) {
-        PadRun<kInt16>(out, e - s);
-        continue;
-      }
-      const int8_t* in_row = t.input + image + iy * row_bytes;
-      if (g.dilation_w == 1) {
-        YmmCopySegment<kInt16>(out, s, e, 0, lo * ci, nullptr, end);
-        YmmCopySegment<kInt16>(out, s, e, lo * ci, hi * ci,
-                               in_row + (ix0 + lo) * ci, end);
-        YmmCopySegment<kInt16>(out, s, e, hi * ci, run, nullptr, end);
-      } else {
-        for (int64_t kx = s / ci; kx <= (e - 1) / ci; ++kx) {
-          const int64_t ix = ix0 + kx * g.dilation_w;
-          const bool inside = ix >= 0 && ix < g.in_w;
-          YmmCopySegment<kInt16>(out, s, e, kx * ci, (kx + 1) * ci,
-                                 inside ? in_row + ix * ci : nullptr, end);
-        }
-      }
-    }
-    if (++ox == g.out_w) {
-      ox = 0;
-      if (++oy == g.out_h) {
-        oy = 0;
-        ++n;
-      }
-    }
+  static void StorePad(uint8_t* dst) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                        kInt16 ? _mm256_setzero_si256()
+                               : _mm256_set1_epi8(static_cast<char>(0x80)));
   }
-}
+};
 
 struct alignas(32) YmmBlockConsts {
   float scale[kYmmBlock];
@@ -293,7 +185,7 @@ inline void YmmMicroTile(const YmmTileContext& t) {
     b += kYmmGroupBytes;
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m256i av = _mm256_set1_epi32(YLoadU32(a + i * lda));
+      const __m256i av = _mm256_set1_epi32(LoadU32(a + i * lda));
       acc[i][0] = Policy::Dot(acc[i][0], av, b0);
       acc[i][1] = Policy::Dot(acc[i][1], av, b1);
     }
@@ -312,12 +204,6 @@ inline void YmmMicroTile(const YmmTileContext& t) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(t.partial + i * t.partial_ld), acc[i][0]);
       _mm256_store_si256(reinterpret_cast<__m256i*>(t.partial + i * t.partial_ld + 8), acc[i][1]);
     }
-  }
-}
-
-inline void YmmPrefetchL2(const int8_t* p, int64_t lines) {
-  for (int64_t l = 0; l < lines; ++l) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
   }
 }
 
@@ -351,7 +237,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   const bool verify = cached && t.verify;
   const int64_t nblocks = t.block_end - t.block_begin;
   const int64_t c_begin = t.block_begin * kYmmBlock;
-  const int64_t c_end = YMin(co, t.block_end * kYmmBlock);
+  const int64_t c_end = Min(co, t.block_end * kYmmBlock);
   const int64_t partial_ld = nblocks * kYmmBlock;
   const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
@@ -370,20 +256,20 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   tc.ldo = co;
   tc.partial_ld = partial_ld;
   for (int64_t g0 = 0; g0 < groups; g0 += kc) {
-    const int64_t g1 = YMin(groups, g0 + kc);
+    const int64_t g1 = Min(groups, g0 + kc);
     const bool first = g0 == 0;
     tc.groups = g1 - g0;
     tc.last = g1 == groups;
     const bool verify_panel =
         verify && (g0 / kc) % t.verify_stride == t.verify_phase;
-    const int64_t k_begin = kpg * g0, k_end = YMin(kpg * g1, t.k);
+    const int64_t k_begin = kpg * g0, k_end = Min(kpg * g1, t.k);
     const int64_t vrows = k_end - k_begin;
     const int64_t vslice = ((vrows + tiles - 1) / tiles + kpg - 1) / kpg * kpg;
     const int64_t row_lines = (c_end - c_begin + 63) / 64 + 1;
     for (int64_t b = 0; b < nblocks; ++b) {
       const int64_t nb = t.block_begin + b;
       const int64_t n0 = nb * kYmmBlock;
-      const int64_t valid = YMin(kYmmBlock, co - n0);
+      const int64_t valid = Min(kYmmBlock, co - n0);
       for (int64_t p = 0; p < kYmmBlock; ++p) {
         const int64_t c = n0 + p;
         const bool in = c < co;
@@ -404,7 +290,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
           next_lines = (g1 - g0) * (kYmmGroupBytes / 64);
         } else if (g1 < groups) {
           next = data + (t.block_begin * groups + g1) * kYmmGroupBytes;
-          next_lines = (YMin(groups, g1 + kc) - g1) * (kYmmGroupBytes / 64);
+          next_lines = (Min(groups, g1 + kc) - g1) * (kYmmGroupBytes / 64);
         }
       } else {
         PanelArgs pa;
@@ -435,20 +321,21 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
           const int64_t l0 = next_lines * mt / tiles;
-          YmmPrefetchL2(next + 64 * l0, next_lines * (mt + 1) / tiles - l0);
+          PrefetchL2(next + 64 * l0, next_lines * (mt + 1) / tiles - l0);
         }
-        const int64_t v0 = k_begin + YMin(vrows, mt * vslice);
-        const int64_t v1 = k_begin + YMin(vrows, (mt + 1) * vslice);
+        const int64_t v0 = k_begin + Min(vrows, mt * vslice);
+        const int64_t v1 = k_begin + Min(vrows, (mt + 1) * vslice);
         if (verifying) {
           for (int64_t k = v0; k < v1; ++k) {
-            YmmPrefetchL2(t.filter + k * co + c_begin, row_lines);
+            PrefetchL2(t.filter + k * co + c_begin, row_lines);
           }
         }
         const int64_t h = base + (mt < extra ? 1 : 0);
         const int64_t pixel = t.p0 + r;
         uint8_t* a_rows = nblocks == 1 ? t.a : t.a + r * t.lda;
         if (b == 0) {
-          Im2ColSliceYmm<Policy::kInt16>(t, a_rows, r, h, kpg * g0, kpg * g1);
+          Im2ColSlice<YmmCopy<Policy::kInt16>>(t, a_rows, r, h, kpg * g0,
+                                               kpg * g1);
         }
         tc.a = a_rows;
         tc.partial = t.partial + r * partial_ld + b * kYmmBlock;
@@ -464,19 +351,8 @@ bool GemmTileYmm(const GemmTileArgs& t) {
         }
         r += h;
         if (verifying && v1 > v0) {
-          PanelArgs pa;
-          pa.filter = t.filter;
-          pa.k = t.k;
-          pa.out_c = co;
-          pa.verify = true;
-          pa.g0 = v0 / kpg;
-          pa.g1 = (v1 + kpg - 1) / kpg;
-          for (int64_t vb = t.block_begin; vb < t.block_end; ++vb) {
-            pa.block_index = vb;
-            pa.panel = const_cast<int8_t*>(
-                t.w->data + (vb * groups + pa.g0) * kYmmGroupBytes);
-            stale |= PanelYmm<Policy::kInt16>(pa);
-          }
+          stale |= VerifyPanelRows<PanelYmm<Policy::kInt16>>(t, v0, v1, kpg,
+                                                             kYmmGroupBytes);
         }
       }
     }

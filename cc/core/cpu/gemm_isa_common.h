@@ -1,0 +1,246 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Code shared by the instruction-set GEMM kernels (gemm_avx512vnni.cc and,
+// through gemm_ymm.h, gemm_avxvnni.cc / gemm_avx2.cc): the K-sliced im2col
+// gather, templated on a copy policy that supplies the vector primitives,
+// plus small helpers (bounds, prefetch, the cached-panel verification).
+//
+// Include ONLY from *_avx512vnni.cc, *_avxvnni.cc, *_avx2.cc or gemm_ymm.h.
+// Everything here is in an anonymous namespace (internal linkage), so each
+// ISA translation unit gets its own copy compiled with its own flags and the
+// linker can never merge it with another unit's (kernels.h says why that
+// matters). For the same reason this header uses nothing inline from the
+// baseline headers (e.g. IsPointwise of im2col.h).
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_ISA_COMMON_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_ISA_COMMON_H_
+
+#if !defined(__AVX2__)
+#error "gemm_isa_common.h belongs to the ISA translation units only (kernels.h)"
+#endif
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cc/core/cpu/kernels.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+inline int32_t LoadU32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Prefetches `lines` 64-byte lines from p into L2.
+inline void PrefetchL2(const int8_t* p, int64_t lines) {
+  for (int64_t l = 0; l < lines; ++l) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
+  }
+}
+
+// Verifies filter rows [v0, v1) (whole groups of k_per_group rows except at
+// the panel's end) against the cached packed panels of all of t's blocks
+// with kPanel (verify mode); true if any differ.
+template <PanelFn kPanel>
+bool VerifyPanelRows(const GemmTileArgs& t, int64_t v0, int64_t v1,
+                     int64_t k_per_group, int64_t group_bytes) {
+  PanelArgs pa;
+  pa.filter = t.filter;
+  pa.k = t.k;
+  pa.out_c = t.out_c;
+  pa.verify = true;
+  pa.g0 = v0 / k_per_group;
+  pa.g1 = (v1 + k_per_group - 1) / k_per_group;
+  bool stale = false;
+  for (int64_t vb = t.block_begin; vb < t.block_end; ++vb) {
+    pa.block_index = vb;
+    pa.panel = const_cast<int8_t*>(
+        t.w->data + (vb * t.k_groups + pa.g0) * group_bytes);
+    stale |= kPanel(pa);
+  }
+  return stale;
+}
+
+// ----------------------------------------------------------------- im2col
+//
+// Im2ColSlice<Copy> gathers one K panel's slice [k0, k1) of the tile's
+// im2col rows (the HWC window of each output pixel) converted to the A
+// operand form. The copy policy `Copy` supplies the element form:
+//   kElemBytes            bytes per A element (1: u8, 2: int16)
+//   kStep                 elements per vector (= input bytes a Load reads)
+//   Vec Load(src)         kStep input bytes
+//   Vec LoadPartial(src, n)  n < kStep input bytes, the rest zero (reads
+//                         only those n)
+//   Store(dst, v)         converts v to kStep A elements at dst (x ^ 0x80
+//                         for u8, sign extension for int16)
+//   StorePad(dst)         kStep elements of padding, i.e. a zero activation
+//                         (0x80 for u8, int16 0)
+// Pieces are written front to back in whole vectors that may run past the
+// piece: the overrun lands on elements written later (the rest of the row,
+// the next row) or in the buffer's slack (kIm2ColSlack). Elements past K
+// meet zero weight rows, so their values do not matter.
+
+// Converts n >= 0 input bytes to dst. Reads stay below src_end; writes may
+// run up to one vector past the n elements.
+template <class Copy>
+inline void ConvertRun(uint8_t* dst, const int8_t* src, int64_t n,
+                       const int8_t* src_end) {
+  for (int64_t i = 0; i < n; i += Copy::kStep) {
+    const int8_t* s = src + i;
+    Copy::Store(dst + i * Copy::kElemBytes,
+                s + Copy::kStep <= src_end
+                    ? Copy::Load(s)
+                    : Copy::LoadPartial(s, src_end - s));
+  }
+}
+
+// As ConvertRun, for a run whose last vector's read is known to stay inside
+// the input (no bounds check).
+template <class Copy>
+inline void ConvertInterior(uint8_t* dst, const int8_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; i += Copy::kStep) {
+    Copy::Store(dst + i * Copy::kElemBytes, Copy::Load(src + i));
+  }
+}
+
+// n elements of padding; may write up to one vector past them.
+template <class Copy>
+inline void PadRun(uint8_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += Copy::kStep) {
+    Copy::StorePad(dst + i * Copy::kElemBytes);
+  }
+}
+
+// Writes the part of window segment [seg0, seg1) (element offsets within
+// the ky run) that falls in [s, e) to out + (offset - s) elements; src (or
+// padding when null) holds the segment's elements.
+template <class Copy>
+inline void CopySegment(uint8_t* out, int64_t s, int64_t e, int64_t seg0,
+                        int64_t seg1, const int8_t* src, const int8_t* end) {
+  const int64_t a = Max(s, seg0), b = Min(e, seg1);
+  if (a >= b) return;
+  uint8_t* dst = out + (a - s) * Copy::kElemBytes;
+  if (src == nullptr) {
+    PadRun<Copy>(dst, b - a);
+  } else {
+    ConvertRun<Copy>(dst, src + (a - seg0), b - a, end);
+  }
+}
+
+// Rows [r0, r0 + rows) of the tile (pixels t.p0 + r0 ...), elements
+// [k0, k1) of their im2col rows, written to dst (t.lda bytes apart).
+template <class Copy>
+__attribute__((noinline)) void Im2ColSlice(const GemmTileArgs& t,
+                                           uint8_t* dst, int64_t r0,
+                                           int64_t rows, int64_t k0,
+                                           int64_t k1) {
+  constexpr int64_t el = Copy::kElemBytes;
+  const ConvGeometry& g = *t.geo;
+  const int64_t ci = g.in_c, kw = g.filter_w;
+  const int64_t k = g.filter_h * kw * ci;
+  k1 = Min(k1, k);
+  if (k1 <= k0) return;
+  const int8_t* end = t.input + g.batch * g.in_h * g.in_w * ci;
+  const bool pointwise = g.filter_h == 1 && kw == 1 && g.stride_h == 1 &&
+                         g.stride_w == 1 && g.pad_top == 0 &&
+                         g.pad_left == 0 && g.out_h == g.in_h &&
+                         g.out_w == g.in_w;
+  const int64_t p0 = t.p0 + r0;
+  if (pointwise) {  // direct GEMM: the rows are the input pixels
+    const int8_t* src = t.input + p0 * ci + k0;
+    if (k0 == 0 && k1 == ci && t.lda == ci * el) {
+      ConvertRun<Copy>(dst, src, rows * ci, end);
+    } else {
+      for (int64_t m = 0; m < rows; ++m) {
+        ConvertRun<Copy>(dst + m * t.lda, src + m * ci, k1 - k0, end);
+      }
+    }
+    return;
+  }
+  const int64_t run = kw * ci;
+  const int64_t row_bytes = g.in_w * ci;
+  const int64_t span_h = (g.filter_h - 1) * g.dilation_h;
+  const int64_t ky_step = g.dilation_h * row_bytes;
+  const int64_t ky0 = k0 / run, ky1 = (k1 - 1) / run;  // rows of the window
+  const bool whole = k0 == 0 && k1 == k;  // the panel holds all of K
+  int64_t ox = p0 % g.out_w;
+  int64_t oy = (p0 / g.out_w) % g.out_h;
+  int64_t n = p0 / (g.out_w * g.out_h);
+  for (int64_t m = 0; m < rows; ++m) {
+    uint8_t* row = dst + m * t.lda;
+    const int64_t image = n * g.in_h * row_bytes;
+    const int64_t iy0 = oy * g.stride_h - g.pad_top;
+    const int64_t ix0 = ox * g.stride_w - g.pad_left;
+    // Columns [lo, hi) of the window are inside the image (dilation 1).
+    const int64_t lo = g.dilation_w == 1 ? Min(kw, Max(0, -ix0)) : 0;
+    const int64_t hi = g.dilation_w == 1 ? Max(lo, Min(kw, g.in_w - ix0)) : 0;
+    // Offset of the window's first byte (meaningful when inside).
+    const int64_t first = image + iy0 * row_bytes + ix0 * ci;
+    if (g.dilation_w == 1 && lo == 0 && hi == kw && iy0 >= 0 &&
+        iy0 + span_h < g.in_h &&
+        first + span_h * row_bytes + run + Copy::kStep <= end - t.input) {
+      // Interior window: each ky is one contiguous run; whole vectors.
+      if (whole) {
+        const int8_t* src = t.input + first;
+        uint8_t* out = row;
+        for (int64_t ky = 0; ky < g.filter_h; ++ky) {
+          ConvertInterior<Copy>(out, src, run);
+          src += ky_step;
+          out += run * el;
+        }
+      } else {
+        for (int64_t ky = ky0; ky <= ky1; ++ky) {
+          const int64_t s = Max(k0, ky * run), e = Min(k1, (ky + 1) * run);
+          ConvertInterior<Copy>(row + (s - k0) * el,
+                                t.input + first + ky * ky_step + (s - ky * run),
+                                e - s);
+        }
+      }
+    } else {
+      for (int64_t ky = ky0; ky <= ky1; ++ky) {
+        const int64_t base = ky * run;
+        const int64_t s = Max(k0, base) - base, e = Min(k1, base + run) - base;
+        uint8_t* out = row + (base + s - k0) * el;
+        const int64_t iy = iy0 + ky * g.dilation_h;
+        if (iy < 0 || iy >= g.in_h) {
+          PadRun<Copy>(out, e - s);
+          continue;
+        }
+        const int8_t* in_row = t.input + image + iy * row_bytes;
+        if (g.dilation_w == 1) {
+          CopySegment<Copy>(out, s, e, 0, lo * ci, nullptr, end);
+          CopySegment<Copy>(out, s, e, lo * ci, hi * ci,
+                            in_row + (ix0 + lo) * ci, end);
+          CopySegment<Copy>(out, s, e, hi * ci, run, nullptr, end);
+        } else {
+          for (int64_t kx = s / ci; kx <= (e - 1) / ci; ++kx) {
+            const int64_t ix = ix0 + kx * g.dilation_w;
+            const bool inside = ix >= 0 && ix < g.in_w;
+            CopySegment<Copy>(out, s, e, kx * ci, (kx + 1) * ci,
+                              inside ? in_row + ix * ci : nullptr, end);
+          }
+        }
+      }
+    }
+    if (++ox == g.out_w) {
+      ox = 0;
+      if (++oy == g.out_h) {
+        oy = 0;
+        ++n;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_ISA_COMMON_H_
