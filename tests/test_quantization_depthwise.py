@@ -1,6 +1,6 @@
-"""Post-training quantization of depthwise / grouped convolutions, ReLU6 and
-ZeroPadding2D (MobileNetV2-style inverted-residual blocks): the weights and
-the ReLU6 bound from their formulas, the int8 graph bit for bit against the
+"""Post-training quantization of depthwise / grouped convolutions, ReLU6,
+clipped ReLUs and ZeroPadding2D (MobileNetV2-style inverted-residual blocks):
+the weights and the ReLU6 / ReLU(max_value=m) bounds from their formulas, the int8 graph bit for bit against the
 numpy reference (tests/reference.py), a MobileNetV2-style CNN trained on
 scikit-learn's digits (accuracy, per-layer bits, .keras / SavedModel), and
 keras.applications.MobileNetV2 quantized end to end."""
@@ -43,6 +43,12 @@ def relu6_max(scale):
   return min(127, round(6.0 / float(scale)))
 
 
+def clipped_relu_max(m, scale):
+  """The int8 bound of ReLU(max_value=m) for an output of scale `scale`
+  (float32): min(127, round(m / scale)), float64 quotient, half to even."""
+  return min(127, round(float(m) / float(np.float32(scale))))
+
+
 def ref_padding(layer):
   if isinstance(layer.padding, str):
     return layer.padding.upper()
@@ -55,9 +61,9 @@ def layer_reference(layer, x, side=None):
   weights = layer.get_weights()
   k, b, s = weights[:3]
   ss = weights[3] if layer.use_side_input else 0.0
-  out_max = 127
+  out_max = layer.output_max  # 127 unless given (a clipped ReLU's bound)
   if layer.activation == "relu6":
-    out_max = relu6_max(layer.output_scale)
+    out_max = min(out_max, relu6_max(layer.output_scale))
   return reference.fused_conv2d_reference(
       x, k, b, side_input=side, conv_input_scale=s, side_input_scale=ss,
       strides=layer.strides, padding=ref_padding(layer),
@@ -297,15 +303,120 @@ def test_relu_variants_and_what_stays_float():
   assert "1 layer(s) stay float" in message, message
   assert "'e' (DepthwiseConv2D: activation='tanh'" in message, message
   acts = {n: qmodel.get_layer(n).activation for n in "abcdf"}
-  # ReLU(max_value=4) is not ReLU6: d stays linear, its ReLU float.
-  assert acts == {"a": "relu6", "b": "relu6", "c": "relu6", "d": None,
+  # ReLU(max_value=4) is a clipped ReLU: Relu with output_max from s_out.
+  assert acts == {"a": "relu6", "b": "relu6", "c": "relu6", "d": "relu",
                   "f": "relu6"}
+  s_d = quantization.calibrate(model, x, verbose=0)["d_relu4"]
+  assert qmodel.get_layer("d").output_max == clipped_relu_max(4.0, s_d)
   assert qmodel.get_layer("f").use_side_input
-  assert type(qmodel.get_layer("d_relu4")) is L.ReLU  # pylint: disable=unidiomatic-typecheck
+  assert "d_relu4" not in [l.name for l in qmodel.layers]
   assert type(qmodel.get_layer("e")) is L.DepthwiseConv2D  # pylint: disable=unidiomatic-typecheck
   assert qmodel.get_layer("b").groups == 4
   want, got = model(x).numpy(), qmodel(x).numpy()
   assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+# ----------------------------------------- clipped ReLU(max_value=m)
+
+def clipped_relu_model(seed=0):
+  """Conv2D -> ReLU(1.5) -> Conv2D(1x1) -> ReLU(4) -> DepthwiseConv2D ->
+  ReLU(2.53125) -> Conv2D(1x1) + Add(the ReLU(4) output) -> ReLU(3)."""
+  inp = keras.Input((8, 7, 3), name="image")
+  h = L.ReLU(max_value=1.5, name="c1_relu")(
+      L.Conv2D(6, 3, padding="same", name="c1")(inp))
+  h4 = L.ReLU(max_value=4.0, name="c2_relu")(L.Conv2D(6, 1, name="c2")(h))
+  h = L.ReLU(max_value=2.53125, name="dw_relu")(
+      L.DepthwiseConv2D(3, padding="same", name="dw")(h4))
+  out = L.ReLU(max_value=3.0, name="add_relu")(L.Add(name="add")([
+      L.Conv2D(6, 1, name="c3")(h), h4]))
+  model = keras.Model(inp, out)
+  randomize(model, np.random.default_rng(seed), weight_std=0.6)
+  c2 = model.get_layer("c2")  # larger weights: its ReLU(4) clips too
+  c2.set_weights([c2.kernel.numpy() * 2, c2.bias.numpy()])
+  return model
+
+
+def test_clipped_relu_bound_and_int8_graph():
+  model = clipped_relu_model()
+  x = np.random.default_rng(7).uniform(-3, 3, (4, 8, 7, 3)).astype(np.float32)
+  scales = quantization.calibrate(model, x, verbose=0)
+  assert sorted(scales) == sorted(["image", "c1_relu", "c2_relu", "dw_relu",
+                                   "add_relu"])
+  # Calibrated scales would put every bound at 127 (s <= m / 127); these
+  # make them 50, 80, 40 and 75. 2.53125 / 0.0625 = 40.5 exactly: half to
+  # even gives 40 (round half up would give 41).
+  bounds = {"c1": ("c1_relu", 1.5, 0.03), "c2": ("c2_relu", 4.0, 0.05),
+            "dw": ("dw_relu", 2.53125, 0.0625),
+            "c3": ("add_relu", 3.0, 0.04)}
+  scales.update({key: s for key, _, s in bounds.values()})
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+  kinds = {l.name: type(l).__name__ for l in qmodel.layers}
+  assert kinds == {"image": "InputLayer", "image_quantize": "Quantize",
+                   **{n: "QuantizedFusedConv2D" for n in bounds},
+                   "add_relu_dequantize": "Dequantize"}
+  want_max = {n: clipped_relu_max(m, s) for n, (_, m, s) in bounds.items()}
+  assert want_max == {"c1": 50, "c2": 80, "dw": 40, "c3": 75}
+  for n in bounds:
+    layer = qmodel.get_layer(n)
+    assert layer.activation == "relu", n
+    assert layer.output_max == layer.effective_output_max() == want_max[n], n
+    # The bound is in the layer's config (saving / from_config keep it).
+    again = QFC.from_config(layer.get_config())
+    assert again.effective_output_max() == want_max[n], n
+  assert qmodel.get_layer("dw").groups == 6
+  assert qmodel.get_layer("c3").use_side_input
+
+  # Every layer's int8 output equals the reference (with output_max) on its
+  # actual int8 inputs in the quantized model ...
+  assert check_layers_against_reference(qmodel, x) == 4
+  # ... and each bound is reached (so the clip is really exercised), and 0.
+  probe = keras.Model(qmodel.input,
+                      {n: qmodel.get_layer(n).output for n in bounds})
+  outs = {n: v.numpy() for n, v in probe(x).items()}
+  for n in bounds:
+    assert outs[n].max() == want_max[n], (n, outs[n].max())
+    assert outs[n].min() == 0, n
+    assert (outs[n] == want_max[n]).sum() >= 3, n
+  # The int8 model approximates the float one (which clips at the same m).
+  want, got = model(x).numpy(), qmodel(x).numpy()
+  assert got.max() <= 3.0 + 0.04 / 2
+  assert np.abs(got - want).max() < 0.15 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("relu_kwargs", [
+    dict(max_value=4.0, negative_slope=0.1),
+    dict(max_value=4.0, threshold=0.5),
+    dict(max_value=0.0),
+])
+def test_leaky_thresholded_or_zero_clipped_relu_stays_float(relu_kwargs):
+  inp = keras.Input((6, 6, 3), name="image")
+  h = L.ReLU(name="r", **relu_kwargs)(L.Conv2D(4, 3, name="c")(inp))
+  model = keras.Model(inp, L.Conv2D(2, 1, name="c2")(h))
+  randomize(model, np.random.default_rng(8))
+  x = np.random.default_rng(9).uniform(-3, 3, (2, 6, 6, 3)).astype(np.float32)
+  # A ReLU the op cannot compute is an ordinary float layer (like any
+  # unfused ReLU: not listed by the QuantizationWarning).
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  c = qmodel.get_layer("c")
+  assert isinstance(c, QFC) and c.activation is None and c.output_max == 127
+  r = qmodel.get_layer("r")
+  assert type(r) is L.ReLU  # pylint: disable=unidiomatic-typecheck
+  assert (r.max_value, r.negative_slope, r.threshold) == (
+      relu_kwargs.get("max_value"), relu_kwargs.get("negative_slope", 0.0),
+      relu_kwargs.get("threshold", 0.0))
+  assert [type(l).__name__ for l in qmodel.layers] == [
+      "InputLayer", "Quantize", "QuantizedFusedConv2D", "Dequantize", "ReLU",
+      "Quantize", "QuantizedFusedConv2D", "Dequantize"]
+  # The float ReLU runs as before, on the dequantized int8 conv output.
+  probe = keras.Model(qmodel.input, [r.input, r.output])
+  r_in, r_out = probe(x)
+  np.testing.assert_array_equal(r_out.numpy(),
+                                model.get_layer("r")(r_in).numpy())
+  assert qmodel(x).shape == model(x).shape
 
 
 # ------------------------------------------ MobileNetV2-style, on digits

@@ -20,10 +20,12 @@ rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
 * a following ``ReLU`` layer (or ``Activation("relu")``) becomes the op's
   Relu, and a ReLU6 (``ReLU(max_value=6)``, ``Activation("relu6")`` or
   ``activation="relu6"``) the op's Relu with
-  ``output_max = min(127, round(6 / s_out))``;
+  ``output_max = min(127, round(6 / s_out))``; likewise any clipped ReLU
+  ``ReLU(max_value=m)``, m > 0 (no negative_slope or threshold), is the op's
+  Relu with ``output_max = min(127, round(m / s_out))``;
 * a two-input ``Add`` of the (linear) conv stack and another tensor, the
-  residual, maps that tensor to the op's side input, and a ``ReLU`` (or
-  ReLU6) after the ``Add`` becomes the op's activation.
+  residual, maps that tensor to the op's side input, and a ``ReLU`` (ReLU6,
+  clipped ReLU) after the ``Add`` becomes the op's activation.
 
 So ResNet blocks and MobileNetV2 inverted-residual blocks (1x1 expand +
 ReLU6, depthwise + ReLU6, linear 1x1 project, residual ``Add``) quantize end
@@ -281,12 +283,22 @@ def _activation_name(fn):
     return getattr(fn, "__name__", repr(fn))
 
 
-_FUSED_ACTIVATIONS = ("relu", "relu6")
+# A fused activation is the op's Relu with an upper bound, written as its
+# float bound ``relu_max``: min(max(x, 0), relu_max), math.inf for a plain
+# ReLU. These are the activation names that map onto it.
+_FUSED_ACTIVATIONS = {"relu": math.inf, "relu6": 6.0}
 
 
-def _relu_kind(node):
-  """"relu" / "relu6" when the node is a ReLU / Activation layer computing
-  exactly max(x, 0) / min(max(x, 0), 6), else None."""
+def _activation_relu_max(fn):
+  """The relu_max of a Keras activation function, None if not fused."""
+  name = _activation_name(fn)  # a dict for some custom activations
+  return _FUSED_ACTIVATIONS.get(name) if isinstance(name, str) else None
+
+
+def _relu_max(node):
+  """The bound m when the node is a ReLU / Activation layer computing
+  exactly min(max(x, 0), m) (m > 0; math.inf for max(x, 0), 6 for ReLU6),
+  else None."""
   op = node.operation
   if _single_tensor_call(node) is None:
     return None
@@ -294,19 +306,41 @@ def _relu_kind(node):
     if float(op.negative_slope) != 0.0 or float(op.threshold) != 0.0:
       return None
     if op.max_value is None:
-      return "relu"
-    return "relu6" if float(op.max_value) == 6.0 else None
+      return math.inf
+    m = float(op.max_value)
+    return m if m > 0.0 else None  # NaN and 0 stay float
   if type(op) is keras.layers.Activation:  # pylint: disable=unidiomatic-typecheck
-    name = _activation_name(op.activation)
-    return name if name in _FUSED_ACTIVATIONS else None
+    return _activation_relu_max(op.activation)
   return None
 
 
-def _conv_activation(op):
-  """None, "relu" or "relu6" for a convolution's own activation (or the
-  unsupported name)."""
-  act = _activation_name(op.activation)
-  return None if act == "linear" else act
+def _conv_relu_max(op):
+  """The relu_max of a convolution's own activation: None for linear (a
+  convolution with another activation is not quantized, _conv_problem)."""
+  return _activation_relu_max(op.activation)
+
+
+def _relu_output_max(relu_max, output_scale):
+  """The op's output_max for min(max(x, 0), relu_max) on an int8 output of
+  scale `output_scale`: min(127, round(relu_max / output_scale)), the
+  quotient in float64 and Python's round (half to even); 127 for
+  relu_max = inf. For relu_max = 6 it is layers.relu6_output_max."""
+  q = float(relu_max) / float(output_scale)
+  return 127 if q >= 127.0 else int(round(q))
+
+
+def _activation_kwargs(relu_max, output_scale):
+  """QuantizedFusedConv2D arguments for a group's activation."""
+  if relu_max is None:
+    return {"activation": None}
+  if relu_max == math.inf:
+    return {"activation": "relu"}
+  if relu_max == 6.0:
+    # The layer's own ReLU6 (same bound, see _relu_output_max), which keeps
+    # activation="relu6" and output_scale in its config.
+    return {"activation": "relu6"}
+  return {"activation": "relu",
+          "output_max": _relu_output_max(relu_max, output_scale)}
 
 
 _CONV_TYPES = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
@@ -340,7 +374,7 @@ def _conv_problem(node):
   if op.padding not in ("same", "valid"):
     return f"padding={op.padding!r}"
   act = _activation_name(op.activation)
-  if act not in ("linear",) + _FUSED_ACTIVATIONS:
+  if act != "linear" and _activation_relu_max(op.activation) is None:
     return (f"activation={act!r} (the fused op has only relu and relu6; "
             f"use activation=None and a separate activation layer)")
   if getattr(op, "quantization_mode", None):
@@ -369,7 +403,7 @@ def _bn_problem(node):
 
 class _Group:
   """One fused conv stack: [ZeroPadding2D +] Conv2D|DepthwiseConv2D [+ BN]
-  [+ ReLU|ReLU6] [+ Add(side) [+ ReLU|ReLU6]]."""
+  [+ ReLU|ReLU6|ReLU(max_value=m)] [+ Add(side) [+ the same]]."""
 
   def __init__(self, conv_node):
     self.conv_node = conv_node
@@ -378,7 +412,8 @@ class _Group:
     self.bn_node = None
     self.add_node = None
     self.side = None
-    self.act = _conv_activation(conv_node.operation)  # None/relu/relu6
+    # None (linear), or the Relu's float bound (math.inf: unbounded).
+    self.relu_max = _conv_relu_max(conv_node.operation)
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -498,15 +533,16 @@ class _Plan:
           g.input = pad.input_tensors[0]
           g.members.insert(0, pad)
     nxt = self.graph.sole_consumer(g.tail)
-    if (g.act is None and nxt is not None and
+    if (g.relu_max is None and nxt is not None and
         type(nxt.operation) is keras.layers.BatchNormalization and  # pylint: disable=unidiomatic-typecheck
         _bn_problem(nxt) is None):
       g.bn_node = nxt
       g.extend(nxt)
       nxt = self.graph.sole_consumer(g.tail)
-    if g.act is None and nxt is not None and _relu_kind(nxt):
-      g.act = _relu_kind(nxt)
-      g.extend(nxt)
+    if g.relu_max is None and nxt is not None:
+      g.relu_max = _relu_max(nxt)
+      if g.relu_max is not None:
+        g.extend(nxt)
     return g
 
   def _assign_adds(self):
@@ -525,7 +561,7 @@ class _Plan:
       for i, t in enumerate(ins):
         g = by_tail.get(id(t))
         other = ins[1 - i]
-        if (g is None or g.act is not None or g.add_node is not None or
+        if (g is None or g.relu_max is not None or g.add_node is not None or
             self.graph.sole_consumer(t) is not node or
             not self._same_shape(t, other)):
           continue
@@ -540,9 +576,10 @@ class _Plan:
       g.side = other
       g.extend(node)
       nxt = self.graph.sole_consumer(g.tail)
-      if nxt is not None and _relu_kind(nxt):
-        g.act = _relu_kind(nxt)
-        g.extend(nxt)
+      if nxt is not None:
+        g.relu_max = _relu_max(nxt)
+        if g.relu_max is not None:
+          g.extend(nxt)
 
   @staticmethod
   def _same_shape(a, b):
@@ -840,7 +877,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
 
   Args:
     model: a functional or Sequential Keras model (float32) made of Conv2D,
-      DepthwiseConv2D, ZeroPadding2D, BatchNormalization, ReLU / ReLU6, Add,
+      DepthwiseConv2D, ZeroPadding2D, BatchNormalization, ReLU / ReLU6 /
+      ReLU(max_value=m), Add,
       pooling, Flatten, Dense, ... layers.
     calibration_data: representative inputs (a few hundred samples is
       plenty): a ``tf.data.Dataset`` of batches, numpy arrays, a
@@ -861,8 +899,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
   Returns:
     A new ``keras.Model`` with the float model's inputs and outputs in which
     every quantizable conv stack is one ``QuantizedFusedConv2D`` (BN folded,
-    ReLU / ReLU6 fused, residual Add as side input, a preceding
-    ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
+    ReLU / ReLU6 / ReLU(max_value=m) fused, residual Add as side input, a
+    preceding ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
     ``groups`` = its input channels), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. The float model
     is not modified.
@@ -937,16 +975,17 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       else:
         base = conv.name  # the Conv2D's name, now free
       qconv_names.add(base)
+      s_out = scale_of[id(group.tail)]
       layer = QuantizedFusedConv2D.from_float_weights(
           kernel, bias,
           input_scale=scale_of[id(group.input)],
-          output_scale=scale_of[id(group.tail)],
+          output_scale=s_out,
           side_input_scale=(None if group.side is None else
                             scale_of[id(group.side)]),
           per_channel_scale=per_channel,
           strides=conv.strides, padding=group.padding,
           dilation_rate=conv.dilation_rate, groups=groups,
-          activation=group.act, name=base)
+          name=base, **_activation_kwargs(group.relu_max, s_out))
       x = get_int8(group.input)
       if group.side is None:
         y = layer(x)
