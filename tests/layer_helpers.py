@@ -1,5 +1,8 @@
 """Helpers shared by the Keras layer and quantization tests."""
 
+import importlib.util
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -47,3 +50,13 @@ def set_bn(layer, rng):
     weights.append(rng.normal(0.0, 0.2, n))
   weights += [rng.normal(0.0, 0.3, n), rng.uniform(0.3, 2.0, n)]
   layer.set_weights([w.astype(np.float32) for w in weights])
+
+
+def load_example(name):
+  """examples/<name>.py as a module (e.g. "ptq_digits")."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = os.path.join(root, "examples", name + ".py")
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module

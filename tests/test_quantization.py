@@ -4,7 +4,6 @@ against the numpy reference), Quantize/Dequantize, calibration inputs and
 methods, unsupported layers, end-to-end accuracy on scikit-learn's digits,
 and .keras / SavedModel round trips of the quantized model."""
 
-import importlib.util
 import os
 import warnings
 
@@ -365,19 +364,11 @@ def test_sequential_and_subclassed_models():
 
 # ------------------------------------------ digits, end to end, and saving
 
-def _load_example():
-  path = os.path.join(ROOT, "examples", "ptq_digits.py")
-  spec = importlib.util.spec_from_file_location("ptq_digits", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 @pytest.fixture(scope="module")
 def digits():
   """The example's float CNN trained briefly on digits, and its int8 model."""
   import sklearn  # pylint: disable=g-import-not-at-top,unused-import  # requirements.txt
-  example = _load_example()
+  example = layer_helpers.load_example("ptq_digits")
   x_train, y_train, x_test, y_test = example.load_digits_split()
   float_model = example.train_float_model(keras, x_train, y_train, epochs=4)
   with warnings.catch_warnings():

@@ -5,7 +5,6 @@ numpy reference (tests/reference.py), a MobileNetV2-style CNN trained on
 scikit-learn's digits (accuracy, per-layer bits, .keras / SavedModel), and
 keras.applications.MobileNetV2 quantized end to end."""
 
-import importlib.util
 import os
 import warnings
 
@@ -421,14 +420,6 @@ def test_leaky_thresholded_or_zero_clipped_relu_stays_float(relu_kwargs):
 
 # ------------------------------------------ MobileNetV2-style, on digits
 
-def _load_example():
-  path = os.path.join(ROOT, "examples", "ptq_digits.py")
-  spec = importlib.util.spec_from_file_location("ptq_digits", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def mobilenet_v2_digits_model():
   """A small MobileNetV2-style CNN for 8x8x1 images: Conv-BN-ReLU6 stem,
   three inverted-residual blocks (1x1 expand + ReLU6, 3x3 depthwise + ReLU6,
@@ -479,7 +470,7 @@ def mobilenet_v2_digits_model():
 @pytest.fixture(scope="module")
 def digits_mobilenet():
   import sklearn  # pylint: disable=g-import-not-at-top,unused-import  # requirements.txt
-  example = _load_example()
+  example = layer_helpers.load_example("ptq_digits")
   x_train, y_train, x_test, y_test = example.load_digits_split()
   keras.utils.set_random_seed(example.SEED)
   model = mobilenet_v2_digits_model()

@@ -52,6 +52,22 @@ void ComputeWindowRanges(const ConvGeometry& g, WindowRanges* r) {
   // The full columns are contiguous (the window slides monotonically).
 }
 
+void FillDirectRowArgs(const FusedConvArgs& a, const WindowRanges& r,
+                       DirectRowArgs* d) {
+  d->side = a.HasSideInput() ? a.side_input : nullptr;
+  d->side_scale = a.side_input_scale;
+  int32_t lo, hi;
+  OutputBounds(a, &lo, &hi);
+  d->lo = static_cast<int8_t>(lo);
+  d->hi = static_cast<int8_t>(hi);
+  d->output = a.output;
+  d->ky_range = r.ky.data();
+  d->kx_range = r.kx.data();
+  d->full_begin = r.full_begin;
+  d->full_end = r.full_end;
+  d->row_begin = d->row_end = 0;
+}
+
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t c_count = d.channels;
@@ -131,25 +147,15 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   ComputeWindowRanges(g, &ranges);
 
   DepthwiseRowArgs base;
+  FillDirectRowArgs(a, ranges, &base);
   base.geo = &g;
   base.input = input;
   base.filter = a.filter;
   base.wide = wide.data();
   base.scale = scale.data();
   base.bias = bias.data();
-  base.side = a.HasSideInput() ? a.side_input : nullptr;
-  base.side_scale = a.side_input_scale;
-  int32_t lo, hi;
-  OutputBounds(a, &lo, &hi);
-  base.lo = static_cast<int8_t>(lo);
-  base.hi = static_cast<int8_t>(hi);
-  base.output = a.output;
   base.channels = c_count;
   base.padded_c = padded;
-  base.ky_range = ranges.ky.data();
-  base.kx_range = ranges.kx.data();
-  base.full_begin = ranges.full_begin;
-  base.full_end = ranges.full_end;
   const int64_t total_rows = g.batch * g.out_h;
   // Cycles per output row for the vector kernels: per pixel and 16
   // channels about one cycle per tap plus the epilogue (ParallelFor runs

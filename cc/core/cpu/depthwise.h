@@ -35,31 +35,6 @@ namespace cpu {
 // Channel padding of the widened weights, scale and bias (one zmm of int32).
 constexpr int64_t kDepthwiseChannelAlign = 16;
 
-struct DepthwiseRowArgs {
-  const ConvGeometry* geo;  // the call's geometry (fields only in ISA code)
-  const int8_t* input;      // [N, H, W, channels] (expanded when M > 1)
-  const int8_t* filter;     // [Kh * Kw, channels] (the HWIO filter itself)
-  const int32_t* wide;      // [Kh * Kw, padded_c] widened weights, 64B aligned
-  const float* scale;       // [padded_c]
-  const float* bias;        // [padded_c]
-  const int8_t* side;       // [N, Ho, Wo, channels] or nullptr
-  float side_scale;
-  int8_t lo, hi;            // output range (OutputBounds)
-  int8_t* output;           // [N, Ho, Wo, channels]
-  int64_t channels;         // out_c
-  int64_t padded_c;         // channels rounded up to kDepthwiseChannelAlign
-  // Valid filter taps per output row / column: [begin, end) of ky for
-  // output row oy at ky_range[2 * oy], of kx for column ox at
-  // kx_range[2 * ox] (taps outside are padding).
-  const int64_t* ky_range;  // [Ho * 2]
-  const int64_t* kx_range;  // [Wo * 2]
-  // Output columns whose whole window is inside the input horizontally
-  // (kx_range is [0, Kw) for every ox in [full_begin, full_end)).
-  int64_t full_begin, full_end;
-  int64_t row_begin, row_end;  // output rows r = n * Ho + oy
-};
-using DepthwiseRowsFn = void (*)(const DepthwiseRowArgs&);
-
 // Valid filter taps per output row and column, shared by the direct
 // (depthwise and narrow-group) kernels: [begin, end) of ky for output row oy
 // at ky[2 * oy], of kx for column ox at kx[2 * ox]; columns [full_begin,
@@ -69,6 +44,41 @@ struct WindowRanges {
   int64_t full_begin = 0, full_end = 0;
 };
 void ComputeWindowRanges(const ConvGeometry& g, WindowRanges* r);
+
+// What the row arguments of every direct kernel share: the epilogue's
+// operands besides scale and bias, the output, the window ranges and the
+// rows to compute.
+struct DirectRowArgs {
+  const int8_t* side;       // [N, Ho, Wo, Co] or nullptr
+  float side_scale;
+  int8_t lo, hi;            // output range (OutputBounds)
+  int8_t* output;           // [N, Ho, Wo, Co]
+  // WindowRanges::ky / kx: [begin, end) of ky for output row oy at
+  // ky_range[2 * oy], of kx for column ox at kx_range[2 * ox] (taps
+  // outside are padding).
+  const int64_t* ky_range;  // [Ho * 2]
+  const int64_t* kx_range;  // [Wo * 2]
+  // Output columns whose whole window is inside the input horizontally
+  // (kx_range is [0, Kw) for every ox in [full_begin, full_end)).
+  int64_t full_begin, full_end;
+  int64_t row_begin, row_end;  // output rows r = n * Ho + oy
+};
+
+// Fills d's fields from the call and its window ranges (rows left empty).
+void FillDirectRowArgs(const FusedConvArgs& a, const WindowRanges& r,
+                       DirectRowArgs* d);
+
+struct DepthwiseRowArgs : DirectRowArgs {
+  const ConvGeometry* geo;  // the call's geometry (fields only in ISA code)
+  const int8_t* input;      // [N, H, W, channels] (expanded when M > 1)
+  const int8_t* filter;     // [Kh * Kw, channels] (the HWIO filter itself)
+  const int32_t* wide;      // [Kh * Kw, padded_c] widened weights
+  const float* scale;       // [padded_c]
+  const float* bias;        // [padded_c]
+  int64_t channels;         // out_c
+  int64_t padded_c;         // channels rounded up to kDepthwiseChannelAlign
+};
+using DepthwiseRowsFn = void (*)(const DepthwiseRowArgs&);
 
 // Row kernels, one per instruction set (depthwise_<isa>.cc); the portable
 // one lives in depthwise.cc.

@@ -139,6 +139,7 @@ void RunNarrowGroups(const FusedConvArgs& a, void (*rows)(const NarrowRowArgs&),
   ComputeWindowRanges(g, &ranges);
 
   NarrowRowArgs base;
+  FillDirectRowArgs(a, ranges, &base);
   base.geo = &g;
   base.input = a.input;
   base.weights = weights.data();
@@ -147,20 +148,9 @@ void RunNarrowGroups(const FusedConvArgs& a, void (*rows)(const NarrowRowArgs&),
   base.span_mask = span_mask.data();
   base.scale = scale.data();
   base.bias = bias.data();
-  base.side = a.HasSideInput() ? a.side_input : nullptr;
-  base.side_scale = a.side_input_scale;
-  int32_t lo, hi;
-  OutputBounds(a, &lo, &hi);
-  base.lo = static_cast<int8_t>(lo);
-  base.hi = static_cast<int8_t>(hi);
-  base.output = a.output;
   base.blocks = blocks;
   base.pairs = pairs;
   base.taps = taps;
-  base.ky_range = ranges.ky.data();
-  base.kx_range = ranges.kx.data();
-  base.full_begin = ranges.full_begin;
-  base.full_end = ranges.full_end;
   // Cycles per output row: per pixel, block and tap about one span load and
   // a VPERMW + VPDPWSSD per pair, plus the epilogue.
   const int64_t cost = g.out_w * blocks * (taps * (1 + 2 * pairs) + 8);

@@ -27,6 +27,7 @@
 #include <functional>
 
 #include "cc/core/conv_params.h"
+#include "cc/core/cpu/depthwise.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -50,7 +51,9 @@ constexpr int64_t kNarrowSpan = 32;
 // kNarrowSpan consecutive input channels.
 bool NarrowGroupsFit(const ConvGeometry& g);
 
-struct NarrowRowArgs {
+// The row arguments (DirectRowArgs of depthwise.h: side input, output
+// range, output, window ranges, rows) and the kernel's operands.
+struct NarrowRowArgs : DirectRowArgs {
   const ConvGeometry* geo;
   const int8_t* input;        // [N, H, W, Ci]
   // Per block b (16 output channels), pair j of a group's input channels
@@ -66,15 +69,7 @@ struct NarrowRowArgs {
   const uint32_t* span_mask;  // [blocks] bytes of the span inside Ci
   const float* scale;         // [blocks * 16]
   const float* bias;          // [blocks * 16]
-  const int8_t* side;         // [N, Ho, Wo, Co] or nullptr
-  float side_scale;
-  int8_t lo, hi;
-  int8_t* output;             // [N, Ho, Wo, Co]
   int64_t blocks, pairs, taps;
-  const int64_t* ky_range;    // see depthwise.h WindowRanges
-  const int64_t* kx_range;
-  int64_t full_begin, full_end;
-  int64_t row_begin, row_end;
 };
 
 // grouped_avx512vnni.cc
