@@ -24,7 +24,6 @@ pytestmark = pytest.mark.filterwarnings(
 
 L = keras.layers
 QFC = tf_fused_int8.QuantizedFusedConv2D
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def residual_model(seed=0):

@@ -5,7 +5,6 @@ numpy reference (tests/reference.py), a MobileNetV2-style CNN trained on
 scikit-learn's digits (accuracy, per-layer bits, .keras / SavedModel), and
 keras.applications.MobileNetV2 quantized end to end."""
 
-import os
 import warnings
 
 import keras
@@ -24,7 +23,6 @@ pytestmark = pytest.mark.filterwarnings(
 
 L = keras.layers
 QFC = tf_fused_int8.QuantizedFusedConv2D
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def randomize(model, rng, weight_std=0.3):
