@@ -1,7 +1,8 @@
 """Property-based fuzzing of the raw op with malformed and valid calls.
 
 Hypothesis generates batches of calls with every argument's rank, dims, dtype,
-length and attr values varied (empty and huge dims included). Each batch runs
+length and attr values varied (empty and huge dims included; plain, grouped
+and depthwise convolutions). Each batch runs
 in a child process, so a crash or an abort fails the test instead of killing
 the test run. Invalid calls must raise a Python exception; valid ones must
 equal the numpy reference bit for bit. CI runs a few hundred cases; set
@@ -39,9 +40,20 @@ def case(draw):
   n, h, w, ci = (draw(st.integers(0, 3)), draw(st.integers(0, 9)),
                  draw(st.integers(0, 9)), draw(st.integers(0, 6)))
   kh, kw, co = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(0, 6))
+  # Grouped (groups = ci / filter depth, as tf.nn.conv2d): depthwise with a
+  # channel multiplier, or 2-3 groups of 1-9 channels each way.
+  groups = 1
+  kind = draw(st.sampled_from(["plain", "plain", "depthwise", "grouped"]))
+  if kind == "depthwise":
+    ci = draw(st.integers(1, 20))
+    groups, co = ci, ci * draw(st.integers(1, 3))
+  elif kind == "grouped":
+    groups = draw(st.integers(2, 3))
+    ci, co = groups * draw(st.integers(1, 9)), groups * draw(st.integers(0, 9))
   c = dict(
       seed=draw(st.integers(0, 2**31)), dtype=draw(st.sampled_from(["int8", "qint8"])),
-      input_shape=[n, h, w, ci], filter_shape=[kh, kw, ci, co], bias_shape=[co],
+      input_shape=[n, h, w, ci], filter_shape=[kh, kw, ci // groups, co],
+      bias_shape=[co],
       scale_shape=draw(st.sampled_from([[], [1], [co]] if co else [[], [1]])),
       side_scale_shape=[],
       strides=[1, draw(st.integers(1, 3)), draw(st.integers(1, 3)), 1],
@@ -137,7 +149,7 @@ def test_fuzz_malformed_and_valid_calls(path, tmp_path_factory):
     batches.append(cases)
 
   collect()
-  valid = invalid = 0
+  valid = invalid = grouped = 0
   for cases in batches:
     results = run_batch(cases, path, tmp_path_factory.mktemp("fuzz"))
     for c, r in zip(cases, results):
@@ -147,8 +159,10 @@ def test_fuzz_malformed_and_valid_calls(path, tmp_path_factory):
         assert not r["ok"], f"invalid call was accepted: {json.dumps(c)}"
       else:
         valid += 1
+        grouped += c["input_shape"][3] != c["filter_shape"][2]
         assert r["ok"], f"valid call failed: {json.dumps(c)} -> {r}"
         assert tuple(r["shape"]) == want, (c, r)
         assert r["sha"] == reference_digest(c, want), f"wrong result: {json.dumps(c)}"
   # The generator must exercise both sides.
   assert valid >= len(batches) * 5 and invalid >= len(batches) * 5, (valid, invalid)
+  assert grouped >= len(batches) * 3, grouped  # grouped / depthwise calls ran
