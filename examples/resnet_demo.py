@@ -6,25 +6,38 @@ SavedModel.
         .venv/bin/python examples/resnet_demo.py
 
 1. A float ResNet-style network (stem conv, an identity residual block, a
-   downsampling block with a 1x1 projection shortcut, a float head) is
-   calibrated on a few random images and quantized post-training into
-   QuantizedFusedConv2D layers (QuantizedFusedConv2D.from_float_weights).
-   The residual additions run inside the fused op as its side input.
+   downsampling block with a 1x1 projection shortcut, a MobileNetV2-style
+   inverted-residual block, a float head) is calibrated on a few random
+   images and quantized post-training into QuantizedFusedConv2D layers
+   (QuantizedFusedConv2D.from_float_weights; the inverted-residual block's
+   3x3 depthwise conv with from_float_depthwise_weights, i.e. groups =
+   channels). The inverted-residual block is a 1x1 expand conv + ReLU6, a
+   3x3 depthwise conv + ReLU6 and a linear 1x1 projection; ReLU6 is the
+   layer's activation="relu6" (int8 output bound min(127, round(6 / s_out))).
+   All three residual additions run inside the fused op as its side input.
 2. The int8 network runs eagerly and as one tf.function traced once for any
    batch; every int8 layer is checked bit for bit against the independent
-   numpy reference (tests/reference.py) and against TensorFlow's built-in int8
-   kernel (_FusedConv2D), one line per layer.
+   numpy reference (tests/reference.py, with the layer's actual output
+   bound) and, where TensorFlow has a kernel for it, against TensorFlow's
+   built-in int8 kernel (_FusedConv2D), one line per layer. That kernel has
+   no grouped/depthwise convolution and no output bound (Relu only), so the
+   depthwise layer is "n/a" there, and a ReLU6 layer is compared only when
+   its int8 bound is 127 (then ReLU6 is Relu plus the int8 saturation).
 3. The model is exported as a SavedModel, reloaded in a NEW Python process
    (`import tf_fused_int8` + tf.saved_model.load) and a batch is served
-   through its serving_default signature; the outputs must be identical.
+   through its serving_default signature; the outputs of the whole network
+   (all blocks) must be identical.
 4. The speed of our op and of TF's built-in int8 kernel on the network's
-   layers is printed.
+   layers is printed; for the depthwise layer, which TF has no int8 kernel
+   for, TF's float tf.nn.depthwise_conv2d + bias + relu6 on the same values
+   is timed instead (labelled as such).
 
 Exits non-zero if any agreement check fails. Runs in well under a minute on
 two cores.
 """
 
 import argparse
+import collections
 import math
 import os
 import subprocess
@@ -47,16 +60,30 @@ SEED = 2024
 
 # --------------------------------------------------------------- the network
 
-# name, input tensor, side-input tensor, out channels, kernel, stride,
-# padding, activation. Tensors are named by the layer that produces them.
+# name, input tensor, side-input tensor (residual), out channels, kernel,
+# stride, padding, activation (None, "relu" or "relu6"), depthwise (groups =
+# input channels, channel multiplier out / in). Tensors are named by the
+# layer that produces them.
+Layer = collections.namedtuple(
+    "Layer", "name src side filters kernel stride padding activation "
+    "depthwise", defaults=(False,))
+EXPAND = 6  # MobileNetV2's expansion factor
 LAYERS = (
-    ("stem", "image", None, 32, 5, 2, "same", "relu"),
-    ("block1_conv1", "stem", None, 32, 3, 1, "same", "relu"),
-    ("block1_conv2", "block1_conv1", "stem", 32, 3, 1, "same", "relu"),
-    ("block2_conv1", "block1_conv2", None, 64, 3, 2, "same", "relu"),
-    ("block2_shortcut", "block1_conv2", None, 64, 1, 2, "valid", None),
-    ("block2_conv2", "block2_conv1", "block2_shortcut", 64, 3, 1, "same",
-     "relu"),
+    Layer("stem", "image", None, 32, 5, 2, "same", "relu"),
+    Layer("block1_conv1", "stem", None, 32, 3, 1, "same", "relu"),
+    Layer("block1_conv2", "block1_conv1", "stem", 32, 3, 1, "same", "relu"),
+    Layer("block2_conv1", "block1_conv2", None, 64, 3, 2, "same", "relu"),
+    Layer("block2_shortcut", "block1_conv2", None, 64, 1, 2, "valid", None),
+    Layer("block2_conv2", "block2_conv1", "block2_shortcut", 64, 3, 1, "same",
+          "relu"),
+    # MobileNetV2 inverted residual: 1x1 expand + ReLU6, 3x3 depthwise +
+    # ReLU6, linear 1x1 projection + the block input (fused side input).
+    Layer("block3_expand", "block2_conv2", None, 64 * EXPAND, 1, 1, "valid",
+          "relu6"),
+    Layer("block3_depthwise", "block3_expand", None, 64 * EXPAND, 3, 1,
+          "same", "relu6", depthwise=True),
+    Layer("block3_project", "block3_depthwise", "block2_conv2", 64, 1, 1,
+          "valid", None),
 )
 CLASSES = 10
 
@@ -65,27 +92,42 @@ def float_weights(rng):
   """He-initialized float weights for LAYERS and the head."""
   channels = {"image": 3}
   weights = {}
-  for name, src, _, co, k, _, _, _ in LAYERS:
-    ci = channels[src]
-    w = rng.normal(0.0, math.sqrt(2.0 / (k * k * ci)), (k, k, ci, co))
+  for l in LAYERS:
+    ci, co, k = channels[l.src], l.filters, l.kernel
+    if l.depthwise:  # tf.nn.depthwise_conv2d's [Kh, Kw, Ci, M]; fan-in k * k
+      assert co % ci == 0, l
+      w = rng.normal(0.0, math.sqrt(2.0 / (k * k)), (k, k, ci, co // ci))
+    else:
+      w = rng.normal(0.0, math.sqrt(2.0 / (k * k * ci)), (k, k, ci, co))
     b = rng.normal(0.0, 0.05, co)
-    weights[name] = (w.astype(np.float32), b.astype(np.float32))
-    channels[name] = co
+    weights[l.name] = (w.astype(np.float32), b.astype(np.float32))
+    channels[l.name] = co
   weights["head"] = (
-      rng.normal(0.0, 0.2, (channels[LAYERS[-1][0]], CLASSES)).astype(
+      rng.normal(0.0, 0.2, (channels[LAYERS[-1].name], CLASSES)).astype(
           np.float32), np.zeros(CLASSES, np.float32))
   return weights
+
+
+FLOAT_ACTIVATIONS = {
+    None: lambda tf, y: y,
+    "relu": lambda tf, y: tf.nn.relu(y),
+    "relu6": lambda tf, y: tf.nn.relu6(y),
+}
 
 
 def float_forward(tf, weights, images):
   """The float network (the function the int8 network approximates)."""
   t = {"image": tf.constant(images, tf.float32)}
-  for name, src, side, _, _, stride, padding, act in LAYERS:
-    w, b = weights[name]
-    y = tf.nn.conv2d(t[src], w, stride, padding.upper()) + b
-    if side is not None:
-      y = y + t[side]
-    t[name] = tf.nn.relu(y) if act == "relu" else y
+  for l in LAYERS:
+    w, b = weights[l.name]
+    if l.depthwise:
+      y = tf.nn.depthwise_conv2d(t[l.src], w, [1, l.stride, l.stride, 1],
+                                 l.padding.upper()) + b
+    else:
+      y = tf.nn.conv2d(t[l.src], w, l.stride, l.padding.upper()) + b
+    if l.side is not None:
+      y = y + t[l.side]
+    t[l.name] = FLOAT_ACTIVATIONS[l.activation](tf, y)
   features = tf.reduce_mean(t[LAYERS[-1][0]], axis=[1, 2])
   w, b = weights["head"]
   return {k: v.numpy() for k, v in t.items()}, (features @ w + b).numpy()
@@ -95,15 +137,21 @@ def build_int8_model(keras, tf_fused_int8, weights, scales):
   """The Keras functional int8 model; scales[tensor] = its int8 scale."""
   inp = keras.Input((None, None, 3), dtype="int8", name="image")
   t = {"image": inp}
-  for name, src, side, _, _, stride, padding, act in LAYERS:
-    w, b = weights[name]
-    layer = tf_fused_int8.QuantizedFusedConv2D.from_float_weights(
-        w, b, input_scale=scales[src], output_scale=scales[name],
-        side_input_scale=None if side is None else scales[side],
-        strides=stride, padding=padding, activation=act, name=name)
-    t[name] = (layer(t[src]) if side is None else
-               layer(t[src], side_input=t[side]))
-  last = LAYERS[-1][0]
+  qfc = tf_fused_int8.QuantizedFusedConv2D
+  for l in LAYERS:
+    w, b = weights[l.name]
+    # relu6: from_float_weights passes output_scale on, and the layer bounds
+    # its int8 output at min(127, round(6 / output_scale)).
+    make = (qfc.from_float_depthwise_weights if l.depthwise else
+            qfc.from_float_weights)  # depthwise: groups = input channels
+    layer = make(
+        w, b, input_scale=scales[l.src], output_scale=scales[l.name],
+        side_input_scale=None if l.side is None else scales[l.side],
+        strides=l.stride, padding=l.padding, activation=l.activation,
+        name=l.name)
+    t[l.name] = (layer(t[l.src]) if l.side is None else
+                 layer(t[l.src], side_input=t[l.side]))
+  last = LAYERS[-1].name
   x = keras.layers.Rescaling(scales[last], name="dequantize")(t[last])
   x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
   w, b = weights["head"]
@@ -125,6 +173,46 @@ class Checks:
     if not ok:
       self.failed.append(what)
     return "identical" if ok else "DIFFERENT"
+
+
+def tf_int8_unsupported(layer):
+  """Why TF's built-in int8 _FusedConv2D cannot compute `layer` (None if it
+  can). That kernel (tests/tf_builtin.py) has no groups, no dilation, no
+  EXPLICIT padding, and only Relu or no activation with the full int8 range:
+  no output bounds, so a relu6 layer is only the same computation when its
+  int8 bound is 127 (ReLU6 is then Relu plus the int8 saturation at 127)."""
+  if layer.groups > 1:
+    return "n/a (TF has no int8 depthwise/grouped kernel)"
+  if layer.dilation_rate != (1, 1):
+    return "n/a (TF's int8 kernel has no dilation)"
+  if not isinstance(layer.padding, str):
+    return "n/a (TF's int8 kernel has no EXPLICIT padding)"
+  hi = layer.effective_output_max()
+  if layer.output_min != -128 or hi != 127:
+    what = (f"relu6 bound {hi}" if layer.activation == "relu6" else
+            f"output range [{layer.output_min}, {hi}]")
+    return f"n/a (TF's int8 kernel is Relu-only, no output bound; {what})"
+  return None
+
+
+def make_tf_float_depthwise(tf, l, conv_input, kernel, bias):
+  """fn() -> TF's float tf.nn.depthwise_conv2d + bias + activation of layer
+  `l` on the same values as our op: the int8 input and the int8 grouped
+  kernel [Kh, Kw, 1, Ci * M] (as [Kh, Kw, Ci, M]) as float32, and its bias.
+  One tf.function (one dispatch per call, as for the fused kernels)."""
+  ci = conv_input.shape[3]
+  kh, kw, _, co = kernel.shape
+  x = tf.constant(conv_input.astype(np.float32))
+  w = tf.constant(kernel.reshape(kh, kw, ci, co // ci).astype(np.float32))
+  b = tf.constant(bias)
+  act = FLOAT_ACTIVATIONS[l.activation]
+
+  @tf.function
+  def fn():
+    y = tf.nn.depthwise_conv2d(x, w, [1, l.stride, l.stride, 1],
+                               l.padding.upper())
+    return act(tf, tf.nn.bias_add(y, b))
+  return fn
 
 
 def timeit(fn, min_time=0.15, max_iters=30):
@@ -194,14 +282,17 @@ def main():
   calib = rng.uniform(-1.0, 1.0, (16, IMAGE, IMAGE, 3)).astype(np.float32)
   acts, _ = float_forward(tf, weights, calib)
   scales = {"image": 1.0 / 127.0}  # images in [-1, 1]
-  for name, *_ in LAYERS:
-    scales[name] = float(np.max(np.abs(acts[name]))) / 127.0
+  for l in LAYERS:
+    scales[l.name] = float(np.max(np.abs(acts[l.name]))) / 127.0
   model = build_int8_model(keras, tf_fused_int8, weights, scales)
   n_int8 = sum(isinstance(l, tf_fused_int8.QuantizedFusedConv2D)
                for l in model.layers)
+  n_side = sum(l.side is not None for l in LAYERS)
+  n_dw = sum(l.depthwise for l in LAYERS)
   print(f"\nint8 ResNet-style network: {n_int8} QuantizedFusedConv2D layers "
-        f"(two residual additions fused as side inputs) + float head; "
-        f"batch {BATCH}x{IMAGE}x{IMAGE}x3")
+        f"(stem, two ResNet blocks, a MobileNetV2 inverted-residual block with "
+        f"{n_dw} depthwise conv; {n_side} residual additions fused as side "
+        f"inputs) + float head; batch {BATCH}x{IMAGE}x{IMAGE}x3")
 
   images = rng.uniform(-1.0, 1.0, (BATCH, IMAGE, IMAGE, 3)).astype(np.float32)
   x = np.clip(np.rint(images / scales["image"]), -128, 127).astype(np.int8)
@@ -211,38 +302,65 @@ def main():
         "int8 _FusedConv2D:")
   t = {"image": x}
   timing_cases = []
-  for name, src, side, co, k, stride, padding, act in LAYERS:
-    layer = model.get_layer(name)
+  relu6_bounds = []
+  for l in LAYERS:
+    layer = model.get_layer(l.name)
     wts = layer.get_weights()
     kernel, bias, scale = wts[:3]
-    side_scale = wts[3] if side is not None else np.float32(0.0)
-    side_in = None if side is None else t[side]
-    out = (layer(t[src]) if side is None else
-           layer(t[src], side_input=side_in)).numpy()
+    side_scale = wts[3] if l.side is not None else np.float32(0.0)
+    side_in = None if l.side is None else t[l.side]
+    src = t[l.src]
+    out = (layer(src) if l.side is None else
+           layer(src, side_input=side_in)).numpy()
+    # The op's bounds: the layer's actual output_max (ReLU6 lowers it to
+    # min(127, round(6 / s_out))), checked against that formula here.
+    lo, hi = layer.output_min, layer.effective_output_max()
+    ok_bound = True
+    if l.activation == "relu6":
+      ok_bound = hi == min(127, round(6.0 / scales[l.name]))
+      relu6_bounds.append((l.name, hi))
+    mode = "None" if l.activation is None else "Relu"  # relu6 = Relu + bound
+    # reference.py infers groups from the kernel: [Kh, Kw, Ci / groups, Co].
     ref = reference.fused_conv2d_reference(
-        t[src], kernel, bias, side_input=side_in, conv_input_scale=scale,
-        side_input_scale=side_scale, strides=(stride, stride),
-        padding=padding.upper(), activation="Relu" if act else "None")
-    ok_ref = out.shape == ref.shape and np.array_equal(out, ref)
-    line = (f"  {name:16s} {k}x{k}/{stride} {padding.upper():5s} "
-            f"{t[src].shape[3]:2d}->{co:2d} {'relu' if act else 'none':4s}"
-            f"{' +side' if side else '      '} out {str(out.shape):16s} "
-            f"reference: {check(ok_ref, name + ' vs reference')}")
-    if have_builtin:
+        src, kernel, bias, side_input=side_in, conv_input_scale=scale,
+        side_input_scale=side_scale, strides=(l.stride, l.stride),
+        padding=l.padding.upper(), activation=mode, output_min=lo,
+        output_max=hi)
+    ok_ref = (ok_bound and kernel.shape[2] * layer.groups == src.shape[3] and
+              out.shape == ref.shape and np.array_equal(out, ref))
+    act = (l.activation or "none") + (f"<={hi}" if l.activation == "relu6"
+                                      else "")
+    conv = f"{l.kernel}x{l.kernel}{' dw' if l.depthwise else ''}/{l.stride}"
+    line = (f"  {l.name:16s} {conv:8s} {l.padding.upper():5s} "
+            f"{src.shape[3]:3d}->{l.filters:3d} {act:10s}"
+            f"{' +side' if l.side else '      '} out {str(out.shape):17s} "
+            f"reference: {check(ok_ref, l.name + ' vs reference')}")
+    unsupported = tf_int8_unsupported(layer)
+    if unsupported:
+      line += f", TF kernel: {unsupported}"
+    elif have_builtin:
       tf_out = tf_builtin.tf_fused_conv2d_int8(
-          t[src], kernel, bias, side_input=side_in, conv_input_scale=scale,
-          side_input_scale=side_scale, strides=stride, padding=padding.upper(),
-          activation="Relu" if act else "None")
+          src, kernel, bias, side_input=side_in, conv_input_scale=scale,
+          side_input_scale=side_scale, strides=l.stride,
+          padding=l.padding.upper(), activation=mode)
       line += (f", TF kernel: "
-               f"{check(np.array_equal(out, tf_out), name + ' vs TF kernel')}")
+               f"{check(np.array_equal(out, tf_out), l.name + ' vs TF kernel')}")
     print(line + f"  ({len(np.unique(out))} distinct values)")
-    timing_cases.append((name, dict(
-        conv_input=t[src], filter=kernel, bias=bias, side_input=side_in,
+    timing_cases.append((l, dict(
+        conv_input=src, filter=kernel, bias=bias, side_input=side_in,
         conv_input_scale=scale, side_input_scale=side_scale,
-        strides=(stride, stride), padding=padding.upper(),
-        activation="Relu" if act else "None")))
-    t[name] = out
-  features_ref = t[LAYERS[-1][0]]
+        strides=(l.stride, l.stride), padding=l.padding.upper(),
+        activation=mode, output_min=lo, output_max=hi,
+        unsupported=unsupported)))
+    t[l.name] = out
+  if relu6_bounds:
+    print("  relu6 = Relu + int8 bound min(127, round(6 / s_out)), the "
+          "reference run with the layer's bound: " +
+          ", ".join(f"{n} {b}" for n, b in relu6_bounds) +
+          ("\n  (s_out calibrated on ReLU6 outputs <= 6 gives 127, the int8 "
+           "saturation: there TF's Relu-only kernel computes the same)"
+           if any(b == 127 for _, b in relu6_bounds) else ""))
+  features_ref = t[LAYERS[-1].name]
 
   # The whole model: eager, and one tf.function for any batch.
   print("\nwhole model:")
@@ -298,11 +416,16 @@ def main():
       print(f"  served int8 features vs this process: {check(ok_f, 'served features')}; "
             f"served logits: {check(ok_l, 'served logits')}")
 
-  # 4. Speed against TF's built-in int8 kernel.
+  # 4. Speed against TF's built-in int8 kernel (for the depthwise layer,
+  # which it has no kernel for: TF's float depthwise conv on the same values).
   print("\nspeed per layer, batch "
         f"{BATCH} (median of repeated eager calls; {os.cpu_count()} CPUs):")
-  total_ours = total_tf = 0.0
-  for name, c in timing_cases:
+  tf_int8_label = "TF int8 _FusedConv2D"
+  tf_dw_label = "TF fp32 depthwise_conv2d+bias+relu6"
+  width = len(tf_dw_label)
+  totals = {"int8": [0.0, 0.0], "fp32": [0.0, 0.0]}
+  total_ours = 0.0
+  for l, c in timing_cases:
     args = dict(
         conv_input=tf.constant(c["conv_input"]), filter=tf.constant(c["filter"]),
         bias=tf.constant(c["bias"]),
@@ -311,28 +434,47 @@ def main():
         conv_input_scale=tf.constant(c["conv_input_scale"]),
         side_input_scale=tf.constant(c["side_input_scale"]),
         strides=c["strides"], padding=c["padding"],
-        activation_mode=c["activation"])
+        activation_mode=c["activation"], output_min=c["output_min"],
+        output_max=c["output_max"])
     ours = timeit(lambda a=args: tf_fused_int8.fused_conv2d_bias_activation(
         **a).numpy())
     total_ours += ours
-    line = f"  {name:16s} ours {ours * 1e3:8.2f} ms"
-    if have_builtin:
+    line = f"  {l.name:16s} ours {ours * 1e3:8.2f} ms"
+    fn = kind = None
+    if c["unsupported"] is None and have_builtin:
+      kind, label = "int8", tf_int8_label
       fn = tf_builtin.make_tf_fused_conv2d_int8(
           c["conv_input"], c["filter"], c["bias"], c["side_input"],
           c["conv_input_scale"], c["side_input_scale"], c["strides"],
           c["padding"], c["activation"])
+    elif l.depthwise and l.side is None:
+      # TF has no int8 depthwise kernel: its float depthwise conv + bias +
+      # activation on the same (int8-valued) input and kernel instead.
+      kind, label = "fp32", tf_dw_label.replace(
+          "relu6", l.activation or "none")
+      fn = make_tf_float_depthwise(tf, l, c["conv_input"], c["filter"],
+                                   c["bias"])
+    if fn is None:
+      why = c["unsupported"] or "TF's int8 kernel is not available here"
+      line += f"   {why}"
+    else:
       theirs = timeit(lambda f=fn: f().numpy())
-      total_tf += theirs
-      line += (f"   TF _FusedConv2D {theirs * 1e3:8.2f} ms   "
+      totals[kind][0] += ours
+      totals[kind][1] += theirs
+      line += (f"   {label:{width}s} {theirs * 1e3:8.2f} ms   "
                f"speed-up {theirs / ours:5.2f}x")
     print(line)
-  if have_builtin:
-    print(f"  {'all layers':16s} ours {total_ours * 1e3:8.2f} ms   "
-          f"TF _FusedConv2D {total_tf * 1e3:8.2f} ms   speed-up "
-          f"{total_tf / total_ours:5.2f}x")
-  else:
+  for kind, label, what in (
+      ("int8", tf_int8_label, "TF-int8 layers"),
+      ("fp32", "TF fp32 depthwise (no int8 kernel)", "depthwise")):
+    ours, theirs = totals[kind]
+    if theirs:
+      print(f"  {what:16s} ours {ours * 1e3:8.2f} ms   {label:{width}s} "
+            f"{theirs * 1e3:8.2f} ms   speed-up {theirs / ours:5.2f}x")
+  print(f"  {'all layers':16s} ours {total_ours * 1e3:8.2f} ms")
+  if not have_builtin:
     print("  (TF's built-in int8 _FusedConv2D CPU kernel is not available in "
-          "this TensorFlow; only our op was timed)")
+          "this TensorFlow; it was not timed)")
 
   print(f"\n{'OK' if not check.failed else 'FAILED'}: "
         f"{'all agreement checks passed' if not check.failed else ', '.join(check.failed)}"
