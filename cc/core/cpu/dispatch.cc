@@ -123,9 +123,11 @@ std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
 
 namespace {
 
-// One groups == 1 call on a resolved, non-reference path.
+// One groups == 1 call on a resolved, non-reference path; one_group: it is
+// one group of a grouped call (RunPerGroup).
 void RunUngrouped(const FusedConvArgs& args, KernelPath path,
-                  const ParallelFor& parallel_for, const int8_t* cache_key) {
+                  const ParallelFor& parallel_for, const int8_t* cache_key,
+                  bool one_group) {
   switch (path) {
     case KernelPath::kAvx2:
       cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
@@ -134,6 +136,14 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
       cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key);
       return;
     case KernelPath::kAvx512Vnni:
+      // One group of a grouped call with at most 16 output channels: a
+      // 64-channel zmm block would be three quarters padding, a 16-channel
+      // ymm VNNI block is full (1.3-1.4x on ResNeXt's 32 x 16 layers).
+      if (one_group && args.geo.out_c <= 16 &&
+          KernelPathSupported(KernelPath::kAvxVnni)) {
+        cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key);
+        return;
+      }
       cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key);
       return;
     default:
@@ -181,11 +191,13 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
     cpu::RunNarrowGroups(args, cpu::NarrowGroupRowsAvx512Vnni, parallel_for);
   } else if (args.geo.groups > 1) {
     cpu::RunPerGroup(args, parallel_for,
-                     [&](const FusedConvArgs& sub, const int8_t* cache_key) {
-                       RunUngrouped(sub, resolved, parallel_for, cache_key);
+                     [&](const FusedConvArgs& sub, const int8_t* cache_key,
+                         const ParallelFor& inner) {
+                       RunUngrouped(sub, resolved, inner, cache_key,
+                                    /*one_group=*/true);
                      });
   } else {
-    RunUngrouped(args, resolved, parallel_for, nullptr);
+    RunUngrouped(args, resolved, parallel_for, nullptr, /*one_group=*/false);
   }
   return "";
 }

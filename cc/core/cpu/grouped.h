@@ -32,15 +32,19 @@
 namespace tf_fused_int8 {
 namespace cpu {
 
-// Runs `run(sub, cache_key)` once per group; `sub` is a groups == 1 call
-// whose buffers are the group's contiguous copies. cache_key identifies the
-// group's filter for the packed-weight cache (the copy's address is reused
-// for every group, so it cannot): the original filter's address plus the
-// group index, distinct for every group of one filter (the filter has at
-// least out_c >= groups elements).
-void RunPerGroup(
-    const FusedConvArgs& args, const ParallelFor& parallel_for,
-    const std::function<void(const FusedConvArgs& sub, const int8_t* cache_key)>& run);
+// Runs `run(sub, cache_key, inner)` once per group; `sub` is a groups == 1
+// call whose buffers are the group's contiguous copies. cache_key
+// identifies the group's filter for the packed-weight cache (a copy's
+// address is reused for every group, so it cannot): the original filter's
+// address plus the group index, distinct for every group of one filter (the
+// filter has at least out_c >= groups elements). `inner` is the ParallelFor
+// the group's convolution must use: with many groups the groups themselves
+// are spread over parallel_for's threads and inner is serial.
+using PerGroupFn = std::function<void(const FusedConvArgs& sub,
+                                      const int8_t* cache_key,
+                                      const ParallelFor& inner)>;
+void RunPerGroup(const FusedConvArgs& args, const ParallelFor& parallel_for,
+                 const PerGroupFn& run);
 
 // Lanes per block and the widest input-channel span a block may read.
 constexpr int64_t kNarrowLanes = 16;
