@@ -346,14 +346,10 @@ void TestSpecsAndLayouts() {
 
     if (c % 32 == 0) {
       // int8x4 -> int8x32 with the device kernel's code, then INT8x32 addressing.
-      VectParams px = MakeActivationX32Params(h, vect.data(), nullptr);
-      std::vector<uint32_t> x32(px.words);
-      px.out = x32.data();
-      for (uint32_t t = 0; t < px.words; ++t) X4ToX32Word(px, t);
-      VectParams pw = MakeFilterX32Params(h, wvect.data(), nullptr);
-      std::vector<uint32_t> w32(pw.words);
-      pw.out = w32.data();
-      for (uint32_t t = 0; t < pw.words; ++t) X4ToX32Word(pw, t);
+      const std::vector<uint32_t> x32 =
+          RunWordsOnHost(MakeActivationX32Params(h, vect.data(), nullptr), X4ToX32Word);
+      const std::vector<uint32_t> w32 =
+          RunWordsOnHost(MakeFilterX32Params(h, wvect.data(), nullptr), X4ToX32Word);
       const int8_t* xb = reinterpret_cast<const int8_t*>(x32.data());
       const int8_t* wb = reinterpret_cast<const int8_t*>(w32.data());
       const ConvSpec s32 = MakeConvSpec(h, ConvLayout::kVect32, 16);
@@ -370,18 +366,14 @@ void TestSpecsAndLayouts() {
               w_ok &= wb[s32.w.ByteOffset(o, i, y, x)] ==
                       hwio[((y * h.filter_w + x) * c + i) * h.out_c + o];
       EXPECT(x_ok && w_ok, "INT8x32 addressing, c=%lld", static_cast<long long>(c));
-      EXPECT(static_cast<int64_t>(px.words) * 4 == s32.x.Bytes(), "x32 size");
+      EXPECT(static_cast<int64_t>(x32.size()) * 4 == s32.x.Bytes(), "x32 size");
     }
     {
       // int8x4 -> int8 NHWC / KRSC with the device kernel's transpose, then NHWC addressing.
-      TransposeParams px = MakeActivationNhwcParams(h, vect.data(), nullptr);
-      std::vector<uint32_t> xn(px.words);
-      px.out = xn.data();
-      for (uint32_t t = 0; t < px.words; ++t) TransposeWord(px, t);
-      TransposeParams pw = MakeFilterNhwcParams(h, wvect.data(), nullptr);
-      std::vector<uint32_t> wn(pw.words);
-      pw.out = wn.data();
-      for (uint32_t t = 0; t < pw.words; ++t) TransposeWord(pw, t);
+      const std::vector<uint32_t> xn =
+          RunWordsOnHost(MakeActivationNhwcParams(h, vect.data(), nullptr), TransposeWord);
+      const std::vector<uint32_t> wn =
+          RunWordsOnHost(MakeFilterNhwcParams(h, wvect.data(), nullptr), TransposeWord);
       const int8_t* xb = reinterpret_cast<const int8_t*>(xn.data());
       const int8_t* wb = reinterpret_cast<const int8_t*>(wn.data());
       EXPECT(std::memcmp(xb, nhwc.data(), nhwc.size()) == 0, "transposed x is the NHWC input");
@@ -394,7 +386,7 @@ void TestSpecsAndLayouts() {
               w_ok &= wb[sn.w.ByteOffset(o, i, y, x)] ==
                       hwio[((y * h.filter_w + x) * c + i) * h.out_c + o];
       EXPECT(w_ok, "KRSC addressing, c=%lld", static_cast<long long>(c));
-      EXPECT(static_cast<int64_t>(pw.words) * 4 == sn.w.Bytes() &&
+      EXPECT(static_cast<int64_t>(wn.size()) * 4 == sn.w.Bytes() &&
                  ConvertedFilterBytes(h, ConvLayout::kNhwcInt32) == sn.w.Bytes() &&
                  ConvertedInputBytes(h, ConvLayout::kNhwcFloat) == sn.x.Bytes(),
              "nhwc sizes");

@@ -23,23 +23,11 @@ Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
   const int8_t* w = a.filter;
   std::vector<uint32_t> xc, wc;
   if (layout == ConvLayout::kVect32 && g.in_c > 0) {
-    VectParams px = MakeActivationX32Params(g, a.input, nullptr);
-    xc.resize(px.words);
-    px.out = xc.data();
-    for (uint32_t t = 0; t < px.words; ++t) X4ToX32Word(px, t);
-    VectParams pw = MakeFilterX32Params(g, a.filter, nullptr);
-    wc.resize(pw.words);
-    pw.out = wc.data();
-    for (uint32_t t = 0; t < pw.words; ++t) X4ToX32Word(pw, t);
+    xc = RunWordsOnHost(MakeActivationX32Params(g, a.input, nullptr), X4ToX32Word);
+    wc = RunWordsOnHost(MakeFilterX32Params(g, a.filter, nullptr), X4ToX32Word);
   } else if (!LayoutIsVectorized(layout) && g.in_c > 0) {
-    TransposeParams px = MakeActivationNhwcParams(g, a.input, nullptr);
-    xc.resize(px.words);
-    px.out = xc.data();
-    for (uint32_t t = 0; t < px.words; ++t) TransposeWord(px, t);
-    TransposeParams pw = MakeFilterNhwcParams(g, a.filter, nullptr);
-    wc.resize(pw.words);
-    pw.out = wc.data();
-    for (uint32_t t = 0; t < pw.words; ++t) TransposeWord(pw, t);
+    xc = RunWordsOnHost(MakeActivationNhwcParams(g, a.input, nullptr), TransposeWord);
+    wc = RunWordsOnHost(MakeFilterNhwcParams(g, a.filter, nullptr), TransposeWord);
   }
   if (!xc.empty()) {
     x = reinterpret_cast<const int8_t*>(xc.data());

@@ -10,6 +10,9 @@
 #ifndef TF_FUSED_INT8_CC_CORE_GPU_HOST_EMULATION_H_
 #define TF_FUSED_INT8_CC_CORE_GPU_HOST_EMULATION_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "cc/core/gpu/plan.h"
 #include "cc/core/gpu/status.h"
 
@@ -18,6 +21,17 @@ namespace gpu {
 
 // args: host pointers; layout: how cuDNN would be asked (see ConvLayout).
 Status EmulateGpuPipeline(const GpuConvArgs& args, ConvLayout layout);
+
+// Runs one of our conversion kernels (device_kernels.h: X4ToX32Word,
+// TransposeWord) on the host: `word` for every one of p.words output words
+// ("threads" in order), into a new buffer that p.out is pointed at.
+template <class Params>
+std::vector<uint32_t> RunWordsOnHost(Params p, void (*word)(const Params&, uint32_t)) {
+  std::vector<uint32_t> out(p.words);
+  p.out = out.data();
+  for (uint32_t t = 0; t < p.words; ++t) word(p, t);
+  return out;
+}
 
 }  // namespace gpu
 }  // namespace tf_fused_int8
