@@ -60,3 +60,25 @@ def load_example(name):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+# Float results that TensorFlow's float kernels compute again -- in another batch split
+# (predict's batches), another graph (a SavedModel, Keras's tf.function) or another process --
+# are not bit-reproducible: a float32 matmul or mean sums its terms in an order that depends on
+# the shapes and the threads, and each order rounds differently (a few ulps of the magnitudes
+# summed; seen: -0.05746269 vs -0.05746281). The test models' float heads sum at most a few
+# hundred terms of similar size, so 2**-16 of the largest |output| (about 500 float32 ulps of it)
+# bounds that with room while staying far below a quantization step. int8 outputs, and floats
+# that are one elementwise product of them (dequantized int8), are compared exactly instead.
+FLOAT_REDUCTION_RTOL = 2.0**-16
+
+
+def assert_float_close(got, want, err_msg=""):
+  """`got` equals `want` up to float32 summation order (see FLOAT_REDUCTION_RTOL)."""
+  got, want = np.asarray(got), np.asarray(want)
+  assert got.dtype == want.dtype == np.float32, (got.dtype, want.dtype, err_msg)
+  assert got.shape == want.shape, (got.shape, want.shape, err_msg)
+  assert np.all(np.isfinite(want)), err_msg
+  scale = float(np.abs(want).max()) if want.size else 0.0
+  np.testing.assert_allclose(got, want, rtol=FLOAT_REDUCTION_RTOL,
+                             atol=FLOAT_REDUCTION_RTOL * scale, err_msg=err_msg)

@@ -404,7 +404,14 @@ def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
   loaded = keras.models.load_model(path)
   assert isinstance(loaded.get_layer("image_quantize"), quantization.Quantize)
   assert isinstance(loaded.get_layer("block1_conv2"), QFC)
-  np.testing.assert_array_equal(loaded(x).numpy(), want)
+  # The int8 body gives the same bits; the logits come from the float head
+  # (GAP + Dense) run again: equal up to float summation order.
+  last = [l.name for l in int8_model.layers if isinstance(l, QFC)][-1]
+  body = [keras.Model(m.input, m.get_layer(last).output)(x).numpy()
+          for m in (int8_model, loaded)]
+  assert body[0].dtype == np.int8 and len(np.unique(body[0])) > 10
+  np.testing.assert_array_equal(body[1], body[0])
+  layer_helpers.assert_float_close(loaded(x).numpy(), want)
   for a, b in zip(int8_model.get_weights(), loaded.get_weights()):
     assert a.dtype == b.dtype
     np.testing.assert_array_equal(a, b)
@@ -414,7 +421,8 @@ def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
   with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
     assert b"FusedInt8Conv2DBiasActivation" in f.read()
   restored = tf.saved_model.load(export_dir)
-  np.testing.assert_array_equal(restored.serve(tf.constant(x)).numpy(), want)
+  layer_helpers.assert_float_close(restored.serve(tf.constant(x)).numpy(),
+                                   want)
   serving = restored.signatures["serving_default"]
   got = list(serving(tf.constant(x[:5])).values())[0].numpy()
-  np.testing.assert_array_equal(got, want[:5])
+  layer_helpers.assert_float_close(got, want[:5])  # batch 5, not 32
