@@ -2,7 +2,7 @@
 //
 // The contract epilogue (cc/core/epilogue.h) for 16 output channels in two
 // ymm accumulators, natural channel order. Include ONLY from translation
-// units built with -mavx2 -mfma (cc/core/cpu/*_avx2.cc, *_avxvnni.cc) and
+// units built with -mavx2 -mfma (cc/core/cpu/*/*_avx2.cc, *_avxvnni.cc) and
 // -ffp-contract=off. Everything here has internal linkage (anonymous
 // namespace) so that no AVX2 code can be merged into a baseline unit.
 //

@@ -2,7 +2,7 @@
 //
 // The contract epilogue (cc/core/epilogue.h) for 64 output channels in four
 // zmm accumulators. Include ONLY from translation units built with
-// -mavx512f -mavx512bw (cc/core/cpu/*_avx512vnni.cc) and -ffp-contract=off.
+// -mavx512f -mavx512bw (cc/core/cpu/*/*_avx512vnni.cc) and -ffp-contract=off.
 // Everything here has internal linkage (anonymous namespace) so that no
 // AVX-512 code can be merged into a baseline translation unit.
 //
@@ -27,7 +27,7 @@
 // integers (as the scalar epilogue's comment notes).
 //
 // Lane order: the accumulators are in the packed weights' interleaved order
-// (kernels.h, kFormatZmmU8): zmm j, 128-bit lane L, dword i holds channel
+// (gemm_kernels.h, kFormatZmmU8): zmm j, 128-bit lane L, dword i holds channel
 // 16L + 4j + i. PACKSSDW(a0, a1), PACKSSDW(a2, a3), PACKSSWB of the two put
 // lane L's bytes in order [a0.L, a1.L, a2.L, a3.L] = channels 16L .. 16L+15,
 // i.e. natural order: one 64-byte store, no permute. Scale and bias arrays

@@ -16,8 +16,8 @@
 
 #include "cc/core/conv_params.h"
 #include "tests/cc/expect.h"
-#include "cc/core/cpu/kernels.h"
-#include "cc/core/cpu/packed_weights.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "cc/core/cpu/depthwise.h"
-#include "cc/core/cpu/grouped.h"
-#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
+#include "cc/core/cpu/grouped/grouped.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {

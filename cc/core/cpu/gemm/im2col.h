@@ -4,8 +4,8 @@
 // matrix (im2col), so that a kernel can treat the convolution as a GEMM:
 // row m holds the Kh*Kw*Ci inputs of output pixel p0+m in HWC order, which
 // is the row order of the HWIO filter viewed as a [Kh*Kw*Ci, Co] matrix.
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_IM2COL_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_IM2COL_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_IM2COL_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_IM2COL_H_
 
 #include <cstdint>
 #include <cstring>
@@ -62,4 +62,4 @@ inline void Im2ColRows(const int8_t* input, const ConvGeometry& g, int64_t p0,
 
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_IM2COL_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_IM2COL_H_

@@ -8,8 +8,8 @@
 // IsaKernels table has internal linkage.
 #include <immintrin.h>
 
-#include "cc/core/cpu/gemm_ymm.h"
-#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/gemm/gemm_ymm.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 
 namespace tf_fused_int8 {
 namespace cpu {

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cc/core/cpu/im2col.h"
+#include "cc/core/cpu/gemm/im2col.h"
 #include "cc/core/epilogue.h"
 #include "cc/core/fused_conv.h"
 

@@ -1,6 +1,6 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// Weights packed once per filter into a micro-kernel's layout (see kernels.h
+// Weights packed once per filter into a micro-kernel's layout (see gemm_kernels.h
 // for the layouts), and a process-wide cache of them.
 //
 // The driver (gemm_driver.cc) uses the cache when a call's output pixels
@@ -32,15 +32,15 @@
 //
 // Thread safety: every cache operation takes one mutex; packing runs outside
 // it (two threads missing on the same filter may both pack; one wins).
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_PACKED_WEIGHTS_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_PACKED_WEIGHTS_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_PACKED_WEIGHTS_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_PACKED_WEIGHTS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "cc/core/conv_params.h"
-#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -106,4 +106,4 @@ class PackedWeightsCache {
 }  // namespace cpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_PACKED_WEIGHTS_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_PACKED_WEIGHTS_H_

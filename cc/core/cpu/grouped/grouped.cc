@@ -1,12 +1,12 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
-#include "cc/core/cpu/grouped.h"
+#include "cc/core/cpu/grouped/grouped.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "cc/core/cpu/depthwise.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
 
 namespace tf_fused_int8 {
 namespace cpu {

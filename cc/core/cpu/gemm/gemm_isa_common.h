@@ -8,14 +8,14 @@
 // Include ONLY from *_avx512vnni.cc, *_avxvnni.cc, *_avx2.cc or gemm_ymm.h.
 // Everything here is in an anonymous namespace (internal linkage), so each
 // ISA translation unit gets its own copy compiled with its own flags and the
-// linker can never merge it with another unit's (kernels.h says why that
+// linker can never merge it with another unit's (gemm_kernels.h says why that
 // matters). For the same reason this header uses nothing inline from the
 // baseline headers (e.g. IsPointwise of im2col.h).
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_ISA_COMMON_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_ISA_COMMON_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_ISA_COMMON_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_ISA_COMMON_H_
 
 #if !defined(__AVX2__)
-#error "gemm_isa_common.h belongs to the ISA translation units only (kernels.h)"
+#error "gemm_isa_common.h belongs to the ISA translation units only (gemm_kernels.h)"
 #endif
 
 #include <immintrin.h>
@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -243,4 +243,4 @@ __attribute__((noinline)) void Im2ColSlice(const GemmTileArgs& t,
 }  // namespace cpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_ISA_COMMON_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_ISA_COMMON_H_

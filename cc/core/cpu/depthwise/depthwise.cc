@@ -1,7 +1,7 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // The depthwise driver (see depthwise.h) and the portable row kernel.
-#include "cc/core/cpu/depthwise.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -19,10 +19,10 @@
 // and runs the row kernel of the chosen instruction set over the output rows
 // (n, oy) with the caller's ParallelFor.
 //
-// Like kernels.h, this header is included by baseline and ISA translation
+// Like gemm/gemm_kernels.h, this header is included by baseline and ISA translation
 // units: declarations and plain structs only, no inline code.
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_H_
 
 #include <cstdint>
 #include <vector>
@@ -93,4 +93,4 @@ void RunDepthwise(const FusedConvArgs& args, DepthwiseRowsFn rows,
 }  // namespace cpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_H_

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cc/core/cpu/depthwise.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/epilogue_avx2.h"
-#include "cc/core/cpu/depthwise_rows.h"
+#include "cc/core/cpu/depthwise/depthwise_rows.h"
 
 namespace tf_fused_int8 {
 namespace cpu {

@@ -1,5 +1,5 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
-#include "cc/core/cpu/packed_weights.h"
+#include "cc/core/cpu/gemm/packed_weights.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -4,22 +4,22 @@
 // gemm_avx2.cc (int16 x int16 VPMADDWD + VPADDD, exact; never the
 // saturating VPMADDUBSW): micro-tile 6 pixels x 16 channels (12 ymm
 // accumulators, 2 ymm of weights, 1 broadcast), weights in kFormatYmmU8 /
-// kFormatYmmI16 (kernels.h: 16-channel blocks, natural order, one int32 lane
+// kFormatYmmI16 (gemm_kernels.h: 16-channel blocks, natural order, one int32 lane
 // of 4 bytes per channel and k-group), epilogue cc/core/epilogue_avx2.h.
 //
 // Include ONLY from those two files (needs -mavx2 -mfma); everything is a
 // template on the operand policy or has internal linkage, so each includer
 // gets its own copy compiled with its own flags.
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_YMM_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_YMM_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_YMM_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_YMM_H_
 
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 
-#include "cc/core/cpu/gemm_isa_common.h"
-#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/gemm/gemm_isa_common.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/epilogue_avx2.h"
 
 namespace tf_fused_int8 {
@@ -364,4 +364,4 @@ bool GemmTileYmm(const GemmTileArgs& t) {
 }  // namespace cpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_YMM_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_YMM_H_

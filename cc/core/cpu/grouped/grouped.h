@@ -20,14 +20,14 @@
 //    back into place).
 //
 // Declarations and plain structs only (included by baseline and ISA code).
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_GROUPED_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_GROUPED_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GROUPED_GROUPED_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GROUPED_GROUPED_H_
 
 #include <cstdint>
 #include <functional>
 
 #include "cc/core/conv_params.h"
-#include "cc/core/cpu/depthwise.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -87,4 +87,4 @@ void RunNarrowGroups(const FusedConvArgs& args,
 }  // namespace cpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_GROUPED_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GROUPED_GROUPED_H_

@@ -6,7 +6,7 @@
 // ymm, PMADDWD + PADDD). Include ONLY from those ISA translation units,
 // after defining V: everything here lives in an anonymous namespace, so no
 // vector code can be merged by the linker into a baseline symbol (see
-// kernels.h).
+// gemm_kernels.h).
 //
 // Per output row (n, oy) and block of 16 channels, the columns are walked
 // left to right:
@@ -31,12 +31,12 @@
 //   Consts MakeConsts(side_scale, lo, hi)
 //   void Store(Acc, scale, bias, side or nullptr, Consts, Tail, out)
 //   template <int kKw, int kSw> constexpr int Pixels()   interior block
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_ROWS_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_ROWS_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_ROWS_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_ROWS_H_
 
 #include <cstdint>
 
-#include "cc/core/cpu/depthwise.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -227,4 +227,4 @@ struct DepthwiseRowKernel {
 }  // namespace cpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_ROWS_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_ROWS_H_

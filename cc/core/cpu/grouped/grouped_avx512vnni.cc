@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "cc/core/cpu/grouped.h"
+#include "cc/core/cpu/grouped/grouped.h"
 #include "cc/core/epilogue_avx512.h"
 
 namespace tf_fused_int8 {

@@ -42,8 +42,8 @@
 #include <memory>
 #include <new>
 
-#include "cc/core/cpu/kernels.h"
-#include "cc/core/cpu/packed_weights.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
@@ -80,7 +80,7 @@ struct ThreadScratch {
 
 thread_local ThreadScratch t_scratch;
 
-// Test hook (kernels.h): 0 automatic, 1 always cached, 2 always on the fly.
+// Test hook (gemm_kernels.h): 0 automatic, 1 always cached, 2 always on the fly.
 std::atomic<int> g_weight_mode{0};
 
 constexpr int64_t kAPanelBytes = 192 << 10;   // rows x one K panel of A

@@ -2,7 +2,7 @@
 //
 // AVX-512 VNNI kernels: u8 x s8 VPDPBUSD on zmm, micro-tile 6 pixels x 64
 // channels (24 zmm accumulators, 4 zmm of weights, 1 broadcast), weights in
-// kFormatZmmU8 (kernels.h), epilogue fused into the store
+// kFormatZmmU8 (gemm_kernels.h), epilogue fused into the store
 // (cc/core/epilogue_avx512.h). Built with -mavx512f -mavx512bw -mavx512dq
 // -mavx512vl -mavx512vnni -mfma -ffp-contract=off; everything but the
 // IsaKernels table has internal linkage.
@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "cc/core/cpu/gemm_isa_common.h"
-#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/gemm/gemm_isa_common.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/epilogue_avx512.h"
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
@@ -30,7 +30,7 @@ inline __mmask64 ByteMask(int64_t n) {
   return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
 }
 
-// kernels.h, kFormatZmmU8: lane position p = 16j + 4L + i holds channel
+// gemm_kernels.h, kFormatZmmU8: lane position p = 16j + 4L + i holds channel
 // 16L + 4j + i of the block.
 constexpr int64_t LaneChannel(int64_t p) {
   return 16 * ((p / 4) % 4) + 4 * (p / 16) + p % 4;

@@ -38,8 +38,8 @@
 //    natural channel order without a permute, and packing is 8 unpacks.
 //  * kFormatYmmU8 (int8 groups of 4) and kFormatYmmI16 (int16 pairs): block
 //    16, natural channel order.
-#ifndef TF_FUSED_INT8_CC_CORE_CPU_KERNELS_H_
-#define TF_FUSED_INT8_CC_CORE_CPU_KERNELS_H_
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_
 
 #include <cstdint>
 
@@ -172,4 +172,4 @@ void SetWeightModeForTesting(int mode);
 }  // namespace cpu
 }  // namespace tf_fused_int8
 
-#endif  // TF_FUSED_INT8_CC_CORE_CPU_KERNELS_H_
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_

@@ -2,13 +2,13 @@
 //
 // AVX-VNNI kernels (256-bit VEX VPDPBUSD, u8 x s8): the ymm micro-kernel of
 // gemm_ymm.h with a VPDPBUSD policy; activations are x ^ 0x80 and the
-// accumulators start at -128 * sum(w) (kernels.h). Built with -mavx2 -mfma
+// accumulators start at -128 * sum(w) (gemm_kernels.h). Built with -mavx2 -mfma
 // -mavxvnni -ffp-contract=off; everything but the IsaKernels table has
 // internal linkage.
 #include <immintrin.h>
 
-#include "cc/core/cpu/gemm_ymm.h"
-#include "cc/core/cpu/kernels.h"
+#include "cc/core/cpu/gemm/gemm_ymm.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
