@@ -1,107 +1,363 @@
-"""Smoke test of the benchmark CLI (python -m tf_fused_int8.benchmark).
+"""The benchmark (python -m tf_fused_int8.benchmark): its harness, not speed.
 
-Runs the real CLI, child processes included, on tiny custom layers with no
-repeats: it checks that the table comes out with every column and that our
-output equals TF's int8 kernel on them. It measures nothing.
+Runs the real CLI, worker processes included, on tiny layers with one short
+repeat: every column comes out, our rows are bit-exact with TF's int8 kernel,
+the JSON rows have their schema, --peak measures the instructions this CPU
+has, and peers that are not installed are skipped with a line saying how to
+set them up. The exactness probe is checked against a deliberately
+saturating numpy model (it must say "off by N") and an exact one. It
+measures nothing.
 """
 
+import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tf_fused_int8 import benchmark
 from tf_fused_int8 import testing
+from tf_fused_int8.benchmark import cases
+from tf_fused_int8.benchmark import tables
+from tf_fused_int8.benchmark.workers import exactness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
+ROW_KEYS = {"suite", "layer", "batch", "threads", "impl", "ms", "gops",
+            "exact", "cpu_kernel", "peak_pct"}
+QUICK = ("--batches=1", "--threads=1", "--repeats=1", "--min_time=0",
+         "--graph_ops=2")
 
 
-def _run_cli(*args):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+def _run_cli(*args, env=None):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   return subprocess.run(
       [sys.executable, "-m", "tf_fused_int8.benchmark", *args], cwd=ROOT,
-      env=env, capture_output=True, text=True, timeout=600, check=False)
+      env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
-def test_cli_prints_the_table_on_tiny_layers():
-  r = _run_cli("--layers=6x7x8:3x3x16:1,9x9x3:7x7x8:2", "--batches=1,2",
-               "--threads=1,2", "--repeats=1", "--min_time=0",
-               "--paths=portable")
-  assert r.returncode == 0, r.stderr[-3000:]
-  lines = r.stdout.splitlines()
-  header = next(l for l in lines if l.startswith("layer"))
-  for column in ("ours ms", "ours GOPS", "portable ms", "tf-int8 ms",
-                 "tf-int8 GOPS", "fp32 ms", "fp32 GOPS", "vs tf-int8",
-                 "vs fp32", "check"):
+def _cpu_flags():
+  with open("/proc/cpuinfo") as f:
+    return set(next((l.split(":", 1)[1].split() for l in f
+                     if l.startswith("flags")), []))
+
+
+def _table_rows(stdout, prefix):
+  return [l for l in stdout.splitlines() if l.startswith(prefix)]
+
+
+# ------------------------------------------------------------ the CLI
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+  """One quick run: two tiny layers, litert, peers forced absent, --peak."""
+  out = tmp_path_factory.mktemp("bench") / "rows.json"
+  r = _run_cli("--layers=6x7x8:3x3x16:1,9x9x3:7x7x8:2", *QUICK,
+               "--paths=portable", "--peers=all", "--peak",
+               "--peers_python=/nonexistent/python", f"--json={out}")
+  assert r.returncode == 0, r.stderr[-4000:]
+  with open(out) as f:
+    rows = json.load(f)
+  return r.stdout, rows
+
+
+def test_cli_prints_every_column_and_exact_rows(quick_run):
+  stdout, _ = quick_run
+  header = next(l for l in stdout.splitlines() if l.startswith("layer "))
+  for column in ("kernel", "ours ms", "ours GOPS", "%peak", "eager ms",
+                 "portable GOPS", "tf-int8 GOPS", "tf-fp32 GOPS",
+                 "litert GOPS", "best peer", "vs best", "best exact",
+                 "vs exact", "check"):
     assert column in header, (column, header)
-  rows = [l for l in lines if l.startswith(("6x7x8 ", "9x9x3 "))]
-  assert len(rows) == 2 * 2 * 2, r.stdout  # layers x batches x threads
+  rows = _table_rows(stdout, ("6x7x8 ", "9x9x3 "))
+  # One speed row and one exactness row per layer.
+  assert len(rows) == 4, stdout
+  for row in rows[:2]:
+    assert row.split()[-1] == "exact", row  # ours == TF's int8, bit for bit
+    assert row.count("x ") >= 2, row  # both ratio columns filled
+  exact_header = next(l for l in stdout.splitlines()
+                      if l.startswith("layer ") and "litert" in l
+                      and "GOPS" not in l)
+  assert "ours" in exact_header and "tf-int8" in exact_header
+  for row in rows[2:]:
+    cells = row.split()
+    # ours, ours eager, ours@portable, tf-int8, tf-fp32, litert
+    assert cells[3:9] == ["exact", "exact", "exact", "exact", "float",
+                          "exact"], row
+
+
+def test_cli_skips_missing_peers_with_the_setup_command(quick_run):
+  stdout, rows = quick_run
+  for family in ("onnxruntime", "torch"):
+    line = next(l for l in stdout.splitlines() if l.startswith(f"note: {family}"))
+    assert "tools/setup_bench_peers.sh" in line, line
+  assert not any(r["impl"].startswith(("onnxruntime", "torch")) for r in rows)
+
+
+def test_json_rows_schema(quick_run):
+  _, rows = quick_run
+  layer_rows = [r for r in rows if r["suite"] == "resnet50"]
+  impls = {(r["impl"], r["mode"], r["forced"]) for r in layer_rows}
+  assert {("ours", "graph", None), ("ours", "eager", None),
+          ("ours", "graph", "portable"), ("tf_int8", None, None),
+          ("tf_fp32", None, None), ("litert", None, None)} <= impls, impls
+  for r in rows:
+    assert ROW_KEYS <= set(r), r
+    assert isinstance(r["threads"], int)
+  for r in layer_rows:
+    assert r["layer"] in ("6x7x8 3x3x16 s1", "9x9x3 7x7x8 s2"), r
+    assert r["batch"] == 1 and r["threads"] == 1
+    assert r["error"] is None, r
+    assert r["ms"] > 0 and r["gops"] > 0
+    np.testing.assert_allclose(r["gops"], 2 * r["macs"] / (r["ms"] / 1e3) / 1e9)
+    if r["impl"] == "ours":
+      assert r["exact"] is True and r["cpu_kernel"], r
+      assert r["peak_pct"] is None or r["peak_pct"] > 0
+    elif r["impl"] == "tf_fp32":
+      assert r["exact"] is None and r["exact_text"] == "float"
+    else:
+      assert r["exact"] is True, r
+  forced = [r for r in layer_rows if r["forced"] == "portable"]
+  assert forced and all(r["cpu_kernel"] == "portable" for r in forced)
+
+
+def test_peak_measures_this_cpus_instructions(quick_run):
+  _, rows = quick_run
+  peak = {r["layer"]: r for r in rows if r["suite"] == "peak"}
+  assert all(r["impl"] == "peak_" + name for name, r in peak.items())
+  cpu = _cpu_flags()
+  want = {"vpmaddwd_ymm": {"avx2"}, "fma_ymm": {"avx2", "fma"},
+          "vpdpbusd_ymm": {"avx_vnni"},
+          "vpdpbusd_zmm": {"avx512f", "avx512bw", "avx512vl", "avx512dq",
+                           "avx512_vnni"}}
+  if "avx2" in cpu:
+    assert set(want) <= set(peak), sorted(peak)
+  for name, needs in want.items():
+    if name not in peak:
+      continue
+    if needs <= cpu:
+      assert peak[name]["gops"] > 1, peak[name]
+    elif not needs & cpu:
+      assert peak[name]["gops"] is None and peak[name]["error"], peak[name]
+  ours = [r for r in rows if r["impl"] == "ours" and r["forced"] is None
+          and r["cpu_kernel"] in ("avx2", "avx512vnni", "avxvnni")]
+  assert all(r["peak_pct"] is not None for r in ours), ours
+
+
+@pytest.mark.skipif(not os.path.exists(PEERS_PYTHON),
+                    reason="no .venv-peers (tools/setup_bench_peers.sh)")
+def test_cli_with_the_peers_venv(tmp_path):
+  out = tmp_path / "rows.json"
+  r = _run_cli("--layers=8x8x16:3x3x16:1", *QUICK, "--tf_int8=false",
+               "--fp32=false", "--peers=onnxruntime,torch", f"--json={out}")
+  assert r.returncode == 0, r.stderr[-4000:]
+  with open(out) as f:
+    rows = json.load(f)
+  impls = {r["impl"] for r in rows}
+  assert {"onnxruntime_u8", "onnxruntime_s8", "torch_x86",
+          "torch_onednn"} <= impls, r.stdout
   for row in rows:
-    assert row.split()[-1] == "exact", row  # bit-equal to TF's int8 kernel
-    assert row.count("x ") >= 2, row  # both speedup columns filled
+    assert row["error"] is None, row
+    assert row["exact"] in (True, False), row  # decided by the probes
+    if not row["exact"]:
+      assert row["exact_text"].startswith("off by "), row
 
 
 def test_cli_depthwise_suite_and_grouped_specs():
   """--suite=mobilenet_v2_dw with tiny custom depthwise/grouped layers: TF
-  has no int8 kernel for them (tf-int8 '-'), fp32 is TF's float depthwise
+  has no int8 kernel for them (tf-int8 "-"), fp32 is TF's float depthwise
   conv, and the check compares with TF's float depthwise accumulators put
-  through the contract epilogue ("exact"), or "n/a" for the grouped layer
-  without a TF counterpart on CPU."""
+  through the contract epilogue ("exact"), or "n/a" for the grouped layer."""
   r = _run_cli("--suite=mobilenet_v2_dw",
                "--layers=9x10x32:3x3x32:1:g32,11x9x24:3x3x48:2:g24,7x7x8:3x3x8:1:g2",
-               "--batches=1", "--threads=1", "--repeats=1", "--min_time=0")
+               *QUICK, "--probes=false")
   assert r.returncode == 0, r.stderr[-3000:]
-  rows = [l for l in r.stdout.splitlines() if l.startswith(("9x10x32", "11x9x24", "7x7x8"))]
+  rows = _table_rows(r.stdout, ("9x10x32", "11x9x24", "7x7x8"))
   assert len(rows) == 3, r.stdout
   by_name = {row.split()[0]: row for row in rows}
   for name in ("9x10x32", "11x9x24"):
     row = by_name[name]
     assert " dw " in row, row
     assert row.split()[-1] == "exact", row
-    assert row.count("x ") >= 1, row  # vs fp32 filled
   assert " g2 " in by_name["7x7x8"]
+  assert by_name["7x7x8"].split()[-1] == "n/a"  # no counterpart to check
 
 
-def test_depthwise_suite_cases():
-  cases = benchmark.layer_cases([], 2, "mobilenet_v2_dw")
-  assert cases == testing.mobilenet_v2_depthwise_cases(2)
-  assert all(c.groups == c.in_channels == c.out_channels for c in cases)
-  assert {c.stride_h for c in cases} == {1, 2}
-  (c,) = benchmark.layer_cases(["8x8x16:3x3x32:2:g16"], 1)
-  assert (c.groups, c.filter_shape) == (16, (3, 3, 1, 32))
-  assert benchmark.layer_name(c) == "8x8x16 3x3x32 s2 dw"
-
-
-def test_bad_layer_spec_is_a_usage_error():
+def test_bad_arguments_are_usage_errors():
   r = _run_cli("--layers=56x56", "--threads=1")
   assert r.returncode != 0
   assert "HxWxCi:KhxKwxCo:stride" in r.stderr
   r = _run_cli("--layers=8x8x6:3x3x6:1:g4", "--threads=1")
   assert r.returncode != 0
   assert "groups 4 must divide" in r.stderr
+  r = _run_cli("--peers=tensorrt", "--threads=1")
+  assert r.returncode != 0
+  assert "unknown peer 'tensorrt'" in r.stderr
 
 
-def test_layer_cases():
+# -------------------------------------------------------- the exactness probe
+
+
+def _saturating_u8s8(x_u8, w, spec):
+  """What a u8 x s8 kernel built on VPMADDUBSW computes: each pair of
+  products along K (HWC order) summed with int16 saturation, minus the
+  zero-point correction 128 * sum(w), in int32."""
+  pt, pb, pl, pr = spec["pads"]
+  x = np.pad(x_u8.astype(np.int64), ((0, 0), (pt, pb), (pl, pr), (0, 0)),
+             constant_values=128)
+  kh, kw, ci, co = w.shape
+  s = spec["stride_h"]
+  ho = (x.shape[1] - kh) // s + 1
+  wo = (x.shape[2] - kw) // s + 1
+  wk = w.reshape(-1, co).astype(np.int64)
+  if wk.shape[0] % 2:
+    wk = np.vstack([wk, np.zeros((1, co), np.int64)])
+  acc = np.zeros((1, ho, wo, co), np.int64)
+  for i in range(ho):
+    for j in range(wo):
+      col = x[0, i * s:i * s + kh, j * s:j * s + kw, :].reshape(-1)
+      if col.size % 2:
+        col = np.append(col, 0)
+      prods = col[:, None] * wk
+      pairs = np.clip(prods[0::2] + prods[1::2], -32768, 32767)
+      acc[0, i, j] = pairs.sum(axis=0) - 128 * wk.sum(axis=0)
+  return acc
+
+
+def _spec(**kw):
+  case = testing.ConvCase(batch=1, height=7, width=6, in_channels=8,
+                          kernel_h=3, kernel_w=3, out_channels=5, **kw)
+  return cases.layer_spec(case)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_probe_says_off_by_n_for_a_saturating_model(stride):
+  spec = _spec(stride_h=stride, stride_w=stride)
+  errors = []
+  for kind in exactness.PROBE_KINDS:
+    x, w, zp = exactness.probe_inputs(spec, kind, "uint8")
+    m = exactness.output_multiplier(
+        exactness.exact_accumulators(x.astype(np.int64) - zp, w, spec))
+    acc = _saturating_u8s8(x, w, spec)
+    out = np.clip(np.rint(acc * m) + 128, 0, 255).astype(np.uint8)
+    errors.append(exactness.evaluate(
+        spec, kind, "uint8",
+        dict(out=out, x_zero_point=zp, multiplier=m, out_zero_point=128,
+             out_min=0, out_max=255)))
+  exact, text = exactness.verdict(errors)
+  assert not exact
+  n = int(text.split()[-1])
+  # 72 products of 255 * -128 summed in pairs, each pair -65280 -> -32768:
+  # the exact sum is twice the saturated one; at ~100 levels, ~50 off.
+  assert text == f"off by {n}" and 30 <= n <= 100, text
+  assert errors[0] >= 30  # the extreme probe is what catches it
+
+
+def test_probe_says_exact_for_an_exact_model_whatever_its_rounding():
+  spec = _spec(stride_h=2, stride_w=1)
+  for act in ("uint8", "int8"):
+    for rounding in (np.rint, lambda v: np.floor(v + 0.5)):  # even / up
+      errors = []
+      for kind in exactness.PROBE_KINDS:
+        x, w, zp = exactness.probe_inputs(spec, kind, act)
+        acc = exactness.exact_accumulators(x.astype(np.int64) - zp, w, spec)
+        m = exactness.output_multiplier(acc)
+        lo, hi = (0, 255) if act == "uint8" else (-128, 127)
+        out = np.clip(rounding(acc * m) + zp, lo, hi)
+        errors.append(exactness.evaluate(
+            spec, kind, act, dict(out=out, x_zero_point=zp, multiplier=m,
+                                  out_zero_point=zp, out_min=lo, out_max=hi)))
+      assert exactness.verdict(errors) == (True, "exact"), (act, errors)
+  # One level off anywhere is not exact.
+  x, w, zp = exactness.probe_inputs(spec, "random", "int8")
+  acc = exactness.exact_accumulators(x, w, spec)
+  m = exactness.output_multiplier(acc)
+  out = np.clip(np.rint(acc * m), -128, 127)
+  out[0, 1, 0, 2] += 1
+  err = exactness.level_error(out, acc, m, 0, -128, 127)
+  assert exactness.verdict([err])[0] is False
+
+
+def test_exact_accumulators_match_a_brute_force_loop():
+  rng = np.random.default_rng(3)
+  for case in (testing.ConvCase(batch=2, height=5, width=6, in_channels=4,
+                                kernel_h=3, kernel_w=2, out_channels=3,
+                                stride_h=2, stride_w=1),
+               testing.ConvCase(batch=1, height=6, width=6, in_channels=6,
+                                kernel_h=3, kernel_w=3, out_channels=6,
+                                groups=3, padding="VALID")):
+    spec = cases.layer_spec(case)
+    x = rng.integers(-128, 128, case.input_shape)
+    w = rng.integers(-128, 128, case.filter_shape)
+    got = exactness.exact_accumulators(x, w, spec)
+    assert got.shape == case.output_shape
+    pt, pb, pl, pr = spec["pads"]
+    xp = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    cig, cog = w.shape[2], w.shape[3] // case.groups
+    want = np.zeros(case.output_shape, np.int64)
+    for n, i, j, c in np.ndindex(*case.output_shape):
+      g = c // cog
+      win = xp[n, i * case.stride_h:i * case.stride_h + case.kernel_h,
+               j * case.stride_w:j * case.stride_w + case.kernel_w,
+               g * cig:(g + 1) * cig]
+      want[n, i, j, c] = int((win * w[..., c]).sum())
+    np.testing.assert_array_equal(got, want)
+
+
+def test_same_pads_are_tfs():
+  case = testing.resnet50_cases(1)[-1]  # 224x224 7x7 stride 2
+  assert cases.same_pads(case) == (2, 3, 2, 3)
+  assert cases.same_pads(testing.resnet50_cases(1)[1]) == (1, 1, 1, 1)
+  valid = testing.ConvCase(batch=1, height=9, width=9, in_channels=1,
+                           kernel_h=3, kernel_w=3, out_channels=1,
+                           padding="VALID")
+  assert cases.same_pads(valid) == (0, 0, 0, 0)
+
+
+# ------------------------------------------------------------ cases, tables
+
+
+def test_layer_cases_and_names():
   assert benchmark.layer_cases([], 8) == testing.resnet50_cases(8)
   assert benchmark.layer_cases(["3"], 1) == [testing.resnet50_cases(1)[3]]
   (c,) = benchmark.layer_cases(["10x12x5:3x1x7:2"], 4)
   assert (c.batch, c.height, c.width, c.in_channels) == (4, 10, 12, 5)
   assert (c.kernel_h, c.kernel_w, c.out_channels, c.strides) == (3, 1, 7, (2, 2))
   assert benchmark.layer_name(c) == "10x12x5 3x1x7 s2"
+  dw = benchmark.layer_cases([], 2, "mobilenet_v2_dw")
+  assert dw == testing.mobilenet_v2_depthwise_cases(2)
+  (c,) = benchmark.layer_cases(["8x8x16:3x3x32:2:g16"], 1)
+  assert (c.groups, c.filter_shape) == (16, (3, 3, 1, 32))
+  assert benchmark.layer_name(c) == "8x8x16 3x3x32 s2 dw"
+  with pytest.raises(cases.SpecError, match="layers 0-6"):
+    benchmark.layer_cases(["7"], 1)
 
 
-def test_format_table():
-  case = testing.resnet50_cases(1)[0]
-  results = [dict(layer=benchmark.layer_name(case), batch=1, threads=2,
-                  macs=case.macs(), check="exact",
-                  seconds={"ours": 1e-4, "path:avx2": 4e-4, "tf_int8": 8e-4,
-                           "fp32": None})]
-  table = benchmark.format_table(results, ["avx2"])
-  row = table.splitlines()[-1]
-  assert "8.00x" in row and "exact" in row
-  assert f"{2 * case.macs() / 1e-4 / 1e9:.0f}" in row
+def _row(impl, gops, exact=True, **kw):
+  r = dict(suite="resnet50", layer="L", batch=1, threads=2, impl=impl,
+           mode=None, forced=None, ms=1.0, gops=gops, exact=exact,
+           exact_text="exact" if exact else "off by 30", cpu_kernel=None,
+           peak_pct=None, check=None, macs=1, error=None)
+  r.update(kw)
+  return r
+
+
+def test_layer_table_ratios_against_best_and_best_exact_peer():
+  rows = [_row("ours", 200.0, mode="graph", cpu_kernel="avx2", peak_pct=64.5,
+               check="exact"),
+          _row("ours", 100.0, mode="eager", cpu_kernel="avx2"),
+          _row("onnxruntime_u8", 250.0, exact=False),
+          _row("litert", 160.0), _row("tf_fp32", 50.0, exact=None)]
+  text = tables.layer_table(rows, [])
+  line = next(l for l in text.splitlines() if l.startswith("L "))
+  cells = line.split()
+  assert "250*" in cells  # not exact: marked
+  assert cells[-5:] == ["ort-u8", "0.80x", "litert", "1.25x", "exact"], line
+  assert "64%" in cells and "avx2" in cells
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Instruction-throughput loops: the limits the benchmark's --peak reports and
+// every "ours" row is measured against (% of peak of the path that ran).
+//
+// Each loop is a block of independent multiply-accumulate instructions on
+// registers only (no loads, no stores: an upper bound no convolution can
+// pass), with enough accumulators in flight to hide the instruction's latency
+// on every CPU seen here (latency x ports <= accumulators). The operations
+// counted are 2 per multiply-accumulate, as in the benchmark's GOPS:
+//   vpmaddwd_ymm  VPMADDWD + VPADDD, ymm        16 int16 MACs per pair (avx2 path)
+//   vpdpbusd_ymm  {vex} VPDPBUSD, ymm           32 u8 x s8 MACs (avxvnni path)
+//   vpdpbusd_zmm  VPDPBUSD, zmm                 64 u8 x s8 MACs (avx512vnni path)
+//   vpdpwssd_zmm  VPDPWSSD, zmm                 32 int16 MACs (avx512vnni depthwise)
+//   fma_ymm       VFMADD231PS, ymm              8 fp32 FMAs (what TF's fp32 conv can reach, AVX2)
+//   fma_zmm       VFMADD231PS, zmm              16 fp32 FMAs (AVX-512)
+// The loops live in peak_<isa>.cc, built with that instruction set's flags.
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
+
+#include <cstdint>
+
+namespace tf_fused_int8 {
+namespace cpu {
+
+// One loop: run(iters) executes iters blocks of ops_per_block operations.
+struct PeakLoop {
+  const char* name;
+  double ops_per_block;
+  bool (*supported)();
+  void (*run)(int64_t iters);
+};
+
+// Every loop this build has, in a fixed order; *count is set to their number.
+const PeakLoop* PeakLoops(int* count);
+
+// Runs loop `name` on `threads` threads at once for about min_seconds and
+// returns the measured operations per second of all threads together, in
+// GOPS. Returns -1 for an unknown name, -2 when this CPU lacks the
+// instruction (the loop is never run then).
+double MeasurePeakGops(const char* name, int threads, double min_seconds);
+
+// Loop bodies (defined in the ISA translation units; call only when the
+// matching supported() is true).
+void PeakVpmaddwdYmm(int64_t iters);
+void PeakFmaYmm(int64_t iters);
+void PeakVpdpbusdYmm(int64_t iters);
+void PeakVpdpbusdZmm(int64_t iters);
+void PeakVpdpwssdZmm(int64_t iters);
+void PeakFmaZmm(int64_t iters);
+
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_

@@ -1,0 +1,50 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Plain C entry points of the op library for tools that reach it with
+// ctypes (the benchmark: tf_fused_int8/benchmark/workers/impl_ours.py). They use
+// only the TF-free core; they live here, in the always-linked binding,
+// so that the linker keeps them in _fused_int8_ops.so.
+#include <string>
+
+#include "cc/core/cpu/peak/peak.h"
+#include "cc/core/fused_conv.h"
+
+extern "C" {
+
+// Comma-separated names of the throughput loops this build has (see
+// cc/core/cpu/peak/peak.h); "" when it has none.
+__attribute__((visibility("default"))) const char* tf_fused_int8_peak_loops() {
+  static const std::string names = [] {
+    int n = 0;
+    const tf_fused_int8::cpu::PeakLoop* loops = tf_fused_int8::cpu::PeakLoops(&n);
+    std::string s;
+    for (int i = 0; i < n; ++i) {
+      if (i) s += ",";
+      s += loops[i].name;
+    }
+    return s;
+  }();
+  return names.c_str();
+}
+
+// GOPS of loop `name` on `threads` threads (2 operations per
+// multiply-accumulate); -1: unknown name, -2: this CPU lacks it.
+__attribute__((visibility("default"))) double tf_fused_int8_peak_gops(
+    const char* name, int threads, double min_seconds) {
+  if (name == nullptr) return -1.0;
+  return tf_fused_int8::cpu::MeasurePeakGops(name, threads, min_seconds);
+}
+
+// The CPU kernel path a call would run now: TF_FUSED_INT8_CPU_KERNEL if
+// set, else the fastest one this CPU supports; "error: ..." when the
+// variable names an unknown or unsupported path.
+__attribute__((visibility("default"))) const char* tf_fused_int8_kernel_path() {
+  thread_local std::string result;
+  tf_fused_int8::KernelPath path;
+  const std::string err =
+      tf_fused_int8::ResolveKernelPath(tf_fused_int8::KernelPath::kAuto, &path);
+  result = err.empty() ? tf_fused_int8::KernelPathName(path) : "error: " + err;
+  return result.c_str();
+}
+
+}  // extern "C"

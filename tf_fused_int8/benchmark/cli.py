@@ -1,0 +1,551 @@
+"""The benchmark CLI's parent process: workers, interleaved timing, tables.
+
+See the package docstring (tf_fused_int8/benchmark/__init__.py) for what is
+measured and how; this module only orchestrates.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from absl import flags
+
+from tf_fused_int8 import testing
+from tf_fused_int8.benchmark import cases as cases_lib
+from tf_fused_int8.benchmark import tables
+from tf_fused_int8.benchmark.workers import exactness
+from tf_fused_int8.benchmark.workers import protocol
+
+FLAGS = flags.FLAGS
+
+SUITES = ("resnet50", "mobilenet_v2_dw", "models")
+# impl -> worker family. "ours@PATH" rows belong to "ours" too.
+FAMILY = {
+    "ours": "ours", "ours_eager": "ours", "tf_int8": "ours", "tf_fp32": "ours",
+    "litert": "litert",
+    "onnxruntime_u8": "onnxruntime", "onnxruntime_s8": "onnxruntime",
+    "torch_x86": "torch", "torch_onednn": "torch",
+    "openvino_fp32": "openvino", "openvino_int8": "openvino",
+}
+PEER_ALIASES = {
+    "onnxruntime": ("onnxruntime_u8", "onnxruntime_s8"),
+    "torch": ("torch_x86", "torch_onednn"),
+    "openvino": ("openvino_fp32", "openvino_int8"),
+}
+PEERS = ("litert", "onnxruntime_u8", "onnxruntime_s8", "torch_x86",
+         "torch_onednn", "openvino_fp32", "openvino_int8")
+# Families that run in the peers' venv (no TensorFlow there).
+PEER_VENV_FAMILIES = ("onnxruntime", "torch", "openvino")
+# The throughput loop each of our paths is measured against (--peak).
+PATH_PEAK = {"avx2": "vpmaddwd_ymm", "avx2_direct": "vpmaddwd_ymm",
+             "avx2_winograd": "vpmaddwd_ymm", "avxvnni": "vpdpbusd_ymm",
+             "avx512vnni": "vpdpbusd_zmm", "amx": "tdpbssd"}
+# Depthwise rows use the int16 pair instructions (exact VPMADDWD/VPDPWSSD).
+DEPTHWISE_PEAK = {"avx2": "vpmaddwd_ymm", "avxvnni": "vpmaddwd_ymm",
+                  "avx512vnni": "vpdpwssd_zmm"}
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+WORKER_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                         "workers", "worker.py")
+SETUP_PEERS = "tools/setup_bench_peers.sh"
+
+
+def define_flags():
+  flags.DEFINE_enum("suite", "resnet50", SUITES,
+                    "resnet50: ResNet-50's convolutions; mobilenet_v2_dw: "
+                    "MobileNetV2's depthwise 3x3 layers; models: whole "
+                    "keras.applications models (--models).")
+  flags.DEFINE_list("batches", ["1", "8"], "Batch sizes.")
+  flags.DEFINE_list("threads", ["1", "2"],
+                    "Thread counts (each implementation gets the same).")
+  flags.DEFINE_list(
+      "layers", [],
+      "Layers to run: indices into the --suite's layers, or custom "
+      "'HxWxCi:KhxKwxCo:stride[:gGROUPS]' specs (groups as tf.nn.conv2d; "
+      "gCi is depthwise). Default: all of the suite's layers.")
+  flags.DEFINE_list("paths", [],
+                    "Extra columns: our CPU kernel paths forced with "
+                    "TF_FUSED_INT8_CPU_KERNEL (e.g. avx2,avx512vnni,portable).")
+  flags.DEFINE_list(
+      "peers", [],
+      "Peers to run beside ours: litert, onnxruntime (= onnxruntime_u8,"
+      "onnxruntime_s8), torch (= torch_x86,torch_onednn), openvino "
+      "(= openvino_fp32,openvino_int8; models suite), or all. The peers "
+      f"but litert need the venv of {SETUP_PEERS}.")
+  flags.DEFINE_list("models", ["ResNet50", "MobileNetV2"],
+                    "--suite=models: keras.applications models.")
+  flags.DEFINE_integer("calibration_images", 8,
+                       "--suite=models: random calibration images.")
+  flags.DEFINE_integer("repeats", 5, "Timed repeats (best is reported).")
+  flags.DEFINE_float("min_time", 0.2, "Minimum seconds per timed repeat.")
+  flags.DEFINE_bool("tf_int8", True, "Time TF's built-in int8 _FusedConv2D.")
+  flags.DEFINE_bool("fp32", True, "Time TF fp32 conv2d + bias_add + relu.")
+  flags.DEFINE_bool("check", True,
+                    "Compare our output with TF's int8 kernel, bit for bit.")
+  flags.DEFINE_bool("probes", True,
+                    "Decide the exactness column (two probes per layer and "
+                    "implementation).")
+  flags.DEFINE_bool("peak", False,
+                    "Measure this CPU's instruction limits (C++ loops, 1 and "
+                    "N threads) and show each ours row's % of its path's.")
+  flags.DEFINE_float("peak_time", 0.3, "Seconds per --peak measurement.")
+  flags.DEFINE_integer("graph_ops", 8,
+                       "Ops per tf.function call for the in-graph rows.")
+  flags.DEFINE_string("json", "", "Also write one JSON object per row here "
+                      "(a JSON array).")
+  flags.DEFINE_string("plot", "", "Also plot ours / best peer per row to "
+                      "this PNG (needs matplotlib in .venv or the peers venv).")
+  flags.DEFINE_string("peers_python", "",
+                      "Python of the peers' venv (default: "
+                      "$TF_FUSED_INT8_PEERS_PYTHON or <repo>/.venv-peers).")
+  flags.DEFINE_string("work_dir", "", "Keep data, logs and converted models "
+                      "here (default: a temporary directory, removed).")
+
+
+# ------------------------------------------------------------------ workers
+
+class WorkerError(RuntimeError):
+  pass
+
+
+class Worker:
+  """One worker process (workers/worker.py) and its command channel."""
+
+  def __init__(self, family, python, threads, work_dir, env):
+    self.family = family
+    self.log_path = os.path.join(work_dir, f"worker_{family}_t{threads}.log")
+    self._log = open(self.log_path, "w")  # pylint: disable=consider-using-with
+    self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+        [python, WORKER_PY, f"--family={family}", f"--threads={threads}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+        text=True, env=env, cwd=work_dir)
+    first = self._read()
+    if not first.get("ok"):
+      self.close()
+      raise WorkerError(first.get("error", "failed to start"))
+    self.info = first.get("info", {})
+
+  def _read(self):
+    while True:
+      line = self.proc.stdout.readline()
+      if not line:
+        self._log.flush()
+        with open(self.log_path) as f:
+          tail = f.read()[-2000:]
+        raise WorkerError(f"worker {self.family} exited "
+                          f"(rc {self.proc.poll()}); log tail:\n{tail}")
+      reply = protocol.parse_reply(line)
+      if reply is not None:
+        return reply
+
+  def call(self, op, **msg):
+    msg["op"] = op
+    try:
+      self.proc.stdin.write(json.dumps(msg) + "\n")
+      self.proc.stdin.flush()
+    except OSError:
+      pass  # it died: _read reports how, from its log
+    reply = self._read()
+    if not reply.get("ok"):
+      raise WorkerError(reply.get("error", "?"))
+    return reply
+
+  def close(self):
+    if self.proc.poll() is None:
+      try:
+        self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=30)
+      except (OSError, subprocess.TimeoutExpired):
+        self.proc.kill()
+    self._log.close()
+
+
+def peers_python():
+  if FLAGS.peers_python:
+    return FLAGS.peers_python
+  env = os.environ.get("TF_FUSED_INT8_PEERS_PYTHON")
+  if env:
+    return env
+  return os.path.join(ROOT, ".venv-peers", "bin", "python")
+
+
+def selected_impls():
+  """Requested implementations, in table order."""
+  impls = ["ours", "ours_eager"] + [f"ours@{p}" for p in FLAGS.paths]
+  if FLAGS.tf_int8:
+    impls.append("tf_int8")
+  if FLAGS.fp32:
+    impls.append("tf_fp32")
+  for p in FLAGS.peers:
+    p = p.strip()
+    if not p:
+      continue
+    names = PEERS if p == "all" else PEER_ALIASES.get(p, (p,))
+    for name in names:
+      if name not in PEERS:
+        raise ValueError(
+            f"--peers: unknown peer {p!r}; known: all, litert, onnxruntime, "
+            f"torch, openvino, {', '.join(PEERS)}")
+      if name not in impls:
+        impls.append(name)
+  if FLAGS.suite == "models":
+    impls = [i for i in impls if i in ("ours", "tf_fp32", "litert",
+                                       "openvino_fp32", "openvino_int8")]
+  else:
+    impls = [i for i in impls if not i.startswith("openvino")]
+  return impls
+
+
+def family_of(impl):
+  return FAMILY[impl.split("@")[0]]
+
+
+def start_workers(impls, threads, work_dir, notes):
+  """{family: Worker}; families that cannot start are reported in notes."""
+  env = dict(os.environ)
+  env["PYTHONPATH"] = os.pathsep.join(
+      [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+  env["TF_FUSED_INT8_BENCH_GRAPH_OPS"] = str(FLAGS.graph_ops)
+  workers = {}
+  for family in dict.fromkeys(family_of(i) for i in impls):
+    python = sys.executable
+    if family in PEER_VENV_FAMILIES:
+      python = peers_python()
+      if not os.path.exists(python):
+        notes.add(f"{family}: skipped, not installed (run {SETUP_PEERS}, "
+                  f"or pass --peers_python)")
+        continue
+    try:
+      workers[family] = Worker(family, python, threads, work_dir, env)
+    except WorkerError as e:
+      first = str(e).splitlines()[0] if str(e) else "?"
+      notes.add(f"{family}: skipped, it failed to start: {first}"
+                + ("" if family not in PEER_VENV_FAMILIES else
+                   f" (re-run {SETUP_PEERS}?)"))
+  return workers
+
+
+# ------------------------------------------------------------------- timing
+
+def time_interleaved(entries, key):
+  """Best seconds per call of each (impl, worker); repeats interleaved."""
+  iters, best = {}, {}
+  for impl, worker in entries.items():
+    iters[impl] = worker.call("calibrate", key=key, impl=impl,
+                              min_time=FLAGS.min_time)["iters"]
+    best[impl] = float("inf")
+  for _ in range(max(1, FLAGS.repeats)):
+    for impl, worker in entries.items():
+      s = worker.call("time", key=key, impl=impl, iters=iters[impl])["seconds"]
+      best[impl] = min(best[impl], s)
+  return best
+
+
+def measure_peaks(workers, threads):
+  """Peak rows for this thread count (the ours worker runs the loops)."""
+  ours = workers["ours"]
+  loops = [l for l in ours.info.get("peak_loops", "").split(",") if l]
+  gops = ours.call("peak", loops=loops, threads=threads,
+                   min_time=FLAGS.peak_time)["gops"]
+  rows = []
+  for name in loops:
+    g = gops[name]
+    rows.append(dict(suite="peak", layer=name, batch=None, threads=threads,
+                     impl="peak_" + name, ms=None,
+                     gops=g if g > 0 else None, exact=None, cpu_kernel=None,
+                     peak_pct=None,
+                     error=None if g > 0 else "not on this CPU"))
+  return rows
+
+
+# ----------------------------------------------------------- layer suites
+
+class ProbeCache:
+  """Exactness verdicts per (layer, impl), probed once at batch 1."""
+
+  def __init__(self, work_dir):
+    self.work_dir = work_dir
+    self.verdicts = {}
+    self.multipliers = {}
+
+  def multiplier(self, spec, kind):
+    k = (spec["name"], kind)
+    if k not in self.multipliers:
+      x, w, _ = exactness.probe_inputs(spec, kind, "int8")
+      acc = exactness.exact_accumulators(x, w, spec)
+      self.multipliers[k] = exactness.output_multiplier(acc)
+    return self.multipliers[k]
+
+  def verdict(self, spec, impl, worker):
+    k = (spec["name"], impl)
+    if k in self.verdicts:
+      return self.verdicts[k]
+    errors = []
+    try:
+      for kind in exactness.PROBE_KINDS:
+        out = os.path.join(self.work_dir, "probe_out.npz")
+        reply = worker.call("probe", impl=impl, spec=dict(spec, batch=1),
+                            kind=kind, seed=0,
+                            multiplier=self.multiplier(spec, kind), out=out)
+        result = reply["result"]
+        if result.get("not_int8"):
+          self.verdicts[k] = (None, "float")
+          return self.verdicts[k]
+        with np.load(out) as arrays:
+          result.update({n: arrays[n] for n in arrays.files})
+        act = "uint8" if result["out_min"] == 0 and result["out_max"] == 255 \
+            else "int8"
+        errors.append(exactness.evaluate(dict(spec, batch=1), kind, act,
+                                         result))
+      self.verdicts[k] = exactness.verdict(errors)
+    except (WorkerError, ValueError, KeyError) as e:
+      self.verdicts[k] = (None, "probe failed: " + str(e).splitlines()[0][:80])
+    return self.verdicts[k]
+
+
+def peak_for(impl_kernel, spec, peaks):
+  if impl_kernel is None or not peaks:
+    return None
+  table = DEPTHWISE_PEAK if spec.get("depthwise") else PATH_PEAK
+  return peaks.get(table.get(impl_kernel))
+
+
+def run_layers(impls, work_dir, notes):
+  rows = []
+  probes = ProbeCache(work_dir)
+  for threads in (int(t) for t in FLAGS.threads):
+    workers = start_workers(impls, threads, work_dir, notes)
+    try:
+      if "ours" not in workers:
+        raise SystemExit("benchmark: our own worker did not start; see "
+                         + os.path.join(work_dir, f"worker_ours_t{threads}.log"))
+      auto_kernel = workers["ours"].info.get("cpu_kernel")
+      peaks = {}
+      if FLAGS.peak:
+        peak_rows = measure_peaks(workers, threads)
+        rows += peak_rows
+        peaks = {r["layer"]: r["gops"] for r in peak_rows if r["gops"]}
+      for batch in (int(b) for b in FLAGS.batches):
+        for case in cases_lib.layer_cases(FLAGS.layers, batch, FLAGS.suite):
+          rows += run_one_layer(case, impls, workers, threads, auto_kernel,
+                                peaks, probes, work_dir)
+    finally:
+      for w in workers.values():
+        w.close()
+  return rows
+
+
+def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
+                  work_dir):
+  spec = cases_lib.layer_spec(case)
+  spec["paths"] = list(FLAGS.paths)
+  inputs = testing.make_inputs(case, seed=0)
+  data = os.path.join(work_dir, "layer.npz")
+  np.savez(data, x=inputs["conv_input"], w=inputs["filter"],
+           bias=inputs["bias"], scale=inputs["conv_input_scale"])
+  key = f"{spec['name']}|{case.batch}"
+  entries, errors, ops, check = {}, {}, {}, None
+  for family, worker in workers.items():
+    try:
+      reply = worker.call("setup_layer", key=key, spec=spec, data=data)
+    except WorkerError as e:
+      for impl in impls:
+        if family_of(impl) == family:
+          errors[impl] = str(e).splitlines()[0][:300]
+      continue
+    ops.update(reply.get("ops_per_call", {}))
+    if reply.get("check") is not None:
+      check = reply["check"]
+    for impl, err in reply["impls"].items():
+      if impl not in impls:
+        continue
+      if err is None:
+        entries[impl] = worker
+      else:
+        errors[impl] = err
+  if not FLAGS.check:
+    check = None
+  seconds = {}
+  if entries:
+    try:
+      seconds = time_interleaved(entries, key)
+    except WorkerError as e:
+      for impl in entries:
+        errors[impl] = str(e).splitlines()[0][:300]
+  verdicts = {}
+  if FLAGS.probes:
+    for impl, worker in entries.items():
+      if impl in seconds:
+        verdicts[impl] = probes.verdict(spec, impl, worker)
+  for worker in workers.values():
+    try:
+      worker.call("release", key=key)
+    except WorkerError:
+      pass
+  rows = []
+  macs = case.macs()
+  for impl in impls:
+    if impl not in seconds and impl not in errors:
+      continue
+    s = seconds.get(impl)
+    if s is not None:
+      s = s / ops.get(impl, 1)
+    base, _, path = impl.partition("@")
+    is_ours = base in ("ours", "ours_eager")
+    kernel = (path or auto_kernel) if is_ours else None
+    exact, text = verdicts.get(impl, (None, None))
+    gops = 2 * macs / s / 1e9 if s else None
+    peak = peak_for(kernel, spec, peaks) if is_ours else None
+    rows.append(dict(
+        suite=FLAGS.suite, layer=spec["name"], batch=case.batch,
+        threads=threads, impl="ours" if is_ours else impl,
+        mode=("eager" if base == "ours_eager" else "graph") if is_ours else None,
+        forced=path or None, ms=s * 1e3 if s else None, gops=gops,
+        exact=exact, exact_text=text, cpu_kernel=kernel,
+        peak_pct=100.0 * gops / peak if (gops and peak) else None,
+        check=check if impl == "ours" else None, macs=macs,
+        error=errors.get(impl)))
+  return rows
+
+
+# ----------------------------------------------------------- models suite
+
+def run_models(impls, work_dir, notes):
+  rows = []
+  models = None
+  for threads in (int(t) for t in FLAGS.threads):
+    workers = start_workers(impls, threads, work_dir, notes)
+    try:
+      if "ours" not in workers:
+        raise SystemExit("benchmark: our own worker did not start")
+      if models is None:
+        print(f"models suite: preparing {', '.join(FLAGS.models)} (build, "
+              f"quantize_model, TFLite conversion; a few minutes)...",
+              file=sys.stderr, flush=True)
+        models = workers["ours"].call(
+            "prepare_models", names=list(FLAGS.models), dir=work_dir,
+            calibration_images=FLAGS.calibration_images, seed=0)["models"]
+      for batch in (int(b) for b in FLAGS.batches):
+        for name, info in models.items():
+          rows += run_one_model(name, info, batch, impls, workers, threads)
+    finally:
+      for w in workers.values():
+        w.close()
+  return rows, models or {}
+
+
+def run_one_model(name, info, batch, impls, workers, threads):
+  key = f"{name}|{batch}"
+  entries, errors = {}, {}
+  for family, worker in workers.items():
+    try:
+      reply = worker.call("setup_model", key=key, model=info, batch=batch)
+    except WorkerError as e:
+      for impl in impls:
+        if family_of(impl) == family:
+          errors[impl] = str(e).splitlines()[0][:300]
+      continue
+    for impl, err in reply["impls"].items():
+      if impl in impls:
+        if err is None:
+          entries[impl] = worker
+        else:
+          errors[impl] = err
+  seconds = time_interleaved(entries, key) if entries else {}
+  for worker in workers.values():
+    worker.call("release", key=key)
+  macs = info["macs"] * batch
+  rows = []
+  for impl in impls:
+    if impl not in seconds and impl not in errors:
+      continue
+    s = seconds.get(impl)
+    rows.append(dict(suite="models", layer=name, batch=batch, threads=threads,
+                     impl=impl, mode="graph" if impl in ("ours", "tf_fp32")
+                     else None, forced=None, ms=s * 1e3 if s else None,
+                     gops=2 * macs / s / 1e9 if s else None, exact=None,
+                     exact_text=None,
+                     cpu_kernel=(workers["ours"].info.get("cpu_kernel")
+                                 if impl == "ours" else None),
+                     peak_pct=None, check=None, macs=macs,
+                     error=errors.get(impl)))
+  return rows
+
+
+# --------------------------------------------------------------------- main
+
+def cpu_name():
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return "unknown CPU"
+
+
+def validate():
+  """Usage errors before anything starts (bad --layers, --peers, numbers)."""
+  selected_impls()
+  for b in FLAGS.batches + FLAGS.threads:
+    if not b.strip().isdigit() or int(b) < 1:
+      raise ValueError(f"--batches/--threads need positive integers, got {b!r}")
+  if FLAGS.suite != "models":
+    for b in FLAGS.batches:
+      cases_lib.layer_cases(FLAGS.layers, int(b), FLAGS.suite)
+
+
+def run():
+  """Runs the benchmark per FLAGS; prints the tables; returns the rows."""
+  impls = selected_impls()
+  keep = bool(FLAGS.work_dir)
+  work_dir = FLAGS.work_dir or tempfile.mkdtemp(prefix="tfi_bench_")
+  os.makedirs(work_dir, exist_ok=True)
+  notes = set()
+  t0 = time.time()
+  try:
+    if FLAGS.suite == "models":
+      rows, models = run_models(impls, work_dir, notes)
+    else:
+      rows, models = run_layers(impls, work_dir, notes), {}
+  finally:
+    if not keep:
+      shutil.rmtree(work_dir, ignore_errors=True)
+  print(f"tf_fused_int8 benchmark on {cpu_name()} ({os.cpu_count()} CPUs), "
+        f"suite {FLAGS.suite}, {time.time() - t0:.0f} s")
+  for note in sorted(notes):
+    print("note: " + note)
+  print(tables.format_all(rows, impls, models, FLAGS.paths, FLAGS.suite))
+  if FLAGS.json:
+    with open(FLAGS.json, "w") as f:
+      json.dump(rows, f, indent=1)
+  if FLAGS.plot:
+    print(plot(rows, FLAGS.plot))
+  return rows
+
+
+def plot(rows, path):
+  """Plots with matplotlib from this venv, else from the peers' venv."""
+  data = path + ".json"
+  with open(data, "w") as f:
+    json.dump(rows, f)
+  script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot.py")
+  for python in (sys.executable, peers_python()):
+    if not os.path.exists(python):
+      continue
+    r = subprocess.run([python, script, data, path], capture_output=True,
+                       text=True, check=False)
+    if r.returncode == 0:
+      os.remove(data)
+      return f"plot: wrote {path}"
+  os.remove(data)
+  return ("plot: matplotlib is not installed here or in the peers' venv "
+          f"(.venv/bin/pip install matplotlib, or {SETUP_PEERS})")

@@ -1,0 +1,293 @@
+"""Benchmark family "ours" (project venv): this package's op, and TensorFlow's
+own kernels on the same data.
+
+impls:
+  ours          our op inside a tf.function, GRAPH_OPS ops per call, each with
+                its own filter constant (distinct values, so grappler can
+                neither merge them nor fold them: the input is an argument);
+                the time per op is the call's time / GRAPH_OPS. This is how
+                the op runs inside a model.
+  ours_eager    one eager op call (execute.execute on prepared tensors: what
+                an eager user pays per call, with the least Python around it).
+  ours@PATH     "ours" with TF_FUSED_INT8_CPU_KERNEL=PATH (the spec's paths).
+  tf_int8       TF's built-in int8 _FusedConv2D CPU kernel, eagerly (it is
+                not in tf.raw_ops, so it cannot be put in a tf.function
+                simply); it casts to float and runs a float contraction.
+  tf_fp32       tf.nn.conv2d (depthwise: tf.nn.depthwise_conv2d) + bias_add +
+                relu on the same values as float32, GRAPH_OPS per tf.function
+                call like "ours".
+Models (setup_model): ours = the quantize_model int8 model, tf_fp32 = the
+float model, each called as a tf.function.
+"""
+
+import ctypes
+import os
+
+import numpy as np
+
+import exactness
+
+KERNEL_ENV = "TF_FUSED_INT8_CPU_KERNEL"
+GRAPH_OPS = int(os.environ.get("TF_FUSED_INT8_BENCH_GRAPH_OPS", "8"))
+
+
+def _forced(path, fn):
+  def run():
+    old = os.environ.get(KERNEL_ENV)
+    os.environ[KERNEL_ENV] = path
+    try:
+      return fn()
+    finally:
+      if old is None:
+        os.environ.pop(KERNEL_ENV, None)
+      else:
+        os.environ[KERNEL_ENV] = old
+  return run
+
+
+class Family:
+  """Our op, TF's int8 kernel and TF's fp32 conv."""
+
+  def __init__(self, threads):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    import tf_fused_int8  # pylint: disable=g-import-not-at-top
+    from tf_fused_int8 import _loader  # pylint: disable=g-import-not-at-top
+    _loader.load_ops()
+    self.tf = tf
+    self.tfi = tf_fused_int8
+    self.threads = threads
+    self.library = _loader.library_path()
+    self.lib = ctypes.CDLL(self.library)
+    self.lib.tf_fused_int8_peak_gops.restype = ctypes.c_double
+    self.lib.tf_fused_int8_peak_gops.argtypes = [ctypes.c_char_p, ctypes.c_int,
+                                                 ctypes.c_double]
+    self.lib.tf_fused_int8_peak_loops.restype = ctypes.c_char_p
+    self.lib.tf_fused_int8_kernel_path.restype = ctypes.c_char_p
+    self.fns = {}
+
+  def kernel_path(self):
+    """The CPU kernel path a call would take now (env override included)."""
+    return self.lib.tf_fused_int8_kernel_path().decode()
+
+  def info(self):
+    return dict(tensorflow=self.tf.__version__, library=self.library,
+                cpu_kernel=self.kernel_path(),
+                peak_loops=self.lib.tf_fused_int8_peak_loops().decode())
+
+  # ------------------------------------------------------------ one layer
+
+  def _op_kwargs(self, spec, activation=None):
+    kw = dict(strides=[spec["stride_h"], spec["stride_w"]],
+              padding=spec["padding"],
+              activation_mode=activation or spec["activation"],
+              dilations=[spec["dilation_h"], spec["dilation_w"]])
+    return kw
+
+  def _eager(self, spec, x, w, bias, scale, activation=None):
+    """Our op as one eager execute call on prepared tensors."""
+    tf = self.tf
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.eager import execute  # pylint: disable=g-import-not-at-top
+    tensors = [tf.constant(x), tf.constant(w), tf.constant(bias),
+               tf.zeros([0], tf.int8), tf.constant(scale),
+               tf.constant(np.float32(0))]
+    attrs = ("T", tf.int8.as_datatype_enum,
+             "strides", [1, spec["stride_h"], spec["stride_w"], 1],
+             "padding", spec["padding"].encode(), "data_format", b"NHWC",
+             "filter_format", b"HWIO",
+             "activation_mode", (activation or spec["activation"]).encode(),
+             "dilations", [1, spec["dilation_h"], spec["dilation_w"], 1])
+    ctx = context.context()
+    ctx.ensure_initialized()
+
+    def fn():
+      return execute.execute(b"FusedInt8Conv2DBiasActivation", 1, tensors,
+                             attrs, ctx)[0]
+    return fn
+
+  def _tf_int8(self, spec, x, w, bias, scale, activation=None):
+    """TF's int8 _FusedConv2D (form documented in tests/tf_builtin.py)."""
+    tf = self.tf
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.eager import execute  # pylint: disable=g-import-not-at-top
+    if (spec["dilation_h"], spec["dilation_w"]) != (1, 1) or spec["groups"] != 1:
+      return None
+    scale = np.asarray(scale, np.float32)
+    tensors = [tf.constant(x), tf.constant(w), tf.constant(bias),
+               tf.zeros([0], tf.int8),
+               tf.constant(scale.reshape(()) if scale.size == 1 else scale),
+               tf.constant(np.float32(0))]
+    act = activation or spec["activation"]
+    fused_ops = [b"BiasAdd", b"Relu"] if act == "Relu" else [b"BiasAdd"]
+    attrs = ("T", tf.int8.as_datatype_enum,
+             "TArgs", [tf.float32.as_datatype_enum, tf.int8.as_datatype_enum],
+             "num_args", 2, "num_host_args", 2,
+             "strides", [1, spec["stride_h"], spec["stride_w"], 1],
+             "padding", spec["padding"].encode(), "explicit_paddings", [],
+             "data_format", b"NHWC", "filter_format", b"HWIO",
+             "dilations", [1, 1, 1, 1], "use_cudnn_on_gpu", False,
+             "fused_ops", fused_ops, "epsilon", 1e-4, "leakyrelu_alpha", 0.2)
+    ctx = context.context()
+    ctx.ensure_initialized()
+
+    def fn():
+      return execute.execute(b"_FusedConv2D", 1, tensors, attrs, ctx)[0]
+    return fn
+
+  def _fp32_conv(self, spec, x, w):
+    tf = self.tf
+    strides = [1, spec["stride_h"], spec["stride_w"], 1]
+    dil = (spec["dilation_h"], spec["dilation_w"])
+    if spec["depthwise"]:
+      mult = spec["out_channels"] // spec["in_channels"]
+      w = tf.reshape(w, [spec["kernel_h"], spec["kernel_w"],
+                         spec["in_channels"], mult])
+      return tf.nn.depthwise_conv2d(x, w, strides, spec["padding"],
+                                    dilations=None if dil == (1, 1) else dil)
+    return tf.nn.conv2d(x, w, strides=strides, padding=spec["padding"],
+                        dilations=[1, dil[0], dil[1], 1])
+
+  def setup_layer(self, key, spec, data):
+    tf, tfi = self.tf, self.tfi
+    d = np.load(data)
+    x, w, bias, scale = d["x"], d["w"], d["bias"], d["scale"]
+    xs = tf.constant(x)
+    filters = [tf.constant(np.roll(w, j, axis=3)) for j in range(GRAPH_OPS)]
+    bias_t, scale_t = tf.constant(bias), tf.constant(scale)
+    kwargs = self._op_kwargs(spec)
+
+    @tf.function
+    def ours_graph(x):
+      return [tfi.fused_conv2d_bias_activation(x, f, bias_t,
+                                               conv_input_scale=scale_t,
+                                               **kwargs) for f in filters]
+
+    xf = tf.constant(x.astype(np.float32))
+    ffilters = [tf.cast(f, tf.float32) for f in filters]
+
+    @tf.function
+    def fp32_graph(x):
+      return [tf.nn.relu(tf.nn.bias_add(self._fp32_conv(spec, x, f), bias_t))
+              for f in ffilters]
+
+    fns, status, ops = {}, {}, {}
+    fns["ours"] = lambda: ours_graph(xs)
+    ops["ours"] = GRAPH_OPS
+    for path in spec.get("paths", []):
+      fns["ours@" + path] = _forced(path, fns["ours"])
+      ops["ours@" + path] = GRAPH_OPS
+    fns["ours_eager"] = self._eager(spec, x, w, bias, scale)
+    tf_int8 = self._tf_int8(spec, x, w, bias, scale)
+    if tf_int8 is None:
+      status["tf_int8"] = "TF's int8 kernel has no groups or dilation"
+    else:
+      fns["tf_int8"] = tf_int8
+    fns["tf_fp32"] = lambda: fp32_graph(xf)
+    ops["tf_fp32"] = GRAPH_OPS
+    for name in list(fns):
+      try:
+        fns[name]()
+        status[name] = None
+      except Exception as e:  # pylint: disable=broad-except
+        status[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        del fns[name]
+    check = self._check(spec, x, w, bias, scale, fns)
+    self.fns[key] = fns
+    return dict(impls=status, ops_per_call=ops, check=check)
+
+  def _check(self, spec, x, w, bias, scale, fns):
+    """Ours vs TF's int8 kernel bit for bit ("exact", "MISMATCH" or "~N"
+    where TF's float accumulation may round: depth > 1024); depthwise: vs
+    TF's float depthwise accumulators (exact for 3x3) + the contract's
+    epilogue in numpy; "n/a" otherwise."""
+    if "ours_eager" not in fns:
+      return "n/a"
+    ours = fns["ours_eager"]().numpy()
+    depth = spec["kernel_h"] * spec["kernel_w"] * (
+        spec["in_channels"] // spec["groups"])
+    if "tf_int8" in fns:
+      theirs = fns["tf_int8"]().numpy()
+    elif spec["depthwise"] and depth <= 1024:
+      tf = self.tf
+      acc = self._fp32_conv(spec, tf.constant(x.astype(np.float32)),
+                            tf.constant(w.astype(np.float32))).numpy()
+      y = acc.astype(np.float32) * scale.astype(np.float32)
+      y = y + bias.astype(np.float32)
+      lo = 0.0 if spec["activation"] == "Relu" else -128.0
+      theirs = np.clip(np.rint(y), lo, 127).astype(np.int8)
+    else:
+      return "n/a"
+    diffs = int((ours.view(np.int8) != theirs.view(np.int8)).sum())
+    if diffs == 0:
+      return "exact"
+    return "MISMATCH" if depth <= 1024 else f"~{diffs}"
+
+  def probe(self, impl, spec, kind, seed, multiplier):
+    if impl == "tf_fp32":
+      return {"not_int8": True}
+    x, w, zp = exactness.probe_inputs(spec, kind, "int8", seed)
+    co = spec["out_channels"]
+    bias = np.zeros(co, np.float32)
+    scale = np.float32(multiplier)
+    if impl == "tf_int8":
+      fn = self._tf_int8(spec, x, w, bias, scale, activation="None")
+    else:
+      fn = self._eager(spec, x, w, bias, scale, activation="None")
+      if impl.startswith("ours@"):
+        fn = _forced(impl[len("ours@"):], fn)
+    out = fn().numpy()
+    return dict(out=out, x_zero_point=zp, multiplier=float(scale),
+                out_zero_point=0, out_min=-128, out_max=127)
+
+  def callable(self, key, impl):
+    return self.fns[key][impl]
+
+  def release(self, key):
+    self.fns.pop(key, None)
+
+  # -------------------------------------------------------------- models
+
+  def setup_model(self, key, model, batch):
+    import keras  # pylint: disable=g-import-not-at-top
+    tf = self.tf
+    x = tf.constant(np.load(model["input"])[:batch])
+    fns, status = {}, {}
+    for impl, path in (("ours", model["int8_keras"]),
+                       ("tf_fp32", model["float_keras"])):
+      try:
+        m = keras.models.load_model(path, compile=False)
+        f = tf.function(m)
+        fns[impl] = (lambda f: lambda: f(x))(f)
+        fns[impl]()
+        status[impl] = None
+      except Exception as e:  # pylint: disable=broad-except
+        status[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        fns.pop(impl, None)
+    self.fns[key] = fns
+    return dict(impls=status)
+
+
+def _peak(family, msg):
+  gops = {}
+  for name in msg["loops"]:
+    gops[name] = family.lib.tf_fused_int8_peak_gops(
+        name.encode(), int(msg["threads"]), float(msg["min_time"]))
+  return {"gops": gops}
+
+
+def _prepare_models(family, msg):
+  del family  # TF is set up; the work is in the package
+  from tf_fused_int8.benchmark import models  # pylint: disable=g-import-not-at-top
+  return {"models": models.prepare(msg["names"], msg["dir"],
+                                   msg["calibration_images"], msg["seed"])}
+
+
+def _kernel_path(family, msg):
+  del msg
+  return {"cpu_kernel": family.kernel_path()}
+
+
+EXTRA_COMMANDS = {"peak": _peak, "prepare_models": _prepare_models,
+                  "kernel_path": _kernel_path}
