@@ -256,3 +256,49 @@ def mobilenet_v2_depthwise_cases(batch):
                    kernel_h=3, kernel_w=3, out_channels=c,
                    stride_h=s, stride_w=s, padding="SAME", groups=c)
           for (h, w, c, s) in MOBILENET_V2_DEPTHWISE_LAYERS]
+
+
+# MobileNetV2 (alpha 1, 224x224) convolutions, each distinct shape once:
+# (H, W, Ci, K, Co, stride, groups, how many times the model has it). The
+# stem, the pointwise expand/project 1x1 layers, the depthwise 3x3 ones
+# (groups = channels) and the last 1x1 (320 -> 1280).
+MOBILENET_V2_LAYERS = (
+    (224, 224, 3, 3, 32, 2, 1, 1),
+    (112, 112, 32, 3, 32, 1, 32, 1),
+    (112, 112, 32, 1, 16, 1, 1, 1),
+    (112, 112, 16, 1, 96, 1, 1, 1),
+    (112, 112, 96, 3, 96, 2, 96, 1),
+    (56, 56, 96, 1, 24, 1, 1, 1),
+    (56, 56, 24, 1, 144, 1, 1, 2),
+    (56, 56, 144, 3, 144, 1, 144, 1),
+    (56, 56, 144, 1, 24, 1, 1, 1),
+    (56, 56, 144, 3, 144, 2, 144, 1),
+    (28, 28, 144, 1, 32, 1, 1, 1),
+    (28, 28, 32, 1, 192, 1, 1, 3),
+    (28, 28, 192, 3, 192, 1, 192, 2),
+    (28, 28, 192, 1, 32, 1, 1, 2),
+    (28, 28, 192, 3, 192, 2, 192, 1),
+    (14, 14, 192, 1, 64, 1, 1, 1),
+    (14, 14, 64, 1, 384, 1, 1, 4),
+    (14, 14, 384, 3, 384, 1, 384, 4),
+    (14, 14, 384, 1, 64, 1, 1, 3),
+    (14, 14, 384, 1, 96, 1, 1, 1),
+    (14, 14, 96, 1, 576, 1, 1, 3),
+    (14, 14, 576, 3, 576, 1, 576, 2),
+    (14, 14, 576, 1, 96, 1, 1, 2),
+    (14, 14, 576, 3, 576, 2, 576, 1),
+    (7, 7, 576, 1, 160, 1, 1, 1),
+    (7, 7, 160, 1, 960, 1, 1, 3),
+    (7, 7, 960, 3, 960, 1, 960, 3),
+    (7, 7, 960, 1, 160, 1, 1, 2),
+    (7, 7, 960, 1, 320, 1, 1, 1),
+    (7, 7, 320, 1, 1280, 1, 1, 1),
+)
+
+
+def mobilenet_v2_cases(batch):
+  """MobileNetV2's convolutions (each distinct shape once) as ConvCases."""
+  return [ConvCase(batch=batch, height=h, width=w, in_channels=ci,
+                   kernel_h=k, kernel_w=k, out_channels=co, stride_h=s,
+                   stride_w=s, padding="SAME", groups=g)
+          for (h, w, ci, k, co, s, g, _) in MOBILENET_V2_LAYERS]

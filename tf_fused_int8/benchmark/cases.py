@@ -20,6 +20,8 @@ def _parse_triple(text, what):
 def suite_cases(suite, batch):
   if suite == "mobilenet_v2_dw":
     return testing.mobilenet_v2_depthwise_cases(batch)
+  if suite == "mobilenet_v2":
+    return testing.mobilenet_v2_cases(batch)
   return testing.resnet50_cases(batch)
 
 

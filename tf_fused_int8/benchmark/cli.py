@@ -23,7 +23,7 @@ from tf_fused_int8.benchmark.workers import protocol
 
 FLAGS = flags.FLAGS
 
-SUITES = ("resnet50", "mobilenet_v2_dw", "models")
+SUITES = ("resnet50", "mobilenet_v2", "mobilenet_v2_dw", "models")
 # impl -> worker family. "ours@PATH" rows belong to "ours" too.
 FAMILY = {
     "ours": "ours", "ours_eager": "ours", "tf_int8": "ours", "tf_fp32": "ours",
@@ -58,7 +58,8 @@ SETUP_PEERS = "tools/setup_bench_peers.sh"
 
 def define_flags():
   flags.DEFINE_enum("suite", "resnet50", SUITES,
-                    "resnet50: ResNet-50's convolutions; mobilenet_v2_dw: "
+                    "resnet50: ResNet-50's convolutions; mobilenet_v2: each "
+                    "distinct MobileNetV2 convolution; mobilenet_v2_dw: "
                     "MobileNetV2's depthwise 3x3 layers; models: whole "
                     "keras.applications models (--models).")
   flags.DEFINE_list("batches", ["1", "8"], "Batch sizes.")

@@ -80,7 +80,7 @@ double MeasurePeakGops(const char* name, int threads, double min_seconds) {
   if (!loop->supported()) return -2.0;
   threads = std::max(1, std::min(threads, 256));
   min_seconds = std::max(1e-3, std::min(min_seconds, 10.0));
-  // Calibrate on one thread, then take the best of three timed runs (the
+  // Calibrate on one thread, then take the best of five timed runs (the
   // machines are shared: the best run is the one least disturbed).
   int64_t iters = 1000;
   for (;;) {
@@ -90,7 +90,7 @@ double MeasurePeakGops(const char* name, int threads, double min_seconds) {
                                     iters * (min_seconds / 3) / std::max(dt, 1e-9)));
   }
   double best = 0.0;
-  for (int r = 0; r < 3; ++r) {
+  for (int r = 0; r < 5; ++r) {
     const double dt = TimeThreads(*loop, threads, iters);
     best = std::max(best, loop->ops_per_block * iters * threads / dt / 1e9);
   }
