@@ -270,6 +270,12 @@ void TestLayerShapes() {
       {1, 30, 30, 256, 1, 64, 1, false},  // pointwise, K = 256
       {1, 40, 40, 3, 7, 64, 2, false},    // stem-like
       {3, 9, 11, 67, 3, 131, 2, true},    // odd channels, tails
+      // MobileNetV2 pointwise layers (narrow last channel blocks).
+      {1, 28, 28, 32, 1, 16, 1, false},
+      {1, 20, 20, 96, 1, 24, 1, true},
+      {1, 14, 14, 24, 1, 144, 1, false},
+      {2, 7, 7, 576, 1, 160, 1, true},
+      {1, 7, 7, 960, 1, 160, 1, false},
   };
   int runs = 0;
   for (const L& l : layers) {
@@ -306,6 +312,34 @@ void TestLayerShapes() {
     runs += CheckAllPaths(a, what);
   }
   std::printf("layer shapes: %d runs checked\n", runs);
+}
+
+// Every output-channel count around the kernels' channel blocks (16 and 64
+// wide, narrow last blocks of 1-48 channels after full ones), for pointwise
+// and 3x3 layers, K within one panel and across several, with and without
+// side input: MobileNet's 16, 24, 96, 144, 160 channel layers among them.
+void TestChannelTails() {
+  std::mt19937 rng(7);
+  std::vector<int64_t> cos;
+  for (int64_t co = 1; co <= 72; ++co) cos.push_back(co);
+  for (int64_t co : {80, 96, 112, 127, 144, 160, 176, 208, 240}) cos.push_back(co);
+  int runs = 0;
+  for (int64_t co : cos) {
+    struct S { int64_t n, h, w, ci, k, s; };
+    const S shapes[] = {{1, 7, 9, 24, 1, 1}, {2, 5, 6, 13, 3, 1},
+                        {1, 6, 5, 400, 1, 1}, {1, 9, 8, 8, 3, 2}};
+    const S& l = shapes[co % 4];
+    Buffers b;
+    FusedConvArgs a = LayerCase(l.n, l.h, l.w, l.ci, l.k, co, l.s, co % 3 == 0,
+                                &rng, &b);
+    a.per_channel_scale = co % 5 != 0;
+    char what[96];
+    std::snprintf(what, sizeof(what), "channel tail co%ld n%ld %ldx%ldx%ld k%ld",
+                  long(co), long(l.n), long(l.h), long(l.w), long(l.ci),
+                  long(l.k));
+    runs += CheckAllPaths(a, what);
+  }
+  std::printf("channel tails: %d runs checked\n", runs);
 }
 
 // The vector epilogues against EpilogueScalar on the values that matter:
@@ -531,6 +565,7 @@ int main() {
   tf_fused_int8::TestPathsMatchReference();
   tf_fused_int8::TestEpilogueSpecialValues();
   tf_fused_int8::TestLayerShapes();
+  tf_fused_int8::TestChannelTails();
   tf_fused_int8::TestChangedFilterIsRepacked();
   tf_fused_int8::TestCacheBound();
   if (tf_fused_int8::testing::ExpectFailures()) {

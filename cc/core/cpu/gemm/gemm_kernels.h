@@ -36,6 +36,12 @@
 //    128-bit lane L, dword i) holds channel 16 * L + 4 * j + i. With this
 //    order the epilogue's PACKSSDW/PACKSSWB pair yields the 64 outputs in
 //    natural channel order without a permute, and packing is 8 unpacks.
+//    A last block of at most 48 channels (Co % 64 in 1..48, e.g. Co = 16,
+//    24, 96, 144, 160: MobileNet's narrow layers) is "narrow": its channels
+//    are in natural order, 16 per zmm, and only its first ZmmNarrowZmms()
+//    zmm of each group are used (the group stride stays 256 bytes, so every
+//    offset above holds); the kernel then runs 1-3 zmm per row with taller
+//    micro-tiles instead of 4 zmm of which most would be padding.
 //  * kFormatYmmU8 (int8 groups of 4) and kFormatYmmI16 (int16 pairs): block
 //    16, natural channel order.
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_
@@ -153,8 +159,14 @@ extern const IsaKernels kAvx512VnniKernels;
 extern const IsaKernels kAvxVnniKernels;
 extern const IsaKernels kAvx2Kernels;
 
-// Lane position -> channel offset within a block for `format`.
-int64_t BlockLaneChannel(PackFormatId format, int64_t position);
+// Lane position -> channel offset within a block of `format` that holds
+// `block_channels` real channels (the last block may hold fewer).
+int64_t BlockLaneChannel(PackFormatId format, int64_t block_channels,
+                         int64_t position);
+// kFormatZmmU8: the zmm per group a block of `block_channels` channels uses
+// in natural order (1-3 for 1-48 channels), or 0 for a full interleaved
+// block (49-64 channels).
+int64_t ZmmNarrowZmms(int64_t block_channels);
 
 // The driver (gemm_driver.cc, baseline code): packs/caches the weights,
 // tiles, gathers and runs `isa`'s kernels over parallel_for. groups == 1

@@ -1,6 +1,7 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 #include "cc/core/cpu/gemm/packed_weights.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -11,8 +12,13 @@
 namespace tf_fused_int8 {
 namespace cpu {
 
-int64_t BlockLaneChannel(PackFormatId format, int64_t p) {
-  if (format == kFormatZmmU8) {
+int64_t ZmmNarrowZmms(int64_t block_channels) {
+  return block_channels <= 48 ? (block_channels + 15) / 16 : 0;
+}
+
+int64_t BlockLaneChannel(PackFormatId format, int64_t block_channels,
+                         int64_t p) {
+  if (format == kFormatZmmU8 && ZmmNarrowZmms(block_channels) == 0) {
     // p = 16 * j + 4 * L + i  ->  channel 16 * L + 4 * j + i.
     const int64_t j = p / 16, lane = (p / 4) % 4, i = p % 4;
     return 16 * lane + 4 * j + i;
@@ -58,7 +64,9 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
   if (isa.u8_activations) {
     for (int64_t b = 0; b < blocks; ++b) {
       for (int64_t p = 0; p < isa.block; ++p) {
-        const int64_t c = b * isa.block + BlockLaneChannel(isa.format, p);
+        const int64_t c =
+            b * isa.block +
+            BlockLaneChannel(isa.format, std::min(isa.block, co - b * isa.block), p);
         if (c >= co) continue;
         int64_t sum = 0;
         for (int64_t kk = 0; kk < k; ++kk) sum += filter[kk * co + c];

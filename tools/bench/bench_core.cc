@@ -1,0 +1,82 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// TF-free timing of one convolution through the compute core, one thread,
+// for profiling a kernel (perf record, valgrind --tool=callgrind) without
+// TensorFlow's dispatch around it. Not a benchmark of record: the peers
+// comparison is python -m tf_fused_int8.benchmark.
+//
+//   bazel build //:bench_core && bazel-bin/bench_core N H W Ci K Co stride groups [path] [seconds]
+//   (SAME padding, Relu; path as TF_FUSED_INT8_CPU_KERNEL, default auto)
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cc/core/conv_params.h"
+#include "cc/core/fused_conv.h"
+
+int main(int argc, char** argv) {
+  using namespace tf_fused_int8;  // NOLINT
+  if (argc < 9) {
+    std::fprintf(stderr, "usage: %s N H W Ci K Co stride groups [path] [seconds]\n",
+                 argv[0]);
+    return 2;
+  }
+  ConvGeometry g;
+  g.batch = std::atol(argv[1]);
+  g.in_h = std::atol(argv[2]);
+  g.in_w = std::atol(argv[3]);
+  g.in_c = std::atol(argv[4]);
+  g.filter_h = g.filter_w = std::atol(argv[5]);
+  g.out_c = std::atol(argv[6]);
+  g.stride_h = g.stride_w = std::atol(argv[7]);
+  g.groups = std::atol(argv[8]);
+  KernelPath path = KernelPath::kAuto;
+  if (argc > 9 && !ParseKernelPath(argv[9], &path)) {
+    std::fprintf(stderr, "unknown path %s\n", argv[9]);
+    return 2;
+  }
+  const double seconds = argc > 10 ? std::atof(argv[10]) : 1.0;
+  std::string err = ComputeGeometry(Padding::kSame, &g);
+  if (!err.empty()) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    return 2;
+  }
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> u8(-128, 127);
+  std::vector<int8_t> x(g.InputElements()), w(g.FilterElements()),
+      out(g.OutputElements());
+  for (auto& v : x) v = static_cast<int8_t>(u8(rng));
+  for (auto& v : w) v = static_cast<int8_t>(u8(rng));
+  std::vector<float> bias(g.out_c, 1.0f), scale(g.out_c);
+  for (auto& s : scale) s = 40.0f / (std::sqrt(float(g.ReductionDepth())) * 74 * 74);
+  FusedConvArgs a;
+  a.geo = g;
+  a.input = x.data();
+  a.filter = w.data();
+  a.bias = bias.data();
+  a.conv_input_scale = scale.data();
+  a.per_channel_scale = true;
+  a.activation = Activation::kRelu;
+  a.output = out.data();
+  err = RunFusedConv(a, path, ParallelFor());
+  if (!err.empty()) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    return 1;
+  }
+  const double macs = double(g.OutputElements()) * g.ReductionDepth();
+  int64_t iters = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double dt = 0;
+  do {
+    RunFusedConv(a, path, ParallelFor());
+    ++iters;
+    dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (dt < seconds);
+  std::printf("%.3f us/call  %.1f GOPS  (%lld calls)\n", dt / iters * 1e6,
+              2 * macs * iters / dt / 1e9, static_cast<long long>(iters));
+  return 0;
+}
