@@ -188,6 +188,20 @@ def test_quantize_and_dequantize_layers():
   # round half to even of x / s, clipped to [-128, 127]; NaN -> 0.
   np.testing.assert_array_equal(
       q, [-128, -128, -2, 0, 0, 2, 2, 127, 127, 0, 127, -128])
+  # Long enough for TF's vectorized kernels, NaN and Inf anywhere, eagerly
+  # and in a graph: the same numbers as numpy's formula.
+  rng = np.random.default_rng(0)
+  big = rng.normal(0, 40, 4099).astype(np.float32)
+  big[rng.integers(0, big.size, 300)] = np.nan
+  big[rng.integers(0, big.size, 50)] = np.inf
+  big[rng.integers(0, big.size, 50)] = -np.inf
+  big[:64] = np.arange(-32, 32) * 0.25  # ties
+  with np.errstate(invalid="ignore"):
+    want = np.where(np.isnan(big), 0,
+                    np.clip(np.rint(big / np.float32(s)), -128, 127))
+  layer = quantization.Quantize(s)
+  for got in (layer(big), tf.function(layer)(tf.constant(big))):
+    np.testing.assert_array_equal(got.numpy(), want.astype(np.int8))
   d = quantization.Dequantize(s)(q).numpy()
   assert d.dtype == np.float32
   np.testing.assert_array_equal(d, q.astype(np.float32) * 0.5)
