@@ -1,18 +1,51 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// Depthwise row kernel, AVX-512 (BW/VL) + VNNI: 16 channels in one zmm of
+// Depthwise row kernels, AVX-512 (BW/VL) + VNNI.
+//
+// 3x3, stride 1 or 2, dilation 1 (MobileNet's depthwise layers), interior
+// columns: 64 channels per step with u8 x s8 VPDPBUSD, which sums four
+// products per int32 lane. A lane (one channel) holds four horizontally
+// adjacent input pixels, D = (x[q], x[q+1], x[q+2], x[q+3]) (bytes, +128 as
+// in the GEMM: x ^ 0x80), built for 64 channels by the 8 unpacks of the
+// GEMM's packing, which leave the channels in its interleaved lane order
+// (gemm_kernels.h kFormatZmmU8: zmm j, 128-bit lane L, dword i = channel
+// 16L + 4j + i), so that the GEMM's Epilogue64 stores them. Per filter row
+// the weights are pre-arranged in the same order as dwords:
+//   stride 1: pixel ox   = D . (w0, w1, w2, 0)
+//             pixel ox+1 = D . (0, w0, w1, w2)           one D, two pixels
+//   stride 2: pixel ox   = D . (w0, w1, w2, 0)
+//             pixel ox+1 = D . (0, 0, w0, w1) + E . (w2, 0, 0, 0),
+//             E = x[q+4] zero-extended to dwords (4 VPSHUFB)
+// so a pair of pixels costs 8 (stride 1) or 12 (stride 2) VPDPBUSD per
+// filter row and 64 channels, against 24 VPDPWSSD of the one-tap-per-lane
+// kernel below. Exactness: products of u8 (x + 128) and s8 w are exact,
+// four summed in an int32 lane exactly (|4 * 255 * 128| < 2^31), and the
+// +128 is undone per valid filter row by adding -128 * (w0 + w1 + w2);
+// zero weight bytes make the fourth pixel (or the zero bytes of E) count
+// nothing whatever it holds. int32 sums of 9 taps cannot overflow.
+// Border columns (window partly outside), and every other geometry, run the
+// one-tap-per-lane kernel of depthwise_rows.h: 16 channels in one zmm of
 // int32, one VPDPWSSD per tap (sign-extended int8 activations times the
-// widened weights of depthwise.h: exact int32 products, accumulated
-// exactly); masked loads and stores for a last block of fewer than 16
-// channels. The row walk is depthwise_rows.h; the epilogue is
-// Epilogue16Natural (epilogue_avx512.h).
+// widened weights of depthwise.h). Epilogues: Epilogue64 / Epilogue16Natural
+// (epilogue_avx512.h).
+//
+// The full 64-channel blocks take this path; channels past the last full
+// block, like the borders, the 16-channel one. Measured back to back
+// (tools/bench/bench_core, one thread, Zen 4, which runs a zmm instruction
+// as two 256-bit halves): 56x56x128 s1 156 -> 124 us, 28x28x128 44 -> 33 us,
+// 56x56x192 245 -> 196 us; stride 2 (112x112x96) about 2x.
 #include <immintrin.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
-#include "cc/core/epilogue_avx512.h"
 #include "cc/core/cpu/depthwise/depthwise_rows.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/epilogue_avx512.h"
+
+// GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -55,10 +88,219 @@ struct Zmm16 {
   }
 };
 
+using Rows16 = DepthwiseRowKernel<Zmm16>;
+
+// ------------------------------------------------ 3x3 interior, u8 VPDPBUSD
+
+constexpr int64_t kBlock = 64;
+
+// The four interleaved dword vectors of four 64-channel pixel vectors (x ^
+// 0x80 applied): u[j] lane L dword i = bytes (r0, r1, r2, r3) of channel
+// 16L + 4j + i.
+inline void Interleave4(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
+                        __m512i u[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi8(r0, r1);
+  const __m512i t1 = _mm512_unpackhi_epi8(r0, r1);
+  const __m512i t2 = _mm512_unpacklo_epi8(r2, r3);
+  const __m512i t3 = _mm512_unpackhi_epi8(r2, r3);
+  u[0] = _mm512_unpacklo_epi16(t0, t2);
+  u[1] = _mm512_unpackhi_epi16(t0, t2);
+  u[2] = _mm512_unpacklo_epi16(t1, t3);
+  u[3] = _mm512_unpackhi_epi16(t1, t3);
+}
+
+// One 64-channel block's operands in the interleaved lane order, per filter
+// row ky: the weight dwords of pixel ox (a), of pixel ox + 1 (b: stride 1
+// (0, w0, w1, w2); stride 2 (0, 0, w0, w1)), stride 2's E weights
+// (w2, 0, 0, 0) (e), and -128 * (w0 + w1 + w2) (corr), summed over the
+// three rows in corr_all (every row inside the image).
+struct alignas(64) Block3x3 {
+  __m512i a[3][4], b[3][4], e[3][4], corr[3][4], corr_all[4];
+  float scale[kBlock], bias[kBlock];
+};
+
+// Full 64-channel blocks only (the rest of the channels run the 16-channel
+// kernel): vector code, a few hundred instructions a block.
+void PrepareBlocks(const DepthwiseRowArgs& d, std::vector<Block3x3>* blocks) {
+  const int64_t cc = d.channels;
+  const bool s2 = d.geo->stride_w == 2;
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i ones = _mm512_set1_epi8(1);
+  blocks->resize(static_cast<size_t>(cc / kBlock));
+  for (size_t bi = 0; bi < blocks->size(); ++bi) {
+    Block3x3& blk = (*blocks)[bi];
+    const int64_t c0 = static_cast<int64_t>(bi) * kBlock;
+    for (int j = 0; j < 4; ++j) blk.corr_all[j] = zero;
+    for (int ky = 0; ky < 3; ++ky) {
+      const int8_t* w = d.filter + ky * 3 * cc + c0;
+      const __m512i w0 = _mm512_loadu_si512(w);
+      const __m512i w1 = _mm512_loadu_si512(w + cc);
+      const __m512i w2 = _mm512_loadu_si512(w + 2 * cc);
+      Interleave4(w0, w1, w2, zero, blk.a[ky]);
+      if (s2) {
+        Interleave4(zero, zero, w0, w1, blk.b[ky]);
+      } else {
+        Interleave4(zero, w0, w1, w2, blk.b[ky]);
+      }
+      Interleave4(w2, zero, zero, zero, blk.e[ky]);
+      for (int j = 0; j < 4; ++j) {
+        // w0 + w1 + w2 per lane (u8 ones times the signed weight bytes).
+        const __m512i sum = _mm512_dpbusd_epi32(zero, ones, blk.a[ky][j]);
+        blk.corr[ky][j] = _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, 7));
+        blk.corr_all[j] = _mm512_add_epi32(blk.corr_all[j], blk.corr[ky][j]);
+      }
+    }
+    for (int64_t p = 0; p < kBlock; ++p) {
+      const int64_t ch = c0 + BlockLaneChannel(kFormatZmmU8, kBlock, p);
+      blk.scale[p] = d.scale[ch];
+      blk.bias[p] = d.bias[ch];
+    }
+  }
+}
+
+struct Interior3x3 {
+  const DepthwiseRowArgs* d;
+  const Block3x3* blk;
+  const Epilogue512Consts* k;
+  const int8_t* image;   // the row's batch element
+  int64_t iy0, ky0, ky1;
+  int64_t c0;
+  int8_t* out_row;
+  const int8_t* side_row;
+  __m512i shuffle_e[4];  // byte 4j + i of each lane to dword i's low byte
+
+  __m512i Load(const int8_t* p) const {
+    return _mm512_xor_si512(_mm512_loadu_si512(p),
+                            _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+
+  void Store(const __m512i acc[4], int64_t ox) const {
+    const int64_t o = ox * d->channels + c0;
+    Epilogue64(acc[0], acc[1], acc[2], acc[3], blk->scale, blk->bias,
+               side_row != nullptr ? side_row + o : nullptr, *k,
+               ~__mmask64{0}, out_row + o);
+  }
+
+  // Pixels ox and (if two) ox + 1, stride kS; every tap inside the image.
+  template <int kS>
+  void Pair(int64_t ox, bool two) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    // The +128 undone for the valid filter rows.
+    __m512i acc0[4], acc1[4];
+    for (int j = 0; j < 4; ++j) {
+      if (ky1 - ky0 == 3) {
+        acc0[j] = blk->corr_all[j];
+      } else {
+        acc0[j] = _mm512_setzero_si512();
+        for (int64_t ky = ky0; ky < ky1; ++ky) {
+          acc0[j] = _mm512_add_epi32(acc0[j], blk->corr[ky][j]);
+        }
+      }
+      acc1[j] = acc0[j];
+    }
+    for (int64_t ky = ky0; ky < ky1; ++ky) {
+      const int8_t* row =
+          image + ((iy0 + ky) * g.in_w + ox * kS - g.pad_left) * cc + c0;
+      const __m512i x0 = Load(row), x1 = Load(row + cc), x2 = Load(row + 2 * cc);
+      // The fourth pixel meets zero weights for ox: a single pixel reuses x2
+      // instead of reading a column that may lie past the image.
+      const __m512i x3 = two ? Load(row + 3 * cc) : x2;
+      __m512i u[4];
+      Interleave4(x0, x1, x2, x3, u);
+      for (int j = 0; j < 4; ++j) {
+        acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
+      }
+      if (two) {
+        __m512i e[4];
+        if (kS == 2) {
+          const __m512i x4 = Load(row + 4 * cc);
+          for (int j = 0; j < 4; ++j) e[j] = _mm512_shuffle_epi8(x4, shuffle_e[j]);
+        }
+        for (int j = 0; j < 4; ++j) {
+          acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[j], blk->b[ky][j]);
+          if (kS == 2) acc1[j] = _mm512_dpbusd_epi32(acc1[j], e[j], blk->e[ky][j]);
+        }
+      }
+    }
+    Store(acc0, ox);
+    if (two) Store(acc1, ox + 1);
+  }
+
+  template <int kS>
+  void Run(int64_t ox, int64_t ox_end) const {
+    for (; ox + 2 <= ox_end; ox += 2) Pair<kS>(ox, true);
+    if (ox < ox_end) Pair<kS>(ox, false);
+  }
+};
+
+bool Use3x3Interior(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  return d.channels >= kBlock && g.filter_h == 3 && g.filter_w == 3 &&
+         g.dilation_h == 1 && g.dilation_w == 1 &&
+         (g.stride_w == 1 || g.stride_w == 2);
+}
+
+void Rows3x3(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t cc = d.channels;
+  std::vector<Block3x3> blocks;
+  PrepareBlocks(d, &blocks);
+  const Epilogue512Consts k = MakeEpilogue512Consts(d.side_scale, d.lo, d.hi);
+  Rows16::RunFn run_full, run_part;
+  Rows16::PickInterior(g, &run_full, &run_part);
+  Interior3x3 in;
+  in.d = &d;
+  in.k = &k;
+  for (int j = 0; j < 4; ++j) {
+    alignas(64) int8_t idx[64];
+    for (int lane = 0; lane < 4; ++lane) {
+      for (int i = 0; i < 4; ++i) {
+        int8_t* t = idx + 16 * lane + 4 * i;
+        t[0] = static_cast<int8_t>(4 * j + i);
+        t[1] = t[2] = t[3] = static_cast<int8_t>(0x80);  // zero bytes
+      }
+    }
+    in.shuffle_e[j] = _mm512_load_si512(idx);
+  }
+  const int64_t c_split = static_cast<int64_t>(blocks.size()) * kBlock;
+  for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+    const int64_t n = r / g.out_h, oy = r % g.out_h;
+    // Borders, and the channels past the last full 64-channel block: the
+    // one-tap-per-lane kernel.
+    Rows16::Row(d, k, run_full, run_part, r, 0, d.full_begin, 0);
+    Rows16::Row(d, k, run_full, run_part, r, d.full_end, g.out_w, 0);
+    if (d.full_begin >= d.full_end) continue;
+    if (c_split < cc) {
+      Rows16::Row(d, k, run_full, run_part, r, d.full_begin, d.full_end,
+                  c_split);
+    }
+    in.image = d.input + n * g.in_h * g.in_w * cc;
+    in.iy0 = oy * g.stride_h - g.pad_top;
+    in.ky0 = d.ky_range[2 * oy];
+    in.ky1 = d.ky_range[2 * oy + 1];
+    in.out_row = d.output + r * g.out_w * cc;
+    in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+    for (size_t bi = 0; bi < blocks.size(); ++bi) {
+      in.blk = &blocks[bi];
+      in.c0 = static_cast<int64_t>(bi) * kBlock;
+      if (g.stride_w == 1) {
+        in.Run<1>(d.full_begin, d.full_end);
+      } else {
+        in.Run<2>(d.full_begin, d.full_end);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
-  DepthwiseRowKernel<Zmm16>::Rows(d);
+  if (Use3x3Interior(d)) {
+    Rows3x3(d);
+  } else {
+    Rows16::Rows(d);
+  }
 }
 
 }  // namespace cpu

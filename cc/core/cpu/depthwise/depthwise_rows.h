@@ -183,42 +183,51 @@ struct DepthwiseRowKernel {
     return V::Add(a[0], a[1]);
   }
 
-  static void Rows(const DepthwiseRowArgs& d) {
+  // Output row r, columns [col_begin, col_end), the 16-channel blocks from
+  // channel c_begin (a multiple of 16) on.
+  static void Row(const DepthwiseRowArgs& d, const Consts& k, RunFn run_full,
+                  RunFn run_part, int64_t r, int64_t col_begin,
+                  int64_t col_end, int64_t c_begin) {
     const ConvGeometry& g = *d.geo;
     const int64_t cc = d.channels;
-    const Consts k = V::MakeConsts(d.side_scale, d.lo, d.hi);
-    RunFn run_full, run_part;
-    PickInterior(g, &run_full, &run_part);
-    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      Block b;
-      b.d = &d;
-      const int64_t n = r / g.out_h, oy = r % g.out_h;
-      b.image = d.input + n * g.in_h * g.in_w * cc;
-      b.iy0 = oy * g.stride_h - g.pad_top;
-      b.ky0 = d.ky_range[2 * oy];
-      b.ky1 = d.ky_range[2 * oy + 1];
-      b.k = &k;
-      b.out_row = d.output + r * g.out_w * cc;
-      b.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-      for (b.c0 = 0; b.c0 < cc; b.c0 += 16) {
-        const int64_t count = cc - b.c0 < 16 ? cc - b.c0 : 16;
-        b.tail = V::MakeTail(count);
-        int64_t ox = 0;
-        while (ox < g.out_w) {
-          if (ox == d.full_begin && run_full != nullptr) {
-            (count == 16 ? run_full : run_part)(b, ox, d.full_end);
-            ox = d.full_end;
-          } else if (ox >= d.full_begin && ox + 4 <= d.full_end) {
-            Acc acc[4];
-            Generic4(b, ox, acc);
-            for (int p = 0; p < 4; ++p) b.Store(acc[p], ox + p);
-            ox += 4;
-          } else {
-            b.Store(Single(b, ox), ox);
-            ++ox;
-          }
+    Block b;
+    b.d = &d;
+    const int64_t n = r / g.out_h, oy = r % g.out_h;
+    b.image = d.input + n * g.in_h * g.in_w * cc;
+    b.iy0 = oy * g.stride_h - g.pad_top;
+    b.ky0 = d.ky_range[2 * oy];
+    b.ky1 = d.ky_range[2 * oy + 1];
+    b.k = &k;
+    b.out_row = d.output + r * g.out_w * cc;
+    b.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+    for (b.c0 = c_begin; b.c0 < cc; b.c0 += 16) {
+      const int64_t count = cc - b.c0 < 16 ? cc - b.c0 : 16;
+      b.tail = V::MakeTail(count);
+      int64_t ox = col_begin;
+      while (ox < col_end) {
+        const int64_t full_end = d.full_end < col_end ? d.full_end : col_end;
+        if (ox == d.full_begin && run_full != nullptr && ox < full_end) {
+          (count == 16 ? run_full : run_part)(b, ox, full_end);
+          ox = full_end;
+        } else if (ox >= d.full_begin && ox + 4 <= full_end) {
+          Acc acc[4];
+          Generic4(b, ox, acc);
+          for (int p = 0; p < 4; ++p) b.Store(acc[p], ox + p);
+          ox += 4;
+        } else {
+          b.Store(Single(b, ox), ox);
+          ++ox;
         }
       }
+    }
+  }
+
+  static void Rows(const DepthwiseRowArgs& d) {
+    const Consts k = V::MakeConsts(d.side_scale, d.lo, d.hi);
+    RunFn run_full, run_part;
+    PickInterior(*d.geo, &run_full, &run_part);
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      Row(d, k, run_full, run_part, r, 0, d.geo->out_w, 0);
     }
   }
 };
