@@ -94,3 +94,37 @@ def test_unknown_forced_path_is_a_clear_error():
   with op_harness.forced_kernel("sse9"):
     with pytest.raises(tf.errors.InvalidArgumentError, match="TF_FUSED_INT8_CPU_KERNEL"):
       op_harness.run_op(case, inputs)
+
+
+def test_python_number_scales_and_no_side_input_eagerly_and_in_graph():
+  """Eager calls reuse the tensors of Python-number scales and of the empty
+  side input (ops.py caches them): each value must still be its own, for
+  int8 and qint8, eagerly and inside a tf.function."""
+  import reference  # pylint: disable=g-import-not-at-top
+  import tf_fused_int8  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(5)
+  x = rng.integers(-128, 128, (2, 6, 5, 8)).astype(np.int8)
+  w = rng.integers(-128, 128, (3, 3, 8, 4)).astype(np.int8)
+  side = rng.integers(-128, 128, (2, 6, 5, 4)).astype(np.int8)
+  bias = rng.uniform(-5, 5, 4).astype(np.float32)
+  calls = [(2.0 ** -9, 0.0, None), (0.003, 0.0, None), (2.0 ** -9, 0.5, side),
+           (2.0 ** -9, -0.25, side), (0.003, 0.0, side), (1, 0, None)]
+  for dtype in (tf.int8, tf.qint8):
+    def op(xx, ww, s, ss, sd, dtype=dtype):
+      cast = (lambda a: tf.bitcast(tf.constant(a), tf.qint8)) if dtype == tf.qint8 \
+          else tf.constant
+      return tf_fused_int8.fused_conv2d_bias_activation(
+          cast(xx), cast(ww), bias, padding="SAME", conv_input_scale=s,
+          side_input_scale=ss, side_input=None if sd is None else cast(sd),
+          activation_mode="None")
+    for s, ss, sd in calls * 2:
+      want = reference.fused_conv2d_reference(
+          x, w, bias, conv_input_scale=np.float32(s), side_input=sd,
+          side_input_scale=np.float32(ss), padding="SAME", activation="None")
+      got = op(x, w, s, ss, sd)
+      assert got.dtype == dtype
+      np.testing.assert_array_equal(tf.bitcast(got, tf.int8).numpy()
+                                    if dtype == tf.qint8 else got.numpy(), want)
+      graph = tf.function(lambda: op(x, w, s, ss, sd))()  # pylint: disable=cell-var-from-loop
+      np.testing.assert_array_equal(tf.bitcast(graph, tf.int8).numpy()
+                                    if dtype == tf.qint8 else graph.numpy(), want)

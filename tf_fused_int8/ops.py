@@ -5,6 +5,7 @@ TF 1.x contrib's ``fused_conv2d_bias_activation`` so code written for it runs
 unchanged.
 """
 
+import contextlib
 import numbers
 
 import tensorflow as tf
@@ -90,6 +91,40 @@ def _choice(name, value, choices):
   return [c for c in choices if c.upper() == value.upper()][0]
 
 
+# Eager calls: tensors the wrapper would otherwise build anew on every call
+# (an empty side input is an op of its own; a Python scale is a conversion),
+# made once. Eager tensors only: a graph gets its own constants.
+_EAGER_CONSTANTS = {}
+_MAX_EAGER_CONSTANTS = 256
+
+
+def _eager_constant(value, dtype):
+  """convert_to_tensor(value, dtype), cached for eager Python numbers."""
+  if not isinstance(value, numbers.Real) or isinstance(value, bool):
+    return tf.convert_to_tensor(value, dtype=dtype)
+  key = (float(value), dtype)
+  t = _EAGER_CONSTANTS.get(key)
+  if t is None:
+    if len(_EAGER_CONSTANTS) >= _MAX_EAGER_CONSTANTS:
+      _EAGER_CONSTANTS.clear()
+    t = _EAGER_CONSTANTS[key] = tf.constant(value, dtype=dtype)
+  return t
+
+
+def _empty_side_input(dtype, eager):
+  if eager:
+    key = ("empty", dtype)
+    t = _EAGER_CONSTANTS.get(key)
+    if t is None:
+      t = tf.zeros([0], dtype=tf.int8)
+      if dtype == tf.qint8:
+        t = tf.bitcast(t, tf.qint8)
+      _EAGER_CONSTANTS[key] = t
+    return t
+  t = tf.zeros([0], dtype=tf.int8)
+  return tf.bitcast(t, tf.qint8) if dtype == tf.qint8 else t
+
+
 def fused_conv2d_bias_activation(conv_input,
                                  filter,  # pylint: disable=redefined-builtin
                                  bias,
@@ -157,21 +192,27 @@ def fused_conv2d_bias_activation(conv_input,
   strides = _window_attr("strides", strides, data_format)
   dilations = _window_attr("dilations", dilations, data_format)
   activation_mode = _activation(activation_mode)
-  with tf.name_scope(name or "fused_conv2d_bias_activation"):
+  eager = tf.executing_eagerly()
+  # Eagerly a name scope only costs time (eager ops have no names).
+  scope = (contextlib.nullcontext() if eager else
+           tf.name_scope(name or "fused_conv2d_bias_activation"))
+  with scope:
     conv_input = tf.convert_to_tensor(conv_input, name="conv_input")
     if conv_input.dtype not in (tf.int8, tf.qint8):
       raise TypeError(
           f"conv_input must be int8 or qint8, got {conv_input.dtype.name}")
     filter = tf.convert_to_tensor(filter, dtype=conv_input.dtype, name="filter")
     bias = tf.convert_to_tensor(bias, dtype=tf.float32, name="bias")
-    conv_input_scale = tf.convert_to_tensor(
-        conv_input_scale, dtype=tf.float32, name="conv_input_scale")
-    side_input_scale = tf.convert_to_tensor(
-        side_input_scale, dtype=tf.float32, name="side_input_scale")
+    if eager:
+      conv_input_scale = _eager_constant(conv_input_scale, tf.float32)
+      side_input_scale = _eager_constant(side_input_scale, tf.float32)
+    else:
+      conv_input_scale = tf.convert_to_tensor(
+          conv_input_scale, dtype=tf.float32, name="conv_input_scale")
+      side_input_scale = tf.convert_to_tensor(
+          side_input_scale, dtype=tf.float32, name="side_input_scale")
     if side_input is None:
-      side_input = tf.zeros([0], dtype=tf.int8)
-      if conv_input.dtype == tf.qint8:
-        side_input = tf.bitcast(side_input, tf.qint8)
+      side_input = _empty_side_input(conv_input.dtype, eager)
     else:
       side_input = tf.convert_to_tensor(
           side_input, dtype=conv_input.dtype, name="side_input")
