@@ -96,7 +96,7 @@ def define_flags():
                     "Measure this CPU's instruction limits (C++ loops, 1 and "
                     "N threads) and show each ours row's % of its path's.")
   flags.DEFINE_float("peak_time", 0.3, "Seconds per --peak measurement.")
-  flags.DEFINE_integer("graph_ops", 4,
+  flags.DEFINE_integer("graph_ops", 16,
                        "Ops per tf.function call for the in-graph rows (the "
                        "time of an empty call is taken off first).")
   flags.DEFINE_string("json", "", "Also write one JSON object per row here "
