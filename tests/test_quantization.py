@@ -440,3 +440,68 @@ def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
   serving = restored.signatures["serving_default"]
   got = list(serving(tf.constant(x[:5])).values())[0].numpy()
   layer_helpers.assert_float_close(got, want[:5])  # batch 5, not 32
+
+
+# --------------------------------------------- int8 pooling (ResNet's stem)
+
+def test_stem_pooling_stays_int8_and_exact():
+  """conv+BN+ReLU -> ZeroPadding2D -> MaxPooling2D(3, 2) -> conv (+ a
+  GlobalMaxPooling2D head), as keras.applications.ResNet50's stem: padding
+  and pooling run on the int8 tensor at its scale, with no Dequantize /
+  Quantize between the convolutions, and the result is the reference's
+  chain bit for bit."""
+  inp = keras.Input((13, 11, 3), name="image")
+  h = L.ReLU(name="relu1")(L.BatchNormalization(name="bn1")(
+      L.Conv2D(8, 3, strides=2, padding="same", name="c1")(inp)))
+  p = L.MaxPooling2D(3, strides=2, name="pool")(L.ZeroPadding2D(1, name="pad")(h))
+  q = L.MaxPooling2D(2, padding="same", name="pool_same")(p)
+  out = L.Conv2D(6, 3, padding="same", activation="relu", name="c2")(q)
+  model = keras.Model(inp, [out, L.GlobalMaxPooling2D(name="gmp")(out)])
+  rng = np.random.default_rng(11)
+  for layer in model.layers:
+    if isinstance(layer, L.BatchNormalization):
+      layer_helpers.set_bn(layer, rng)
+    elif isinstance(layer, L.Conv2D):
+      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
+                         for w in layer.get_weights()])
+  x = images(6, seed=3, shape=(13, 11, 3))
+  scales = quantization.calibrate(model, x, verbose=0)
+  # The pooled tensor's own scale is not what c2 reads: the int8 tensor
+  # keeps the scale of relu1, its producer.
+  scales["pool_same"] *= 3
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 2, kinds
+  for name in ("pad", "pool", "pool_same", "gmp"):
+    assert qmodel.get_layer(name).output.dtype == "int8", name
+  c1, c2 = qmodel.get_layer("c1"), qmodel.get_layer("c2")
+  # c2 reads the pooled int8 tensor at c1's output scale: its
+  # conv_input_scale is s_in * s_w / s_out with s_in = c1's output scale.
+  w2 = model.get_layer("c2").kernel.numpy().astype(np.float64)
+  s_w = np.abs(w2).max(axis=(0, 1, 2)) / 127
+  s1, s2 = (np.float64(np.float32(scales[k])) for k in ("relu1", "c2"))
+  np.testing.assert_allclose(c2.conv_input_scale.numpy(), s1 * s_w / s2,
+                             rtol=1e-6)
+  s_in = qmodel.get_layer("image_quantize").scale
+  xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
+  k, b, s = c1.get_weights()
+  h1 = reference.fused_conv2d_reference(xq, k, b, conv_input_scale=s,
+                                        strides=2, padding="SAME",
+                                        activation="Relu")
+  hp = np.pad(h1, ((0, 0), (1, 1), (1, 1), (0, 0)))
+  pooled = tf.nn.max_pool2d(tf.constant(hp), 3, 2, "VALID").numpy()
+  pooled = tf.nn.max_pool2d(tf.constant(pooled), 2, 2, "SAME").numpy()
+  k, b, s = c2.get_weights()
+  want = reference.fused_conv2d_reference(pooled, k, b, conv_input_scale=s,
+                                          padding="SAME", activation="Relu")
+  got, got_max = qmodel(x)
+  s2 = np.float32(qmodel.get_layer(qmodel.output[0]._keras_history.operation.name).scale)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got.numpy(), want.astype(np.float32) * s2)
+  np.testing.assert_array_equal(got_max.numpy(),
+                                want.max(axis=(1, 2)).astype(np.float32) * s2)
+  assert len(np.unique(want)) > 10
+  # Close to the float model.
+  want_float = model(x)[0].numpy()
+  assert np.abs(got.numpy() - want_float).max() < 0.1 * np.abs(want_float).max()

@@ -444,6 +444,21 @@ _FLOAT_LAYERS = (
 )
 
 
+def _int8_passthrough(node):
+  """Whether a node can run on the int8 tensor of its one input as it is:
+  MaxPooling2D, GlobalMaxPooling2D and ZeroPadding2D, channels_last (max
+  commutes with the monotonic quantization, padding zeros are int8 zeros).
+  """
+  op = node.operation
+  kinds = (keras.layers.MaxPooling2D, keras.layers.GlobalMaxPooling2D,
+           keras.layers.ZeroPadding2D)
+  if type(op) not in kinds:  # pylint: disable=unidiomatic-typecheck
+    return False
+  if getattr(op, "data_format", "channels_last") != "channels_last":
+    return False
+  return len(node.input_tensors) == 1 and len(node.outputs) == 1
+
+
 def _zero_padding_pairs(node):
   """((top, bottom), (left, right)) of a plain channels_last ZeroPadding2D
   node called on one NHWC tensor, else None."""
@@ -905,8 +920,11 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     ReLU / ReLU6 / ReLU(max_value=m) fused, residual Add as side input, a
     preceding ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
     ``groups`` = its input channels), with ``Quantize`` /
-    ``Dequantize`` layers at the borders of the int8 regions. The float model
-    is not modified.
+    ``Dequantize`` layers at the borders of the int8 regions. MaxPooling2D,
+    GlobalMaxPooling2D and ZeroPadding2D applied to an int8 tensor run in
+    int8 at its scale (exact: max commutes with the monotonic quantization;
+    ResNet's stem pooling stays in the int8 region). The float model is not
+    modified.
 
   Warns:
     QuantizationWarning listing every layer that stays float although it is
@@ -935,7 +953,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
 
   names = _UniqueNames(l.name for l in src.layers)
   float_of, int8_of = {}, {}
-  clones = {}
+  clones, int8_clones = {}, {}
   counts = collections.Counter()
 
   def get_float(t):
@@ -1003,6 +1021,22 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     if id(node) in plan.member_ids:
       continue  # part of a fused convolution, built at its last node
     op = node.operation
+    if _int8_passthrough(node) and id(node.input_tensors[0]) in int8_of:
+      # Max pooling and zero padding of an int8 tensor, in int8, at its
+      # scale: exact (rounding and clipping are monotonic, so they commute
+      # with max; padding zeros are int8 zeros), and no float round trip.
+      # The copy computes in int8 (its symbolic outputs are int8 too).
+      int8_op = int8_clones.get(id(op))
+      if int8_op is None:
+        config = dict(op.get_config(), dtype=keras.DTypePolicy("int8"))
+        if len(op._inbound_nodes) > 1:  # pylint: disable=protected-access
+          config["name"] = names(f"{op.name}_int8")
+        int8_op = int8_clones[id(op)] = op.__class__.from_config(config)
+      t, out = node.input_tensors[0], node.outputs[0]
+      int8_of[id(out)] = int8_op(int8_of[id(t)])
+      scale_of[id(out)] = scale_of[id(t)]
+      counts["int8_pool"] += 1
+      continue
     new_op = clones.get(id(op))
     first_call = new_op is None
     if first_call:
