@@ -3,6 +3,13 @@
 // Run-time selection of the CPU kernel: CPU features are probed once; the
 // environment variable TF_FUSED_INT8_CPU_KERNEL forces a path (read on every
 // call so that tests and benchmarks can switch paths within one process).
+//
+// The x86-64 kernels (avx2 / avxvnni / avx512vnni) are built only for
+// x86-64 targets (BUILD selects the files by target CPU); their tables are
+// referred to only under #if defined(__x86_64__), so this file compiles for
+// any CPU (elsewhere with the portable kernel only). Every path name parses
+// everywhere; a path absent from the build is "not available", like one the
+// CPU lacks.
 #include <cstdlib>
 #include <string>
 
@@ -13,6 +20,12 @@
 
 namespace tf_fused_int8 {
 namespace {
+
+#if defined(__x86_64__)
+constexpr bool kX86Kernels = true;
+#else
+constexpr bool kX86Kernels = false;
+#endif
 
 struct CpuFeatures {
   bool avx2 = false;
@@ -79,11 +92,11 @@ bool KernelPathSupported(KernelPath path) {
     case KernelPath::kPortable:
       return true;
     case KernelPath::kAvx2:
-      return Features().avx2 && Features().fma;
+      return kX86Kernels && Features().avx2 && Features().fma;
     case KernelPath::kAvxVnni:
-      return Features().avxvnni && Features().fma;
+      return kX86Kernels && Features().avxvnni && Features().fma;
     case KernelPath::kAvx512Vnni:
-      return Features().avx512vnni && Features().fma;
+      return kX86Kernels && Features().avx512vnni && Features().fma;
   }
   return false;
 }
@@ -127,8 +140,9 @@ namespace {
 // one group of a grouped call (RunPerGroup).
 void RunUngrouped(const FusedConvArgs& args, KernelPath path,
                   const ParallelFor& parallel_for, const int8_t* cache_key,
-                  bool one_group) {
+                  [[maybe_unused]] bool one_group) {
   switch (path) {
+#if defined(__x86_64__)
     case KernelPath::kAvx2:
       cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
       return;
@@ -146,6 +160,7 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
       }
       cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key);
       return;
+#endif
     default:
       RunPortable(args, parallel_for);
       return;
@@ -154,11 +169,13 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
 
 cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
   switch (path) {
+#if defined(__x86_64__)
     case KernelPath::kAvx2:
     case KernelPath::kAvxVnni:
       return cpu::DepthwiseRowsAvx2;
     case KernelPath::kAvx512Vnni:
       return cpu::DepthwiseRowsAvx512Vnni;
+#endif
     default:
       return cpu::DepthwiseRowsPortable;
   }
@@ -187,8 +204,10 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
   }
   if (args.geo.IsDepthwise()) {
     cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for);
+#if defined(__x86_64__)
   } else if (resolved == KernelPath::kAvx512Vnni && cpu::NarrowGroupsFit(args.geo)) {
     cpu::RunNarrowGroups(args, cpu::NarrowGroupRowsAvx512Vnni, parallel_for);
+#endif
   } else if (args.geo.groups > 1) {
     cpu::RunPerGroup(args, parallel_for,
                      [&](const FusedConvArgs& sub, const int8_t* cache_key,
