@@ -27,10 +27,12 @@
 //
 // Packed B ("packed weights", see packed_weights.h): Co is split into blocks
 // of `block` channels (the last block zero-padded); K is padded with zero
-// rows to a multiple of the group size (4 int8 or 2 int16, i.e. 4 bytes, one
-// int32 lane per channel). Block b holds k_groups groups, each `block` lanes
-// of 4 bytes, so block b starts at data + b * k_groups * block * 4 and a
-// panel of groups [g0, g1) is contiguous. Lane order within a group:
+// rows to a multiple of the group size (k_per_group: 4 int8 or 2 int16, i.e.
+// lane_bytes = 4 bytes, one int32 lane per channel). Block b holds k_groups
+// groups, each `block` lanes of lane_bytes bytes, so block b starts at data +
+// b * k_groups * block * lane_bytes and a panel of groups [g0, g1) is
+// contiguous. The A rows hold lane_bytes bytes per group as well. Lane order
+// within a group:
 //  * kFormatZmmU8: block 64, "lane-interleaved" order matching the 512-bit
 //    unpack/pack instructions: lane position p = 16 * j + 4 * L + i (zmm j,
 //    128-bit lane L, dword i) holds channel 16 * L + 4 * j + i. With this
@@ -120,14 +122,14 @@ struct GemmTileArgs {
   const ConvGeometry* geo;  // fields only (no member calls in ISA code)
   int64_t p0, rows;
   uint8_t* a;   // A panel buffer, rows * lda bytes + kIm2ColSlack
-  int64_t lda;  // bytes, >= kc_groups * 4
+  int64_t lda;  // bytes, >= kc_groups * lane_bytes
   int64_t block_begin, block_end;
   int64_t k, k_groups, kc_groups;
   const PackedView* w;  // nullptr: pack on the fly
   const int8_t* filter;
   bool verify;
   int64_t verify_phase, verify_stride;
-  int8_t* panel_buffer;  // kc_groups * 4 bytes per item channel (on the fly)
+  int8_t* panel_buffer;  // kc_groups * lane_bytes per item channel (on the fly)
   int32_t* col_sums;     // (block_end - block_begin) * block (on the fly)
   int32_t* partial;
   const EpilogueArgs* ep;
@@ -146,6 +148,9 @@ struct IsaKernels {
   bool u8_activations;   // A is x ^ 0x80 (col_offset = -128 * sum w)
   PanelFn panel;
   bool (*gemm_tile)(const GemmTileArgs&);
+  // Bytes per channel (B) and per row (A) of one k-group: 4 (4 int8 or 2
+  // int16) so far. Last, with a default, so the tables need not name it.
+  int64_t lane_bytes = 4;
 };
 
 // Defined in the ISA translation units.
