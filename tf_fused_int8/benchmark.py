@@ -3,6 +3,7 @@
     python -m tf_fused_int8.benchmark                      # everything below
     python -m tf_fused_int8.benchmark --batches=1 --threads=2 --layers=0,3
     python -m tf_fused_int8.benchmark --paths=avx2,avxvnni,avx512vnni
+    python -m tf_fused_int8.benchmark --paths=neon,dotprod,i8mm   # aarch64
     python -m tf_fused_int8.benchmark --suite=mobilenet_v2_dw  # depthwise 3x3
 
 For each ResNet-50 layer of ``tf_fused_int8.testing.resnet50_cases`` (inputs
@@ -48,6 +49,7 @@ dispatch (a tf.function call for fp32).
 import gc
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -75,7 +77,8 @@ flags.DEFINE_list(
     "gCi is depthwise). Default: all of the suite's layers.")
 flags.DEFINE_list("paths", [],
                   "Extra columns: CPU kernel paths to force (e.g. "
-                  "avx2,avxvnni,avx512vnni,portable).")
+                  "avx2,avxvnni,avx512vnni,portable; on aarch64 "
+                  "neon,dotprod,i8mm).")
 flags.DEFINE_integer("repeats", 5, "Timed repeats (best is reported).")
 flags.DEFINE_float("min_time", 0.2, "Minimum seconds per timed repeat.")
 flags.DEFINE_bool("tf_int8", True, "Time TF's built-in int8 _FusedConv2D.")
@@ -321,14 +324,22 @@ def _forced(path, fn):
 
 
 def _auto_path_guess():
-  """The path the op's auto dispatch picks, from /proc/cpuinfo (display only)."""
+  """The path the op's auto dispatch picks, from /proc/cpuinfo (display only):
+  the x86 "flags" line, or on aarch64 the "Features" line."""
   try:
     with open("/proc/cpuinfo") as f:
       flags = next((l.split(":", 1)[1].split() for l in f
-                    if l.startswith("flags")), [])
+                    if l.split(":", 1)[0].strip() in ("flags", "Features")), [])
   except OSError:
     return "unknown CPU"
   flags = set(flags)
+  if platform.machine().lower() in ("aarch64", "arm64"):
+    # dispatch.cc: HWCAP2_I8MM (with dot product), HWCAP_ASIMDDP, HWCAP_ASIMD.
+    if {"asimd", "asimddp", "i8mm"} <= flags:
+      return "i8mm"
+    if {"asimd", "asimddp"} <= flags:
+      return "dotprod"
+    return "neon" if "asimd" in flags else "portable"
   if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "fma"} <= flags:
     return "avx512vnni"
   if {"avx2", "fma", "avx_vnni"} <= flags:
