@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import platform
 
 import numpy as np
 import tensorflow as tf
@@ -29,33 +30,59 @@ def forced_kernel(path):
       os.environ[KERNEL_ENV] = old
 
 
+def is_aarch64():
+  return platform.machine().lower() in ("aarch64", "arm64")
+
+
 def cpu_flags():
+  """The CPU's feature names from /proc/cpuinfo: the x86 "flags" line or the
+  aarch64 "Features" line (asimd, asimddp, i8mm, ...)."""
   try:
     with open("/proc/cpuinfo") as f:
       for line in f:
-        if line.startswith("flags"):
+        key = line.split(":", 1)[0].strip()
+        if key in ("flags", "Features"):
           return set(line.split(":", 1)[1].split())
   except OSError:
     pass
   return set()
 
 
-# Instruction-set kernels the build has; each one this CPU supports is
-# required to be available (a missing one fails, it is never skipped).
-BUILT_ISA_PATHS = ("avx2", "avxvnni", "avx512vnni")
+X86_ISA_PATHS = ("avx2", "avxvnni", "avx512vnni")
+ARM_ISA_PATHS = ("neon", "dotprod", "i8mm")
+
+# Instruction-set kernels the build has (BUILD selects them by target CPU);
+# each one this CPU supports is required to be available (a missing one
+# fails, it is never skipped).
+BUILT_ISA_PATHS = ARM_ISA_PATHS if is_aarch64() else X86_ISA_PATHS
 
 
 def expected_paths():
   """CPU kernel paths this machine must be able to run."""
   flags = cpu_flags()
   paths = ["reference", "portable"]
-  if {"avx2", "fma"} <= flags:
-    paths.append("avx2")
-  if {"avx2", "fma", "avx_vnni"} <= flags:
-    paths.append("avxvnni")
-  if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags:
-    paths.append("avx512vnni")
+  if is_aarch64():
+    # dispatch.cc: HWCAP_ASIMD, HWCAP_ASIMDDP, HWCAP2_I8MM (i8mm with dotprod).
+    if "asimd" in flags:
+      paths.append("neon")
+    if {"asimd", "asimddp"} <= flags:
+      paths.append("dotprod")
+    if {"asimd", "asimddp", "i8mm"} <= flags:
+      paths.append("i8mm")
+  else:
+    if {"avx2", "fma"} <= flags:
+      paths.append("avx2")
+    if {"avx2", "fma", "avx_vnni"} <= flags:
+      paths.append("avxvnni")
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags:
+      paths.append("avx512vnni")
   return [p for p in paths if p in ("reference", "portable") + BUILT_ISA_PATHS]
+
+
+def unavailable_paths():
+  """Known path names this build or CPU cannot run (forcing them must fail
+  cleanly): the other CPU family's, and this family's the CPU lacks."""
+  return [p for p in X86_ISA_PATHS + ARM_ISA_PATHS if p not in expected_paths()]
 
 
 def run_op(case, inputs, dtype=tf.int8, use_function=False):

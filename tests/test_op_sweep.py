@@ -96,6 +96,30 @@ def test_unknown_forced_path_is_a_clear_error():
       op_harness.run_op(case, inputs)
 
 
+@pytest.mark.parametrize("path", op_harness.unavailable_paths())
+def test_unavailable_forced_path_is_a_clear_error(path):
+  """A known path this build or CPU lacks (on x86-64: neon, dotprod, i8mm;
+  on aarch64: the x86 ones) is refused by name, with the best one offered."""
+  case = CASES[0]
+  inputs = testing.make_inputs(case)
+  with op_harness.forced_kernel(path):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"CPU kernel '{path}' is not available on this CPU or in "
+                             "this build \\(best available: "):
+      op_harness.run_op(case, inputs)
+
+
+def test_unknown_forced_path_error_lists_every_name():
+  case = CASES[0]
+  inputs = testing.make_inputs(case)
+  with op_harness.forced_kernel("sse9"):
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+      op_harness.run_op(case, inputs)
+  names = ("auto", "reference", "portable") + op_harness.X86_ISA_PATHS + op_harness.ARM_ISA_PATHS
+  for name in names:
+    assert name in str(e.value), (name, str(e.value))
+
+
 def test_python_number_scales_and_no_side_input_eagerly_and_in_graph():
   """Eager calls reuse the tensors of Python-number scales and of the empty
   side input (ops.py caches them): each value must still be its own, for

@@ -12,8 +12,12 @@ namespace tf_fused_int8 {
 
 // The CPU kernel implementations. kAuto picks the fastest one this CPU runs,
 // unless the environment variable TF_FUSED_INT8_CPU_KERNEL names another
-// (reference, portable, avx2, avxvnni, avx512vnni); it is read on every call
-// so that tests and benchmarks can force each path in turn.
+// (reference, portable, avx2, avxvnni, avx512vnni, neon, dotprod, i8mm); it
+// is read on every call so that tests and benchmarks can force each path in
+// turn. Every name parses on every build; the x86-64 paths exist only in
+// x86-64 builds and the aarch64 ones (neon, dotprod, i8mm) only in aarch64
+// builds, and forcing one that is absent or that this CPU lacks is a clean
+// error (ResolveKernelPath).
 enum class KernelPath {
   kAuto,
   kReference,
@@ -21,6 +25,9 @@ enum class KernelPath {
   kAvx2,
   kAvxVnni,
   kAvx512Vnni,
+  kNeon,     // AArch64 Advanced SIMD (SMULL + SADALP), every ARMv8-A CPU
+  kDotprod,  // ARMv8.2 dot product (SDOT), HWCAP_ASIMDDP
+  kI8mm,     // int8 matrix multiply (SMMLA), HWCAP2_I8MM (with dot product)
 };
 
 const char* KernelPathName(KernelPath path);

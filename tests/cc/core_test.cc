@@ -4,9 +4,21 @@
 // compared bit for bit with the reference kernel over a generated sweep, with
 // std::thread parallelism; geometry validation is checked for clean errors.
 // Plain main(), no test framework (the build is offline).
+//
+// Environment (both unset in `bazel test`, which then tests every path this
+// build and CPU have at full size):
+//  * TF_FUSED_INT8_CPU_KERNEL=<path>: test only that path, run through
+//    KernelPath::kAuto so that the variable's resolution is tested too
+//    (tools/arm64_check.sh runs the test once per aarch64 path under qemu).
+//    A path this build or CPU does not have must be refused with a clean
+//    error and no output written; the test then prints the message and
+//    exits with kExitRefused.
+//  * TF_FUSED_INT8_CORE_TEST_CASES=<n>: random cases of the reference
+//    sweep (default 300; the emulated aarch64 runs use fewer).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <cstdio>
 #include <random>
@@ -23,6 +35,20 @@
 namespace tf_fused_int8 {
 namespace {
 
+constexpr int kExitRefused = 3;
+
+// Every fast path; the ones this build and CPU lack are skipped.
+const KernelPath kFastPaths[] = {
+    KernelPath::kPortable, KernelPath::kAvx2,    KernelPath::kAvxVnni,
+    KernelPath::kAvx512Vnni, KernelPath::kNeon, KernelPath::kDotprod,
+    KernelPath::kI8mm};
+
+// The paths under test (main() fills it) and whether they are reached
+// through TF_FUSED_INT8_CPU_KERNEL (run as kAuto).
+std::vector<KernelPath> g_paths;
+bool g_forced = false;
+
+KernelPath RunAs(KernelPath p) { return g_forced ? KernelPath::kAuto : p; }
 
 // A parallel-for over std::threads, splitting [0, total) into even chunks.
 ParallelFor ThreadParallelFor(int threads) {
@@ -130,27 +156,24 @@ FusedConvArgs MakeCase(std::mt19937* rng, Padding* padding, Buffers* b) {
 // always the cached packing (verified), always packed on the fly.
 const int kWeightModes[] = {0, 1, 2};
 
-void TestPathsMatchReference() {
+void TestPathsMatchReference(int cases) {
   std::mt19937 rng(1234);
-  const KernelPath paths[] = {KernelPath::kPortable, KernelPath::kAvx2,
-                              KernelPath::kAvxVnni, KernelPath::kAvx512Vnni};
   int checked = 0;
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < cases; ++i) {
     Padding padding;
     Buffers b;
     FusedConvArgs a = MakeCase(&rng, &padding, &b);
     std::vector<int8_t> want(a.geo.OutputElements());
     a.output = want.data();
     EXPECT(RunFusedConv(a, KernelPath::kReference, ParallelFor()).empty(), "ref");
-    for (KernelPath p : paths) {
-      if (!KernelPathSupported(p)) continue;
+    for (KernelPath p : g_paths) {
       for (int mode : kWeightModes) {
         if (p == KernelPath::kPortable && mode != 0) continue;
         cpu::SetWeightModeForTesting(mode);
         for (int threads : {1, 2, 3}) {
           std::vector<int8_t> got(want.size(), 77);
           a.output = got.data();
-          const std::string err = RunFusedConv(a, p, ThreadParallelFor(threads));
+          const std::string err = RunFusedConv(a, RunAs(p), ThreadParallelFor(threads));
           EXPECT(err.empty(), "%s", err.c_str());
           size_t bad = 0;
           for (size_t j = 0; j < got.size(); ++j) bad += got[j] != want[j];
@@ -186,9 +209,6 @@ ParallelFor OddParallelFor(int threads) {
   return pf;
 }
 
-const KernelPath kFastPaths[] = {KernelPath::kPortable, KernelPath::kAvx2,
-                                 KernelPath::kAvxVnni, KernelPath::kAvx512Vnni};
-
 // Runs every supported path (threads 1, 2 and the odd partition) and
 // compares with the reference; returns the number of runs.
 int CheckAllPaths(FusedConvArgs a, const char* what) {
@@ -196,8 +216,7 @@ int CheckAllPaths(FusedConvArgs a, const char* what) {
   a.output = want.data();
   RunReference(a);
   int runs = 0;
-  for (KernelPath p : kFastPaths) {
-    if (!KernelPathSupported(p)) continue;
+  for (KernelPath p : g_paths) {
     const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2),
                                OddParallelFor(3)};
     for (int mode : kWeightModes) {
@@ -206,7 +225,7 @@ int CheckAllPaths(FusedConvArgs a, const char* what) {
     for (const ParallelFor& pf : pfs) {
       std::vector<int8_t> got(want.size(), 77);
       a.output = got.data();
-      const std::string err = RunFusedConv(a, p, pf);
+      const std::string err = RunFusedConv(a, RunAs(p), pf);
       EXPECT(err.empty(), "%s", err.c_str());
       size_t bad = 0, first = 0;
       for (size_t j = 0; j < got.size(); ++j) {
@@ -403,6 +422,203 @@ void TestEpilogueSpecialValues() {
   std::printf("epilogue special values: %d runs checked\n", runs);
 }
 
+// Operands at the edges of what the kernels must get right, on geometries
+// whose K and Co are not multiples of 4, 8 or 16 (the group depths of the
+// VNNI / SDOT / SMMLA paths and their 16- and 64-channel blocks): all -128
+// activations and weights (|acc| = K * 2^14, beyond 2^24 for K > 1024, and
+// the int16 sum -128 * -128 + -128 * -128 = 2^15 that a two-product int16
+// shortcut would overflow), large same-sign sums with odd values (float32(acc)
+// must round to nearest even), NaN / Inf scales and biases, side input,
+// Relu and None, output_min / output_max.
+void TestExtremeOperands() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Geo { int64_t h, w, ci, k, co; Padding padding; };
+  const Geo geos[] = {
+      {3, 4, 1, 1, 1, Padding::kSame},      // K = 1
+      {3, 3, 3, 1, 7, Padding::kValid},     // K = 3
+      {4, 5, 5, 3, 17, Padding::kSame},     // K = 45: tails of 4, 8, 16
+      {3, 4, 7, 3, 33, Padding::kSame},     // K = 63, Co = 2 x 16 + 1
+      {2, 3, 13, 1, 15, Padding::kValid},   // K = 13, Co = 16 - 1
+      {3, 3, 2, 3, 31, Padding::kSame},     // K = 18
+      {4, 4, 9, 3, 65, Padding::kValid},    // K = 81, Co = 64 + 1
+      {2, 2, 1100, 1, 20, Padding::kValid},  // K = 1100: two K panels
+      {4, 5, 130, 3, 19, Padding::kValid},  // K = 1170: two K panels
+  };
+  struct Bounds { Activation act; int32_t lo, hi; };
+  const Bounds bounds[] = {{Activation::kNone, -128, 127},
+                           {Activation::kRelu, -128, 127},
+                           {Activation::kNone, -5, 100},
+                           {Activation::kRelu, -128, 6},
+                           {Activation::kNone, 20, 20},
+                           {Activation::kRelu, -128, -3}};  // everything 0
+  std::mt19937 rng(2024);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  int runs = 0;
+  for (const Geo& geo : geos) {
+    for (int operands = 0; operands < 3; ++operands) {
+      FusedConvArgs a;
+      ConvGeometry& g = a.geo;
+      g.batch = 1; g.in_h = geo.h; g.in_w = geo.w; g.in_c = geo.ci;
+      g.filter_h = g.filter_w = geo.k; g.out_c = geo.co;
+      EXPECT(ComputeGeometry(geo.padding, &g).empty(), "extreme geometry");
+      const int64_t depth = g.ReductionDepth();
+      std::vector<int8_t> input(g.InputElements()), filter(g.FilterElements()),
+          side(g.OutputElements());
+      // 0: everything -128; 1: activations in [-128, -120], weights in
+      // [-128, -110] (same-sign sums, odd values); 2: full range.
+      for (auto& x : input) {
+        x = static_cast<int8_t>(operands == 0 ? -128 : operands == 1 ? uni(-128, -120)
+                                                                     : uni(-128, 127));
+      }
+      for (auto& x : filter) {
+        x = static_cast<int8_t>(operands == 0 ? -128 : operands == 1 ? uni(-128, -110)
+                                                                     : uni(-128, 127));
+      }
+      for (auto& x : side) x = static_cast<int8_t>(operands == 0 ? -128 : uni(-128, 127));
+      // Scales spread the largest |acc| over about [0, 2 * 127], so some
+      // outputs clip and the rest round; biases are often ties (x.5).
+      const double max_acc = double(depth) * 16384.0;
+      std::vector<float> scale(g.out_c), bias(g.out_c);
+      for (int64_t c = 0; c < g.out_c; ++c) {
+        scale[c] = float(254.0 / max_acc * double(c + 1) / double(g.out_c));
+        if (c % 3 == 1) scale[c] = -scale[c];
+        bias[c] = float(uni(-20, 20)) + (uni(0, 1) ? 0.5f : 0.0f);
+      }
+      // NaN / Inf parameters in a few channels (kept off channel 0 so that
+      // a one-channel layer stays ordinary).
+      if (g.out_c > 4) {
+        scale[1] = nan;
+        scale[2] = inf;
+        bias[3] = -inf;
+        bias[4] = nan;
+      }
+      a.input = input.data();
+      a.filter = filter.data();
+      a.bias = bias.data();
+      a.conv_input_scale = scale.data();
+      a.per_channel_scale = true;
+      for (const Bounds& bd : bounds) {
+        for (int with_side = 0; with_side < 2; ++with_side) {
+          a.activation = bd.act;
+          a.output_min = bd.lo;
+          a.output_max = bd.hi;
+          a.side_input = with_side ? side.data() : nullptr;
+          // Inexact products (see TestSideInputFma).
+          a.side_input_scale = with_side ? (operands == 1 ? 0.3f : -1.2345678f) : 0.0f;
+          char what[128];
+          std::snprintf(what, sizeof(what),
+                        "extreme operands %d K %ld Co %ld act %d [%d, %d] side %d",
+                        operands, long(depth), long(g.out_c), int(bd.act), int(bd.lo),
+                        int(bd.hi), with_side);
+          runs += CheckAllPaths(a, what);
+        }
+      }
+    }
+  }
+
+  // float32(acc) rounds to nearest even: a 1x1 convolution with K = 1500,
+  // activations -127 and weights -128 except for c + 1 of them at -127 in
+  // channel c, so acc = 127 * (192000 - c - 1) in (2^24, 2^25), odd for
+  // even c (float32 keeps only even integers there). With scale 2^-18 and a
+  // bias chosen so that y = float(acc) * 2^-18 + bias is exactly n + 0.5 for
+  // an odd n (RNE gives n + 1), converting acc with any other rounding moves
+  // y by 2^-17 off the tie and changes the output.
+  {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1; g.in_h = 2; g.in_w = 3; g.in_c = 1500;
+    g.filter_h = g.filter_w = 1; g.out_c = 21;
+    EXPECT(ComputeGeometry(Padding::kValid, &g).empty(), "rounding geometry");
+    std::vector<int8_t> input(g.InputElements(), -127);
+    std::vector<int8_t> filter(g.FilterElements(), -128);
+    std::vector<float> scale(1, std::ldexp(1.0f, -18)), bias(g.out_c);
+    int ties = 0;
+    for (int64_t c = 0; c < g.out_c; ++c) {
+      for (int64_t k = 0; k <= c; ++k) filter[k * g.out_c + c] = -127;
+      const int32_t acc = 127 * (192000 - int32_t(c) - 1);
+      const float y = static_cast<float>(acc) * scale[0];
+      float n = std::floor(y);
+      if (std::fmod(n, 2.0f) == 0.0f) n -= 1.0f;  // odd: the tie goes up
+      bias[c] = (n + 0.5f) - y;  // exact: both are multiples of 2^-17
+      const bool inexact = static_cast<double>(static_cast<float>(acc)) != acc;
+      ties += inexact && y + bias[c] == n + 0.5f;
+    }
+    EXPECT(ties >= 10, "only %d rounding ties constructed", ties);
+    std::vector<int8_t> side(g.OutputElements(), 3);
+    a.input = input.data();
+    a.filter = filter.data();
+    a.bias = bias.data();
+    a.conv_input_scale = scale.data();
+    a.per_channel_scale = false;
+    for (int with_side = 0; with_side < 2; ++with_side) {
+      for (Activation act : {Activation::kNone, Activation::kRelu}) {
+        a.activation = act;
+        // With the side input (3 * 0.25 = 0.75 added by the FMA) y is off
+        // the tie, still exact; compared all the same.
+        a.side_input = with_side ? side.data() : nullptr;
+        a.side_input_scale = with_side ? 0.25f : 0.0f;
+        runs += CheckAllPaths(a, "float32(acc) rounding ties");
+      }
+    }
+  }
+  std::printf("extreme operands: %d runs checked\n", runs);
+}
+
+// The side input is ONE fused multiply-add, fmaf(side, side_scale, y): a
+// kernel that rounds side * side_scale first (FMUL + FADD, or a contracted
+// mul + add in the other order) differs from it only where the second
+// rounding crosses a tie, which random values almost never hit. Built here:
+// a 1x1 convolution with K = 1 (activation 1, weight = acc), scale 1, and
+// per channel a side value s and acc such that fmaf(s, ss, acc) and
+// float(s * ss) + acc differ by one ulp; the bias puts the fused value
+// exactly on a tie n + 0.5 that rounds to even away from the unfused one.
+void TestSideInputFma() {
+  const float ss = 0.1f;  // inexact: s * ss needs more than 24 bits
+  FusedConvArgs a;
+  ConvGeometry& g = a.geo;
+  g.batch = 1; g.in_h = 1; g.in_w = 1; g.in_c = 1;
+  g.filter_h = g.filter_w = 1; g.out_c = 37;  // 2 x 16 + 5: blocks and a tail
+  EXPECT(ComputeGeometry(Padding::kValid, &g).empty(), "fma geometry");
+  std::vector<int8_t> input(1, 1), filter(g.out_c), side(g.out_c);
+  std::vector<float> scale(1, 1.0f), bias(g.out_c);
+  int64_t c = 0;
+  for (int acc = 8; acc <= 127 && c < g.out_c; ++acc) {
+    for (int s = -128; s <= 127 && c < g.out_c; ++s) {
+      const float y0 = static_cast<float>(acc);
+      const float fused = std::fma(static_cast<float>(s), ss, y0);
+      const float product = static_cast<float>(s) * ss;
+      const float unfused = product + y0;  // -ffp-contract=off: two roundings
+      if (fused == unfused) continue;
+      // Tie n + 0.5 with n odd when the unfused value is below (the tie goes
+      // up to n + 1), n even when it is above.
+      float n = std::floor(fused);
+      const bool want_odd = unfused < fused;
+      if ((std::fmod(n, 2.0f) != 0.0f) != want_odd) n -= 1.0f;
+      const float b = (n + 0.5f) - fused;
+      if (fused + b != n + 0.5f) continue;  // not exact: skip
+      if (std::nearbyint(fused + b) == std::nearbyint(unfused + b)) continue;
+      filter[c] = static_cast<int8_t>(acc);
+      side[c] = static_cast<int8_t>(s);
+      bias[c] = b;
+      ++c;
+    }
+  }
+  EXPECT(c == g.out_c, "only %ld fma-sensitive channels found", long(c));
+  a.input = input.data();
+  a.filter = filter.data();
+  a.bias = bias.data();
+  a.conv_input_scale = scale.data();
+  a.per_channel_scale = false;
+  a.side_input = side.data();
+  a.side_input_scale = ss;
+  a.activation = Activation::kNone;
+  const int runs = CheckAllPaths(a, "side input fma");
+  std::printf("side input fma: %d runs checked\n", runs);
+}
+
 // A filter changed in place (same pointer, same shape) must never be served
 // from the packed-weights cache: every path, shapes with one and many
 // verification panels, a change in one byte anywhere.
@@ -415,18 +631,18 @@ void TestChangedFilterIsRepacked() {
   for (const L& l : layers) {
     Buffers b;
     FusedConvArgs a = LayerCase(l.n, l.h, l.h, l.ci, l.k, l.co, 1, false, &rng, &b);
-    for (KernelPath p : kFastPaths) {
-      if (!KernelPathSupported(p) || p == KernelPath::kPortable) continue;
+    for (KernelPath p : g_paths) {
+      if (p == KernelPath::kPortable || p == KernelPath::kReference) continue;
       for (int change = 0; change < 4; ++change) {
         std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
         a.output = got.data();
-        EXPECT(RunFusedConv(a, p, ThreadParallelFor(2)).empty(), "run");
+        EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
         // Change one byte: first, last, middle, random.
         const size_t n = b.filter.size();
         const size_t where[] = {0, n - 1, n / 2, rng() % n};
         b.filter[where[change]] ^= static_cast<int8_t>(1 + rng() % 255);
         a.output = got.data();
-        EXPECT(RunFusedConv(a, p, ThreadParallelFor(2)).empty(), "run");
+        EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
         a.output = want.data();
         RunReference(a);
         EXPECT(got == want, "changed filter served stale: path %s change %d "
@@ -446,8 +662,9 @@ void TestChangedFilterIsRepacked() {
 // The cache stays within its entry bound and evicts least recently used.
 void TestCacheBound() {
   cpu::PackedWeightsCache& cache = cpu::PackedWeightsCache::Global();
-  const KernelPath p = BestKernelPath();
-  if (p == KernelPath::kPortable) return;
+  // The fastest path under test (g_paths is in ascending order).
+  const KernelPath p = g_paths.back();
+  if (p == KernelPath::kPortable || p == KernelPath::kReference) return;
   cpu::SetWeightModeForTesting(1);  // single-tile cases would bypass it
   std::mt19937 rng(11);
   const int filters = int(cpu::PackedWeightsCache::kMaxEntries) + 10;
@@ -555,21 +772,90 @@ void TestGeometryErrors() {
   }
 }
 
+// Fills g_paths: every supported fast path, or the one TF_FUSED_INT8_CPU_KERNEL
+// forces. Returns false (after checking that the refusal is clean) when
+// the forced path is refused.
+bool SelectPaths() {
+  const char* env = std::getenv("TF_FUSED_INT8_CPU_KERNEL");
+  if (env == nullptr || env[0] == '\0') {
+    for (KernelPath p : kFastPaths) {
+      if (KernelPathSupported(p)) g_paths.push_back(p);
+    }
+    return true;
+  }
+  g_forced = true;
+  KernelPath resolved;
+  const std::string err = ResolveKernelPath(KernelPath::kAuto, &resolved);
+  if (err.empty()) {
+    g_paths.push_back(resolved);
+    std::printf("forced CPU kernel: %s (TF_FUSED_INT8_CPU_KERNEL=%s)\n",
+                KernelPathName(resolved), env);
+    return true;
+  }
+  // Refused: a call must return the same message and write nothing.
+  FusedConvArgs a;
+  ConvGeometry& g = a.geo;
+  g.batch = 1; g.in_h = 3; g.in_w = 3; g.in_c = 4;
+  g.filter_h = g.filter_w = 3; g.out_c = 8;
+  EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "geometry");
+  std::vector<int8_t> input(g.InputElements(), 1), filter(g.FilterElements(), 1);
+  std::vector<int8_t> out(g.OutputElements(), 77);
+  std::vector<float> bias(g.out_c, 0.0f), scale(1, 1.0f);
+  a.input = input.data();
+  a.filter = filter.data();
+  a.bias = bias.data();
+  a.conv_input_scale = scale.data();
+  a.output = out.data();
+  const std::string run_err = RunFusedConv(a, KernelPath::kAuto, ParallelFor());
+  EXPECT(run_err == err, "RunFusedConv said '%s', ResolveKernelPath '%s'",
+         run_err.c_str(), err.c_str());
+  EXPECT(std::all_of(out.begin(), out.end(), [](int8_t v) { return v == 77; }),
+         "a refused call wrote output");
+  std::printf("forced CPU kernel refused: %s\n", err.c_str());
+  return false;
+}
+
+int CasesFromEnv() {
+  const char* env = std::getenv("TF_FUSED_INT8_CORE_TEST_CASES");
+  if (env == nullptr || env[0] == '\0') return 300;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || n < 1 || n > 100000) {
+    std::fprintf(stderr, "TF_FUSED_INT8_CORE_TEST_CASES=%s is not a count in [1, 100000]\n",
+                 env);
+    std::exit(2);
+  }
+  return static_cast<int>(n);
+}
+
 }  // namespace
 }  // namespace tf_fused_int8
 
 int main() {
-  std::printf("best CPU kernel: %s\n",
-              tf_fused_int8::KernelPathName(tf_fused_int8::BestKernelPath()));
-  tf_fused_int8::TestGeometryErrors();
-  tf_fused_int8::TestPathsMatchReference();
-  tf_fused_int8::TestEpilogueSpecialValues();
-  tf_fused_int8::TestLayerShapes();
-  tf_fused_int8::TestChannelTails();
-  tf_fused_int8::TestChangedFilterIsRepacked();
-  tf_fused_int8::TestCacheBound();
-  if (tf_fused_int8::testing::ExpectFailures()) {
-    std::printf("%d failures\n", tf_fused_int8::testing::ExpectFailures());
+  using namespace tf_fused_int8;  // NOLINT
+  std::printf("best CPU kernel: %s\n", KernelPathName(BestKernelPath()));
+  const int cases = CasesFromEnv();
+  TestGeometryErrors();
+  if (!SelectPaths()) {
+    if (testing::ExpectFailures()) {
+      std::printf("%d failures\n", testing::ExpectFailures());
+      return 1;
+    }
+    return kExitRefused;
+  }
+  std::string names;
+  for (KernelPath p : g_paths) names += std::string(names.empty() ? "" : ", ") + KernelPathName(p);
+  std::printf("paths under test: %s\n", names.c_str());
+  TestPathsMatchReference(cases);
+  TestEpilogueSpecialValues();
+  TestExtremeOperands();
+  TestSideInputFma();
+  TestLayerShapes();
+  TestChannelTails();
+  TestChangedFilterIsRepacked();
+  TestCacheBound();
+  if (testing::ExpectFailures()) {
+    std::printf("%d failures\n", testing::ExpectFailures());
     return 1;
   }
   std::printf("core_test: all passed\n");

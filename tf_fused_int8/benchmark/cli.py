@@ -72,7 +72,8 @@ def define_flags():
       "gCi is depthwise). Default: all of the suite's layers.")
   flags.DEFINE_list("paths", [],
                     "Extra columns: our CPU kernel paths forced with "
-                    "TF_FUSED_INT8_CPU_KERNEL (e.g. avx2,avx512vnni,portable).")
+                    "TF_FUSED_INT8_CPU_KERNEL (e.g. avx2,avx512vnni,portable; "
+                    "on aarch64 neon,dotprod,i8mm).")
   flags.DEFINE_list(
       "peers", [],
       "Peers to run beside ours: litert, onnxruntime (= onnxruntime_u8,"

@@ -3,8 +3,20 @@
 // Run-time selection of the CPU kernel: CPU features are probed once; the
 // environment variable TF_FUSED_INT8_CPU_KERNEL forces a path (read on every
 // call so that tests and benchmarks can switch paths within one process).
+//
+// Builds for x86-64 contain the avx2 / avxvnni / avx512vnni kernels, builds
+// for aarch64 the neon / dotprod / i8mm ones (BUILD selects the files by
+// target CPU); the kernel tables are referred to only under the matching
+// #if, so this file compiles for either (and for any other CPU, with the
+// portable kernel only). Every path name parses everywhere; a path absent
+// from the build is "not available", like one the CPU lacks.
 #include <cstdlib>
 #include <string>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/grouped/grouped.h"
@@ -14,11 +26,38 @@
 namespace tf_fused_int8 {
 namespace {
 
+#if defined(__x86_64__)
+constexpr bool kX86Kernels = true;
+#else
+constexpr bool kX86Kernels = false;
+#endif
+#if defined(__aarch64__)
+constexpr bool kArmKernels = true;
+#else
+constexpr bool kArmKernels = false;
+#endif
+
+#if defined(__aarch64__) && defined(__linux__)
+// <asm/hwcap.h> values (Linux UAPI, arm64), spelled out so that older
+// kernel headers without HWCAP2_I8MM still build.
+constexpr unsigned long kHwcapAsimd = 1ul << 1;     // HWCAP_ASIMD
+constexpr unsigned long kHwcapAsimdDp = 1ul << 20;  // HWCAP_ASIMDDP
+constexpr unsigned long kHwcap2I8mm = 1ul << 13;    // HWCAP2_I8MM
+#if defined(HWCAP_ASIMDDP) && defined(HWCAP2_I8MM)
+static_assert(kHwcapAsimd == HWCAP_ASIMD && kHwcapAsimdDp == HWCAP_ASIMDDP &&
+                  kHwcap2I8mm == HWCAP2_I8MM,
+              "arm64 hwcap bits differ from <asm/hwcap.h>");
+#endif
+#endif
+
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool avxvnni = false;
   bool avx512vnni = false;
+  bool neon = false;     // Advanced SIMD (ASIMD)
+  bool dotprod = false;  // SDOT (FEAT_DotProd)
+  bool i8mm = false;     // SMMLA (FEAT_I8MM)
 };
 
 [[maybe_unused]] const CpuFeatures& Features() {
@@ -34,6 +73,19 @@ struct CpuFeatures {
                    __builtin_cpu_supports("avx512vl") &&
                    __builtin_cpu_supports("avx512dq") &&
                    __builtin_cpu_supports("avx512vnni");
+#elif defined(__aarch64__) && defined(__linux__)
+    // The kernel reports what user space may execute (and qemu-user reports
+    // its emulated CPU's features the same way).
+    const unsigned long hwcap = getauxval(AT_HWCAP);
+    const unsigned long hwcap2 = getauxval(AT_HWCAP2);
+    f.neon = (hwcap & kHwcapAsimd) != 0;
+    f.dotprod = f.neon && (hwcap & kHwcapAsimdDp) != 0;
+    // gemm_i8mm.cc is built with +dotprod as well (every i8mm core has it).
+    f.i8mm = f.dotprod && (hwcap2 & kHwcap2I8mm) != 0;
+#elif defined(__aarch64__)
+    // Advanced SIMD is part of every AArch64 ABI; no portable way to probe
+    // the optional extensions here.
+    f.neon = true;
 #endif
     return f;
   }();
@@ -51,7 +103,20 @@ constexpr PathName kNames[] = {
     {KernelPath::kAvx2, "avx2"},
     {KernelPath::kAvxVnni, "avxvnni"},
     {KernelPath::kAvx512Vnni, "avx512vnni"},
+    {KernelPath::kNeon, "neon"},
+    {KernelPath::kDotprod, "dotprod"},
+    {KernelPath::kI8mm, "i8mm"},
 };
+
+// "auto, reference, ...": every name above, for error messages.
+std::string AllPathNames() {
+  std::string names;
+  for (const PathName& p : kNames) {
+    if (!names.empty()) names += ", ";
+    names += p.name;
+  }
+  return names;
+}
 
 }  // namespace
 
@@ -79,11 +144,17 @@ bool KernelPathSupported(KernelPath path) {
     case KernelPath::kPortable:
       return true;
     case KernelPath::kAvx2:
-      return Features().avx2 && Features().fma;
+      return kX86Kernels && Features().avx2 && Features().fma;
     case KernelPath::kAvxVnni:
-      return Features().avxvnni && Features().fma;
+      return kX86Kernels && Features().avxvnni && Features().fma;
     case KernelPath::kAvx512Vnni:
-      return Features().avx512vnni && Features().fma;
+      return kX86Kernels && Features().avx512vnni && Features().fma;
+    case KernelPath::kNeon:
+      return kArmKernels && Features().neon;
+    case KernelPath::kDotprod:
+      return kArmKernels && Features().dotprod;
+    case KernelPath::kI8mm:
+      return kArmKernels && Features().i8mm;
   }
   return false;
 }
@@ -91,7 +162,8 @@ bool KernelPathSupported(KernelPath path) {
 KernelPath BestKernelPath() {
   static const KernelPath best = [] {
     for (KernelPath p : {KernelPath::kAvx512Vnni, KernelPath::kAvxVnni,
-                         KernelPath::kAvx2}) {
+                         KernelPath::kAvx2, KernelPath::kI8mm,
+                         KernelPath::kDotprod, KernelPath::kNeon}) {
       if (KernelPathSupported(p)) return p;
     }
     return KernelPath::kPortable;
@@ -106,8 +178,7 @@ std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
     if (env != nullptr && env[0] != '\0') {
       if (!ParseKernelPath(env, &path)) {
         return std::string("TF_FUSED_INT8_CPU_KERNEL=") + env +
-               " is not one of auto, reference, portable, avx2, avxvnni, "
-               "avx512vnni";
+               " is not one of " + AllPathNames();
       }
     }
   }
@@ -127,8 +198,9 @@ namespace {
 // one group of a grouped call (RunPerGroup).
 void RunUngrouped(const FusedConvArgs& args, KernelPath path,
                   const ParallelFor& parallel_for, const int8_t* cache_key,
-                  bool one_group) {
+                  [[maybe_unused]] bool one_group) {
   switch (path) {
+#if defined(__x86_64__)
     case KernelPath::kAvx2:
       cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
       return;
@@ -146,6 +218,18 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
       }
       cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key);
       return;
+#endif
+#if defined(__aarch64__)
+    case KernelPath::kNeon:
+      cpu::RunGemmConv(args, cpu::kNeonKernels, parallel_for, cache_key);
+      return;
+    case KernelPath::kDotprod:
+      cpu::RunGemmConv(args, cpu::kDotprodKernels, parallel_for, cache_key);
+      return;
+    case KernelPath::kI8mm:
+      cpu::RunGemmConv(args, cpu::kI8mmKernels, parallel_for, cache_key);
+      return;
+#endif
     default:
       RunPortable(args, parallel_for);
       return;
@@ -154,11 +238,22 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
 
 cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
   switch (path) {
+#if defined(__x86_64__)
     case KernelPath::kAvx2:
     case KernelPath::kAvxVnni:
       return cpu::DepthwiseRowsAvx2;
     case KernelPath::kAvx512Vnni:
       return cpu::DepthwiseRowsAvx512Vnni;
+#endif
+#if defined(__aarch64__)
+    // SDOT / SMMLA reduce over four / eight consecutive k of one lane; a
+    // depthwise tap has one k per channel, so all three paths share the
+    // SMLAL row kernel.
+    case KernelPath::kNeon:
+    case KernelPath::kDotprod:
+    case KernelPath::kI8mm:
+      return cpu::DepthwiseRowsNeon;
+#endif
     default:
       return cpu::DepthwiseRowsPortable;
   }
@@ -180,6 +275,9 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
     case KernelPath::kAvx2:
     case KernelPath::kAvxVnni:
     case KernelPath::kAvx512Vnni:
+    case KernelPath::kNeon:
+    case KernelPath::kDotprod:
+    case KernelPath::kI8mm:
       break;
     default:
       return std::string("CPU kernel '") + KernelPathName(resolved) +
@@ -187,8 +285,10 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
   }
   if (args.geo.IsDepthwise()) {
     cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for);
+#if defined(__x86_64__)
   } else if (resolved == KernelPath::kAvx512Vnni && cpu::NarrowGroupsFit(args.geo)) {
     cpu::RunNarrowGroups(args, cpu::NarrowGroupRowsAvx512Vnni, parallel_for);
+#endif
   } else if (args.geo.groups > 1) {
     cpu::RunPerGroup(args, parallel_for,
                      [&](const FusedConvArgs& sub, const int8_t* cache_key,

@@ -13,7 +13,8 @@
 //    weight in the low 16 bits and zero in the high 16 bits: PMADDWD /
 //    VPDPWSSD of such a lane with a sign-extended int8 activation (int32
 //    lane, high half 0 or -1) is exactly w * x (the high halves multiply
-//    zero);
+//    zero); NEON picks the low halves (UZP1) and multiplies int16 by int16
+//    (SMLAL);
 //  * scale (broadcast when scalar) and bias padded to padded_c floats, so
 //    vector loads never read past the caller's arrays.
 // and runs the row kernel of the chosen instruction set over the output rows
@@ -85,6 +86,7 @@ using DepthwiseRowsFn = void (*)(const DepthwiseRowArgs&);
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d);
 void DepthwiseRowsAvx2(const DepthwiseRowArgs& d);
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
+void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only
 
 // Runs a depthwise call (args.geo.IsDepthwise()) with `rows`.
 void RunDepthwise(const FusedConvArgs& args, DepthwiseRowsFn rows,

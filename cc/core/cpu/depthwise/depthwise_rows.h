@@ -2,8 +2,9 @@
 //
 // The depthwise row kernel (depthwise.h) once, over a vector policy V that
 // supplies 16 channels' worth of registers and instructions at one width:
-// depthwise_avx512vnni.cc (one zmm, VPDPWSSD) and depthwise_avx2.cc (two
-// ymm, PMADDWD + PADDD). Include ONLY from those ISA translation units,
+// depthwise_avx512vnni.cc (one zmm, VPDPWSSD), depthwise_avx2.cc (two
+// ymm, PMADDWD + PADDD) and depthwise_neon.cc (four int32x4, SMLAL).
+// Include ONLY from those ISA translation units,
 // after defining V: everything here lives in an anonymous namespace, so no
 // vector code can be merged by the linker into a baseline symbol (see
 // gemm_kernels.h).

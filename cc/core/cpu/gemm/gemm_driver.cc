@@ -101,7 +101,7 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads) {
   p.groups = CeilDiv(p.k, isa.k_per_group);
   p.kc = isa.kc_groups;
   p.panels = CeilDiv(p.groups, p.kc);
-  p.lda = RoundUp(std::min(p.groups, p.kc) * 4, 64);
+  p.lda = RoundUp(std::min(p.groups, p.kc) * isa.lane_bytes, 64);
   p.blocks = CeilDiv(g.out_c, isa.block);
   // Weight-heavy layers (more output channels than pixels: the weights
   // outweigh the gathered rows) split channels across threads first, so
@@ -156,7 +156,7 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads) {
       }
     }
   }
-  // On-the-fly packing needs a panel per item block (kc groups x 4 bytes
+  // On-the-fly packing needs a panel per item block (kc groups x lane_bytes
   // per channel): only for items of at most kMaxOnTheFlyChannels.
   const int mode = g_weight_mode.load(std::memory_order_relaxed);
   p.on_the_fly =
@@ -203,7 +203,7 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
     t.col_sums = nullptr;
     if (view == nullptr) {
       t.panel_buffer = static_cast<int8_t*>(s.panel.Get(
-          static_cast<size_t>(plan.kc * item_channels * 4)));
+          static_cast<size_t>(plan.kc * item_channels * isa.lane_bytes)));
       t.col_sums = static_cast<int32_t*>(
           s.sums.Get(static_cast<size_t>(item_channels * 4)));
     }
@@ -232,7 +232,7 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
   };
 
   const int64_t items_per_unit = CeilDiv(plan.items, plan.units);
-  const int64_t cost = plan.tile_rows * plan.groups * 4 * item_channels / 32 *
+  const int64_t cost = plan.tile_rows * plan.groups * isa.lane_bytes * item_channels / 32 *
                        items_per_unit;
   parallel_for(plan.units, cost, [&](int64_t begin, int64_t end) {
     run_items(begin * items_per_unit,

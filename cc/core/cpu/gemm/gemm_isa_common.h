@@ -1,11 +1,14 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // Code shared by the instruction-set GEMM kernels (gemm_avx512vnni.cc and,
-// through gemm_ymm.h, gemm_avxvnni.cc / gemm_avx2.cc): the K-sliced im2col
-// gather, templated on a copy policy that supplies the vector primitives,
-// plus small helpers (bounds, prefetch, the cached-panel verification).
+// through gemm_ymm.h, gemm_avxvnni.cc / gemm_avx2.cc; on aarch64, through
+// gemm_neon_tile.h, gemm_neon.cc / gemm_dotprod.cc / gemm_i8mm.cc): the
+// K-sliced im2col gather, templated on a copy policy that supplies the
+// vector primitives, plus small helpers (bounds, prefetch, the cached-panel
+// verification).
 //
-// Include ONLY from *_avx512vnni.cc, *_avxvnni.cc, *_avx2.cc or gemm_ymm.h.
+// Include ONLY from *_avx512vnni.cc, *_avxvnni.cc, *_avx2.cc, gemm_ymm.h or
+// gemm_neon_tile.h.
 // Everything here is in an anonymous namespace (internal linkage), so each
 // ISA translation unit gets its own copy compiled with its own flags and the
 // linker can never merge it with another unit's (gemm_kernels.h says why that
@@ -14,11 +17,13 @@
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_ISA_COMMON_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_ISA_COMMON_H_
 
-#if !defined(__AVX2__)
+#if defined(__AVX2__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#else
 #error "gemm_isa_common.h belongs to the ISA translation units only (gemm_kernels.h)"
 #endif
-
-#include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
@@ -41,7 +46,11 @@ inline int32_t LoadU32(const uint8_t* p) {
 // Prefetches `lines` 64-byte lines from p into L2.
 inline void PrefetchL2(const int8_t* p, int64_t lines) {
   for (int64_t l = 0; l < lines; ++l) {
+#if defined(__AVX2__)
     _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
+#else
+    __builtin_prefetch(p + 64 * l, 0, 2);  // PRFM PLDL2KEEP
+#endif
   }
 }
 

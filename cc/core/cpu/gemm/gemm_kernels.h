@@ -1,7 +1,8 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // Entry points of the instruction-set GEMM kernels (one translation unit per
-// instruction set: gemm_avx512vnni.cc, gemm_avxvnni.cc, gemm_avx2.cc) and the
+// instruction set: gemm_avx512vnni.cc, gemm_avxvnni.cc, gemm_avx2.cc on
+// x86-64; gemm_neon.cc, gemm_dotprod.cc, gemm_i8mm.cc on aarch64) and the
 // plain structs they take. This header is included by baseline code (the
 // driver, the weight cache) and by the ISA files, so it holds no intrinsics
 // and no inline code: an inline function or template instantiated in an ISA
@@ -24,13 +25,19 @@
 //    would exceed int32, because the true sum fits (ComputeGeometry checks).
 //  * AVX2 path: A and B are int16 (sign-extended int8), VPMADDWD sums two
 //    exact int16 products per int32 lane (never the saturating VPMADDUBSW).
+//  * aarch64 paths (neon, dotprod, i8mm): A and B are int8 as they are;
+//    SMULL + SADALP (int8 products widened exactly to int16, pairs added
+//    into int32), SDOT and SMMLA all multiply signed by signed, so there is
+//    no shift and no column offset (col_offset is zero).
 //
 // Packed B ("packed weights", see packed_weights.h): Co is split into blocks
 // of `block` channels (the last block zero-padded); K is padded with zero
-// rows to a multiple of the group size (4 int8 or 2 int16, i.e. 4 bytes, one
-// int32 lane per channel). Block b holds k_groups groups, each `block` lanes
-// of 4 bytes, so block b starts at data + b * k_groups * block * 4 and a
-// panel of groups [g0, g1) is contiguous. Lane order within a group:
+// rows to a multiple of the group size (k_per_group: 4 int8 or 2 int16, i.e.
+// 4 bytes, one int32 lane per channel; 8 int8 for i8mm, lane_bytes 8).
+// Block b holds k_groups groups, each `block` lanes of lane_bytes bytes, so
+// block b starts at data + b * k_groups * block * lane_bytes and a panel of
+// groups [g0, g1) is contiguous. The A rows hold lane_bytes bytes per group
+// as well. Lane order within a group:
 //  * kFormatZmmU8: block 64, "lane-interleaved" order matching the 512-bit
 //    unpack/pack instructions: lane position p = 16 * j + 4 * L + i (zmm j,
 //    128-bit lane L, dword i) holds channel 16 * L + 4 * j + i. With this
@@ -44,6 +51,12 @@
 //    micro-tiles instead of 4 zmm of which most would be padding.
 //  * kFormatYmmU8 (int8 groups of 4) and kFormatYmmI16 (int16 pairs): block
 //    16, natural channel order.
+//  * kFormatNeonS8x4 (neon and dotprod: the same bytes): int8 groups of 4,
+//    block 16, natural channel order (the layout of kFormatYmmU8, without
+//    the u8 column offsets).
+//  * kFormatNeonS8x8 (i8mm): int8 groups of 8, block 16, natural channel
+//    order: channel c's 8 weights at byte 8c of the group, so channels
+//    (2j, 2j + 1) form the 2x8 B operand of one SMMLA.
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_
 
@@ -58,6 +71,8 @@ enum PackFormatId : int {
   kFormatZmmU8 = 1,   // avx512vnni: int8 x4 groups, 64-channel blocks, interleaved
   kFormatYmmU8 = 2,   // avxvnni: int8 x4 groups, 16-channel blocks, natural
   kFormatYmmI16 = 3,  // avx2: int16 x2 groups, 16-channel blocks, natural
+  kFormatNeonS8x4 = 4,  // neon, dotprod: int8 x4 groups, 16-channel blocks, natural
+  kFormatNeonS8x8 = 5,  // i8mm: int8 x8 groups, 16-channel blocks, natural
 };
 
 // Packs or verifies groups [g0, g1) of channel block `block_index` of the
@@ -126,14 +141,14 @@ struct GemmTileArgs {
   const ConvGeometry* geo;  // fields only (no member calls in ISA code)
   int64_t p0, rows;
   uint8_t* a;   // A panel buffer, rows * lda bytes + kIm2ColSlack
-  int64_t lda;  // bytes, >= kc_groups * 4
+  int64_t lda;  // bytes, >= kc_groups * lane_bytes
   int64_t block_begin, block_end;
   int64_t k, k_groups, kc_groups;
   const PackedView* w;  // nullptr: pack on the fly
   const int8_t* filter;
   bool verify;
   int64_t verify_phase, verify_stride;
-  int8_t* panel_buffer;  // kc_groups * 4 bytes per item channel (on the fly)
+  int8_t* panel_buffer;  // kc_groups * lane_bytes per item channel (on the fly)
   int32_t* col_sums;     // (block_end - block_begin) * block (on the fly)
   int32_t* partial;
   const EpilogueArgs* ep;
@@ -152,12 +167,21 @@ struct IsaKernels {
   bool u8_activations;   // A is x ^ 0x80 (col_offset = -128 * sum w)
   PanelFn panel;
   bool (*gemm_tile)(const GemmTileArgs&);
+  // Bytes per channel (B) and per row (A) of one k-group: 4 (4 int8 or 2
+  // int16) everywhere but i8mm (8 int8). Last, with a default, so the x86
+  // tables need not name it.
+  int64_t lane_bytes = 4;
 };
 
-// Defined in the ISA translation units.
+// Defined in the ISA translation units. Only the ones for the target CPU
+// are built (BUILD selects them); dispatch.cc refers to them under the same
+// #if defined(__x86_64__) / defined(__aarch64__) conditions.
 extern const IsaKernels kAvx512VnniKernels;
 extern const IsaKernels kAvxVnniKernels;
 extern const IsaKernels kAvx2Kernels;
+extern const IsaKernels kNeonKernels;
+extern const IsaKernels kDotprodKernels;
+extern const IsaKernels kI8mmKernels;
 
 // Lane position -> channel offset within a block of `format` that holds
 // `block_channels` real channels (the last block may hold fewer).

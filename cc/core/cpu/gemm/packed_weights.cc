@@ -33,7 +33,7 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
   const int64_t groups = (k + isa.k_per_group - 1) / isa.k_per_group;
   const int64_t blocks = (co + isa.block - 1) / isa.block;
   const size_t data_bytes =
-      static_cast<size_t>(blocks * groups * isa.block * 4);
+      static_cast<size_t>(blocks * groups * isa.block * isa.lane_bytes);
   const size_t data_rounded = (data_bytes + 63) / 64 * 64;
   const size_t offset_bytes = static_cast<size_t>(blocks * isa.block * 4);
   const size_t total = data_rounded + offset_bytes;
@@ -53,7 +53,7 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
     p.block_index = b;
     p.g0 = 0;
     p.g1 = groups;
-    p.panel = data + b * groups * isa.block * 4;
+    p.panel = data + b * groups * isa.block * isa.lane_bytes;
     p.verify = false;
     isa.panel(p);
   }

@@ -1,0 +1,122 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The contract epilogue (cc/core/epilogue.h) for 16 output channels in four
+// int32x4 accumulators, natural channel order, on AArch64 Advanced SIMD.
+// Include ONLY from the aarch64 instruction-set translation units
+// (cc/core/cpu/*/*_neon.cc, *_dotprod.cc, *_i8mm.cc), built with
+// -ffp-contract=off. Everything here has internal linkage (anonymous
+// namespace) so that no code built with +dotprod / +i8mm can be merged by
+// the linker into a baseline symbol.
+//
+// Bit-for-bit equal to EpilogueScalar for every input, step by step:
+//   y = vcvtq_f32_s32(acc)      SCVTF, FPCR rounding mode (round to nearest
+//                               even, the Linux default), like float(acc)
+//   y = vmulq_f32(y, scale)     FMUL: one IEEE rounding, like float * float
+//   y = vfmaq_f32(y, s, ss)     FMLA: y + s * ss with ONE rounding, exactly
+//                               std::fma(s, ss, y) (side input only)
+//   y = vaddq_f32(y, bias)      FADD, like y + bias
+//   y = (y > lo) ? y : lo       FCMGT + BSL: the compare is false for a NaN
+//   y = (y < hi) ? y : hi       y (lo is never NaN), so NaN -> lo, -Inf ->
+//                               lo, +Inf -> hi: the scalar code's two lines,
+//                               transcribed literally (no max/min, so no
+//                               question about NaN or signed-zero operand
+//                               order, nor about FPCR.AH)
+//   i = vcvtnq_s32_f32(y)       FCVTNS: round to nearest, ties to even, like
+//                               nearbyint in the default mode. FCVTNS would
+//                               map NaN to 0, but y is already a finite value
+//                               in [lo, hi] here, so the conversion is exact
+//                               rounding of an in-range value
+//   b = narrow(i)               i is in [lo, hi] within [-128, 127]: the
+//                               (saturating) narrowings change nothing
+// The compiler may not contract the FMUL and FADD into one FMLA: every file
+// that includes this is built with -ffp-contract=off, and the explicit
+// intrinsics above are separate operations anyway.
+#ifndef TF_FUSED_INT8_CC_CORE_EPILOGUE_NEON_H_
+#define TF_FUSED_INT8_CC_CORE_EPILOGUE_NEON_H_
+
+#if !defined(__aarch64__)
+#error "epilogue_neon.h belongs to the aarch64 instruction-set translation units only"
+#endif
+
+#include <arm_neon.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace tf_fused_int8 {
+namespace {
+
+struct EpilogueNeonConsts {
+  float32x4_t lo, hi;  // float output bounds (OutputBounds)
+  float32x4_t side_scale;
+};
+
+inline EpilogueNeonConsts MakeEpilogueNeonConsts(float side_scale, int8_t lo,
+                                                 int8_t hi) {
+  EpilogueNeonConsts k;
+  k.lo = vdupq_n_f32(static_cast<float>(lo));
+  k.hi = vdupq_n_f32(static_cast<float>(hi));
+  k.side_scale = vdupq_n_f32(side_scale);
+  return k;
+}
+
+// Four channels: the int32 results, clipped to [lo, hi] and rounded.
+inline int32x4_t EpilogueNeon4(int32x4_t acc, float32x4_t scale,
+                               float32x4_t bias, const int32x4_t* side,
+                               const EpilogueNeonConsts& k) {
+  float32x4_t y = vmulq_f32(vcvtq_f32_s32(acc), scale);
+  if (side != nullptr) y = vfmaq_f32(y, vcvtq_f32_s32(*side), k.side_scale);
+  y = vaddq_f32(y, bias);
+  y = vbslq_f32(vcgtq_f32(y, k.lo), y, k.lo);  // NaN -> lo
+  y = vbslq_f32(vcltq_f32(y, k.hi), y, k.hi);
+  return vcvtnq_s32_f32(y);
+}
+
+// One output pixel's 16 channels (a[j]: channels 4j .. 4j + 3). scale and
+// bias: 16 floats each, readable in full. side: the pixel's side input
+// bytes for these channels (`count` of them are read) or nullptr. Stores
+// `count` (1..16) bytes to out.
+inline void EpilogueNeon16(const int32x4_t a[4], const float* scale,
+                           const float* bias, const int8_t* side,
+                           const EpilogueNeonConsts& k, int count,
+                           int8_t* out) {
+  int32x4_t r[4];
+  if (side != nullptr) {
+    int8x16_t s;
+    if (count >= 16) {
+      s = vld1q_s8(side);
+    } else {
+      int8_t tmp[16] = {0};
+      std::memcpy(tmp, side, static_cast<size_t>(count));
+      s = vld1q_s8(tmp);
+    }
+    const int16x8_t s_lo = vmovl_s8(vget_low_s8(s));
+    const int16x8_t s_hi = vmovl_high_s8(s);
+    const int32x4_t si[4] = {vmovl_s16(vget_low_s16(s_lo)), vmovl_high_s16(s_lo),
+                             vmovl_s16(vget_low_s16(s_hi)), vmovl_high_s16(s_hi)};
+    for (int j = 0; j < 4; ++j) {
+      r[j] = EpilogueNeon4(a[j], vld1q_f32(scale + 4 * j),
+                           vld1q_f32(bias + 4 * j), &si[j], k);
+    }
+  } else {
+    for (int j = 0; j < 4; ++j) {
+      r[j] = EpilogueNeon4(a[j], vld1q_f32(scale + 4 * j),
+                           vld1q_f32(bias + 4 * j), nullptr, k);
+    }
+  }
+  const int16x8_t h0 = vqmovn_high_s32(vqmovn_s32(r[0]), r[1]);
+  const int16x8_t h1 = vqmovn_high_s32(vqmovn_s32(r[2]), r[3]);
+  const int8x16_t b = vqmovn_high_s16(vqmovn_s16(h0), h1);
+  if (count >= 16) {
+    vst1q_s8(out, b);
+  } else {
+    int8_t tmp[16];
+    vst1q_s8(tmp, b);
+    std::memcpy(out, tmp, static_cast<size_t>(count));
+  }
+}
+
+}  // namespace
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_EPILOGUE_NEON_H_
