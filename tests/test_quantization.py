@@ -339,8 +339,10 @@ def test_multi_input_model_and_shared_int8_tensors():
   kinds = sorted(type(l).__name__ for l in qmodel.layers)
   assert kinds == sorted(["InputLayer", "InputLayer", "Quantize", "Quantize",
                           "QuantizedFusedConv2D", "QuantizedFusedConv2D",
-                          "Dequantize", "Dequantize", "GlobalMaxPooling2D",
+                          "Dequantize", "Dequantize", "Int8GlobalMaxPooling2D",
                           "Flatten"])
+  # The max pooling of cb's int8 output runs in int8 (then dequantized).
+  assert qmodel.get_layer("gmp").output.dtype == "int8"
   # ca's int8 output is cb's side input and (dequantized) Flatten's input.
   assert qmodel.get_layer("cb").use_side_input
   assert qmodel.get_layer("ca_dequantize").input is qmodel.get_layer(
@@ -444,7 +446,7 @@ def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
 
 # --------------------------------------------- int8 pooling (ResNet's stem)
 
-def test_stem_pooling_stays_int8_and_exact():
+def test_stem_pooling_stays_int8_and_exact(tmp_path):
   """conv+BN+ReLU -> ZeroPadding2D -> MaxPooling2D(3, 2) -> conv (+ a
   GlobalMaxPooling2D head), as keras.applications.ResNet50's stem: padding
   and pooling run on the int8 tensor at its scale, with no Dequantize /
@@ -505,3 +507,16 @@ def test_stem_pooling_stays_int8_and_exact():
   # Close to the float model.
   want_float = model(x)[0].numpy()
   assert np.abs(got.numpy() - want_float).max() < 0.1 * np.abs(want_float).max()
+  # .keras and SavedModel round trips keep the int8 pooling and the bits.
+  path = str(tmp_path / "stem.keras")
+  qmodel.save(path)
+  loaded = keras.models.load_model(path)
+  assert isinstance(loaded.get_layer("pool"), quantization.Int8MaxPooling2D)
+  assert loaded.get_layer("pool").output.dtype == "int8"
+  for a, b in zip(loaded(x), (got, got_max)):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  export_dir = str(tmp_path / "stem_savedmodel")
+  qmodel.export(export_dir, verbose=False)
+  restored = tf.saved_model.load(export_dir)
+  served = restored.serve(tf.constant(x))
+  np.testing.assert_array_equal(served[0].numpy(), got.numpy())

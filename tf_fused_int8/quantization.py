@@ -444,15 +444,44 @@ _FLOAT_LAYERS = (
 )
 
 
+class _KeepsInputDtype:
+  """Mixin: the symbolic output has the input's dtype (Keras would announce
+  its float compute dtype; the TF op itself keeps int8)."""
+
+  def compute_output_spec(self, inputs, *args, **kwargs):
+    spec = super().compute_output_spec(inputs, *args, **kwargs)
+    return keras.KerasTensor(spec.shape, dtype=inputs.dtype)
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8MaxPooling2D(_KeepsInputDtype, keras.layers.MaxPooling2D):
+  """MaxPooling2D of an int8 tensor, in int8 (exact at the input's scale)."""
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8GlobalMaxPooling2D(_KeepsInputDtype, keras.layers.GlobalMaxPooling2D):
+  """GlobalMaxPooling2D of an int8 tensor, in int8."""
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8ZeroPadding2D(_KeepsInputDtype, keras.layers.ZeroPadding2D):
+  """ZeroPadding2D of an int8 tensor (int8 zeros are real zeros)."""
+
+
+_INT8_PASSTHROUGH = {
+    keras.layers.MaxPooling2D: Int8MaxPooling2D,
+    keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
+    keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
+}
+
+
 def _int8_passthrough(node):
   """Whether a node can run on the int8 tensor of its one input as it is:
   MaxPooling2D, GlobalMaxPooling2D and ZeroPadding2D, channels_last (max
   commutes with the monotonic quantization, padding zeros are int8 zeros).
   """
   op = node.operation
-  kinds = (keras.layers.MaxPooling2D, keras.layers.GlobalMaxPooling2D,
-           keras.layers.ZeroPadding2D)
-  if type(op) not in kinds:  # pylint: disable=unidiomatic-typecheck
+  if type(op) not in _INT8_PASSTHROUGH:  # pylint: disable=unidiomatic-typecheck
     return False
   if getattr(op, "data_format", "channels_last") != "channels_last":
     return False
@@ -1025,13 +1054,14 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       # Max pooling and zero padding of an int8 tensor, in int8, at its
       # scale: exact (rounding and clipping are monotonic, so they commute
       # with max; padding zeros are int8 zeros), and no float round trip.
-      # The copy computes in int8 (its symbolic outputs are int8 too).
+      # The copy is the int8 twin of the layer (same config).
       int8_op = int8_clones.get(id(op))
       if int8_op is None:
-        config = dict(op.get_config(), dtype=keras.DTypePolicy("int8"))
+        config = op.get_config()
         if len(op._inbound_nodes) > 1:  # pylint: disable=protected-access
           config["name"] = names(f"{op.name}_int8")
-        int8_op = int8_clones[id(op)] = op.__class__.from_config(config)
+        int8_op = int8_clones[id(op)] = _INT8_PASSTHROUGH[type(op)].from_config(
+            config)
       t, out = node.input_tensors[0], node.outputs[0]
       int8_of[id(out)] = int8_op(int8_of[id(t)])
       scale_of[id(out)] = scale_of[id(t)]

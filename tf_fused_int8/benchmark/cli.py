@@ -108,7 +108,8 @@ def define_flags():
                       "Python of the peers' venv (default: "
                       "$TF_FUSED_INT8_PEERS_PYTHON or <repo>/.venv-peers).")
   flags.DEFINE_string("work_dir", "", "Keep data, logs and converted models "
-                      "here (default: a temporary directory, removed).")
+                      "here, and reuse the models suite's prepared models "
+                      "(default: a temporary directory, removed).")
 
 
 # ------------------------------------------------------------------ workers
@@ -439,12 +440,7 @@ def run_models(impls, work_dir, notes):
       if "ours" not in workers:
         raise SystemExit("benchmark: our own worker did not start")
       if models is None:
-        print(f"models suite: preparing {', '.join(FLAGS.models)} (build, "
-              f"quantize_model, TFLite conversion; a few minutes)...",
-              file=sys.stderr, flush=True)
-        models = workers["ours"].call(
-            "prepare_models", names=list(FLAGS.models), dir=work_dir,
-            calibration_images=FLAGS.calibration_images, seed=0)["models"]
+        models = prepared_models(workers["ours"], work_dir)
       for batch in (int(b) for b in FLAGS.batches):
         for name, info in models.items():
           rows += run_one_model(name, info, batch, impls, workers, threads)
@@ -452,6 +448,38 @@ def run_models(impls, work_dir, notes):
       for w in workers.values():
         w.close()
   return rows, models or {}
+
+
+def prepared_models(worker, work_dir):
+  """The models' files and facts; with --work_dir, reused from an earlier run
+  that prepared the same models there with the same quantization code."""
+  import hashlib  # pylint: disable=g-import-not-at-top
+  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
+  from tf_fused_int8.benchmark import models as models_lib  # pylint: disable=g-import-not-at-top
+  code = hashlib.sha256()
+  for module in (quantization, models_lib):
+    with open(module.__file__, "rb") as f:
+      code.update(f.read())
+  stamp = dict(models=list(FLAGS.models), seed=0, code=code.hexdigest(),
+               calibration_images=FLAGS.calibration_images)
+  path = os.path.join(work_dir, "models.json")
+  if FLAGS.work_dir and os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    if saved.get("stamp") == stamp:
+      print(f"models suite: reusing the models prepared in {work_dir}",
+            file=sys.stderr, flush=True)
+      return saved["models"]
+  print(f"models suite: preparing {', '.join(FLAGS.models)} (build, "
+        f"quantize_model, TFLite conversion; a few minutes)...",
+        file=sys.stderr, flush=True)
+  models = worker.call("prepare_models", names=list(FLAGS.models),
+                       dir=work_dir,
+                       calibration_images=FLAGS.calibration_images,
+                       seed=0)["models"]
+  with open(path, "w") as f:
+    json.dump(dict(stamp=stamp, models=models), f)
+  return models
 
 
 def run_one_model(name, info, batch, impls, workers, threads):
