@@ -42,7 +42,11 @@ def cpu_flags():
 
 # Instruction-set kernels the build has; each one this CPU supports is
 # required to be available (a missing one fails, it is never skipped).
-BUILT_ISA_PATHS = ("avx2", "avxvnni", "avx512vnni")
+# avx2_direct and avx2_winograd force the two variants the avx2 path chooses
+# between (the direct kernels, the exact Winograd F(2x2, 3x3) on every 3x3
+# stride-1 convolution).
+BUILT_ISA_PATHS = ("avx2", "avx2_direct", "avx2_winograd", "avxvnni",
+                   "avx512vnni")
 
 
 def expected_paths():
@@ -50,7 +54,7 @@ def expected_paths():
   flags = cpu_flags()
   paths = ["reference", "portable"]
   if {"avx2", "fma"} <= flags:
-    paths.append("avx2")
+    paths += ["avx2", "avx2_direct", "avx2_winograd"]
   if {"avx2", "fma", "avx_vnni"} <= flags:
     paths.append("avxvnni")
   if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags:

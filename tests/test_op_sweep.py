@@ -1,6 +1,9 @@
 """The op against the independent numpy reference, bit for bit, on the
 generated sweep: every CPU kernel path, int8 and qint8, eager and tf.function."""
 
+import dataclasses
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -94,3 +97,48 @@ def test_unknown_forced_path_is_a_clear_error():
   with op_harness.forced_kernel("sse9"):
     with pytest.raises(tf.errors.InvalidArgumentError, match="TF_FUSED_INT8_CPU_KERNEL"):
       op_harness.run_op(case, inputs)
+
+
+def network_3x3_cases():
+  """ResNet-50's 3x3 layers (the Winograd-eligible ones) and MobileNetV2's
+  3x3 layers (the strided stem and the depthwise layers) at batch 1 and 8,
+  with the epilogue variants spread over them."""
+  cases = []
+  for batch in (1, 8):
+    layers = [c for c in testing.resnet50_cases(batch) if c.kernel_h == 3]
+    layers.append(testing.ConvCase(batch=batch, height=224, width=224,
+                                   in_channels=3, kernel_h=3, kernel_w=3,
+                                   out_channels=32, stride_h=2, stride_w=2))
+    layers += testing.mobilenet_v2_depthwise_cases(batch)
+    for i, c in enumerate(layers):
+      cases.append(dataclasses.replace(
+          c, side_input=i % 3 == 1, per_channel_scale=i % 4 != 3,
+          activation="None" if i % 2 else "Relu"))
+  return cases
+
+
+NETWORK_CASES = network_3x3_cases()
+
+
+@functools.lru_cache(maxsize=None)
+def _network_case(index):
+  case = NETWORK_CASES[index]
+  inputs = testing.make_inputs(case, seed=100 + index)
+  return inputs, op_harness.run_reference(case, inputs)
+
+
+def test_network_cases_cover_winograd_shapes():
+  resnet = {(c.height, c.in_channels) for c in NETWORK_CASES
+            if c.kernel_h == 3 and c.stride_h == 1 and c.groups == 1}
+  assert resnet == {(56, 64), (28, 128), (14, 256), (7, 512)}
+  assert {c.batch for c in NETWORK_CASES} == {1, 8}
+  assert any(c.groups > 1 for c in NETWORK_CASES)
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_network_3x3_layers_match_reference(path):
+  for i, case in enumerate(NETWORK_CASES):
+    inputs, want = _network_case(i)
+    with op_harness.forced_kernel(path):
+      got = op_harness.run_op(case, inputs)
+    op_harness.assert_same_bits(got, want, f"{path} {case.name()}")

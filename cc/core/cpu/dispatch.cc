@@ -9,6 +9,7 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/grouped/grouped.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
@@ -49,6 +50,8 @@ constexpr PathName kNames[] = {
     {KernelPath::kReference, "reference"},
     {KernelPath::kPortable, "portable"},
     {KernelPath::kAvx2, "avx2"},
+    {KernelPath::kAvx2Direct, "avx2_direct"},
+    {KernelPath::kAvx2Winograd, "avx2_winograd"},
     {KernelPath::kAvxVnni, "avxvnni"},
     {KernelPath::kAvx512Vnni, "avx512vnni"},
 };
@@ -79,6 +82,8 @@ bool KernelPathSupported(KernelPath path) {
     case KernelPath::kPortable:
       return true;
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
       return Features().avx2 && Features().fma;
     case KernelPath::kAvxVnni:
       return Features().avxvnni && Features().fma;
@@ -105,9 +110,12 @@ std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
     const char* env = std::getenv("TF_FUSED_INT8_CPU_KERNEL");
     if (env != nullptr && env[0] != '\0') {
       if (!ParseKernelPath(env, &path)) {
+        std::string names;
+        for (const PathName& p : kNames) {
+          names += std::string(names.empty() ? "" : ", ") + p.name;
+        }
         return std::string("TF_FUSED_INT8_CPU_KERNEL=") + env +
-               " is not one of auto, reference, portable, avx2, avxvnni, "
-               "avx512vnni";
+               " is not one of " + names;
       }
     }
   }
@@ -130,6 +138,16 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
                   bool one_group) {
   switch (path) {
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Winograd:
+      if (cpu::WinogradEligible(args.geo) &&
+          (path == KernelPath::kAvx2Winograd ||
+           cpu::WinogradPreferredAvx2(args.geo))) {
+        cpu::RunWinograd(args, cpu::kWinogradAvx2, parallel_for, cache_key);
+        return;
+      }
+      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
+      return;
+    case KernelPath::kAvx2Direct:
       cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
       return;
     case KernelPath::kAvxVnni:
@@ -155,6 +173,8 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
 cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
   switch (path) {
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
     case KernelPath::kAvxVnni:
       return cpu::DepthwiseRowsAvx2;
     case KernelPath::kAvx512Vnni:
@@ -178,6 +198,8 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
       return "";
     case KernelPath::kPortable:
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
     case KernelPath::kAvxVnni:
     case KernelPath::kAvx512Vnni:
       break;

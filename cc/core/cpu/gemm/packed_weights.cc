@@ -1,6 +1,8 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 #include "cc/core/cpu/gemm/packed_weights.h"
 
+#include "cc/core/cpu/winograd/winograd.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -24,7 +26,11 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
     const int8_t* filter, const ConvGeometry& g, const IsaKernels& isa) {
   const int64_t k = g.filter_h * g.filter_w * g.in_c;
   const int64_t co = g.out_c;
-  const int64_t groups = (k + isa.k_per_group - 1) / isa.k_per_group;
+  // Winograd: 16 transformed [Ci, Co] matrices per block, not one [K, Co]
+  // (the panel function gets the filter's K and derives Ci from it).
+  const int64_t groups = isa.format == kFormatWinogradI16
+                             ? WinogradPackedGroups(g.in_c)
+                             : (k + isa.k_per_group - 1) / isa.k_per_group;
   const int64_t blocks = (co + isa.block - 1) / isa.block;
   const size_t data_bytes =
       static_cast<size_t>(blocks * groups * isa.block * 4);

@@ -1,0 +1,446 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Winograd F(2x2, 3x3) kernels for AVX2 (winograd.h has the math, the
+// bounds and the work decomposition): int16 transforms in ymm (16 channels
+// a vector), the 16 per-position GEMMs with VPMADDWD + VPADDD (exact int16
+// pair sums; never the saturating VPMADDUBSW) in 6-tile x 16-channel
+// micro-tiles, the int32 output transform, the exact division by 4 and the
+// contract epilogue of epilogue_avx2.h. Built with -mavx2 -mfma
+// -ffp-contract=off; everything but the kernel table has internal linkage.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cc/core/cpu/gemm/gemm_isa_common.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/winograd/winograd.h"
+#include "cc/core/epilogue_avx2.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+constexpr int64_t kBlock = 16;        // output channels per block (2 ymm)
+constexpr int64_t kGroupBytes = 64;   // one channel pair of a block
+constexpr int64_t kPairCopyBytes = 9 * 2 * kBlock;  // filter bytes of a pair
+constexpr int64_t kMTile = 16 * kBlock;  // int32 of M per tile and block
+constexpr int kMr = 6;
+// Panels of this many input channels (V of 48 tiles: 16 x 48 x 512 x 2 B =
+// 768 KiB at most; less for the tile counts the driver picks).
+constexpr int64_t kPanelChannels = 512;
+constexpr int64_t kMaxTiles = 48;
+
+// ------------------------------------------------------------ packed layout
+//
+// Per 16-channel block (winograd.h: groups of 64 bytes): first the U'
+// matrices, group xi * cg + pair (cg = ceil(Ci / 2) pairs per position),
+// then a copy of the filter bytes the block was packed from, pair by pair
+// (tap-major, 2 input channels x 16 output channels each, zero past Ci and
+// Co). Verification compares the filter with that copy (a byte compare:
+// ten times cheaper than transforming the filter again, and equally
+// complete, since U' is computed from the copy).
+
+int64_t PairGroups(int64_t in_c) { return (in_c + 1) / 2; }
+
+// 16 filter bytes of tap `tap`, input channel ci, output channels [n0,
+// n0 + 16): zeros past Co and for ci >= Ci.
+inline __m128i LoadFilter16(const int8_t* filter, int64_t in_c, int64_t out_c,
+                            int64_t tap, int64_t ci, int64_t n0) {
+  if (ci >= in_c) return _mm_setzero_si128();
+  const int8_t* src = filter + (tap * in_c + ci) * out_c + n0;
+  const int64_t valid = out_c - n0;
+  if (valid >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  alignas(16) int8_t tmp[16] = {0};
+  std::memcpy(tmp, src, static_cast<size_t>(valid));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+}
+
+// U' = G' g G'^T of one input channel, 16 output channels (int16 lanes).
+// g[3 * ky + kx]; u[4 * i + j]. |u| <= 1152 (winograd.h).
+inline void FilterTransform(const __m256i g[9], __m256i u[16]) {
+  __m256i t[3][4];  // t[ky][j] = (g G'^T)[ky][j]
+  for (int ky = 0; ky < 3; ++ky) {
+    const __m256i g0 = g[3 * ky], g1 = g[3 * ky + 1], g2 = g[3 * ky + 2];
+    const __m256i g02 = _mm256_add_epi16(g0, g2);
+    t[ky][0] = _mm256_add_epi16(g0, g0);
+    t[ky][1] = _mm256_add_epi16(g02, g1);
+    t[ky][2] = _mm256_sub_epi16(g02, g1);
+    t[ky][3] = _mm256_add_epi16(g2, g2);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m256i t02 = _mm256_add_epi16(t[0][j], t[2][j]);
+    u[j] = _mm256_add_epi16(t[0][j], t[0][j]);
+    u[4 + j] = _mm256_add_epi16(t02, t[1][j]);
+    u[8 + j] = _mm256_sub_epi16(t02, t[1][j]);
+    u[12 + j] = _mm256_add_epi16(t[2][j], t[2][j]);
+  }
+}
+
+// Packs one block: the filter copy first, then U' computed from the copy.
+void PackBlock(const int8_t* filter, int64_t in_c, int64_t out_c, int64_t b,
+               int8_t* block) {
+  const int64_t cg = PairGroups(in_c);
+  const int64_t n0 = b * kBlock;
+  int8_t* copy = block + 16 * cg * kGroupBytes;
+  for (int64_t q = 0; q < cg; ++q) {
+    int8_t* c = copy + q * kPairCopyBytes;
+    for (int64_t tap = 0; tap < 9; ++tap) {
+      for (int64_t i = 0; i < 2; ++i) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(c + (tap * 2 + i) * 16),
+                         LoadFilter16(filter, in_c, out_c, tap, 2 * q + i, n0));
+      }
+    }
+    __m256i u0[16], u1[16];
+    {
+      __m256i g0[9], g1[9];
+      for (int tap = 0; tap < 9; ++tap) {
+        g0[tap] = _mm256_cvtepi8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + (tap * 2) * 16)));
+        g1[tap] = _mm256_cvtepi8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + (tap * 2 + 1) * 16)));
+      }
+      FilterTransform(g0, u0);
+      FilterTransform(g1, u1);
+    }
+    for (int xi = 0; xi < 16; ++xi) {
+      // Pairs (U'[2q][c], U'[2q + 1][c]) in channel order: unpack works per
+      // 128-bit lane (channels 0-3 | 8-11 and 4-7 | 12-15), the permutes
+      // put the halves back in order.
+      const __m256i lo = _mm256_unpacklo_epi16(u0[xi], u1[xi]);
+      const __m256i hi = _mm256_unpackhi_epi16(u0[xi], u1[xi]);
+      int8_t* dst = block + (xi * cg + q) * kGroupBytes;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                          _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+  }
+}
+
+// Compares the filter's bytes of pairs [q0, q1) of block b with the block's
+// copy; true on any difference.
+bool VerifyPairs(const int8_t* filter, int64_t in_c, int64_t out_c, int64_t b,
+                 const int8_t* block, int64_t q0, int64_t q1) {
+  const int64_t cg = PairGroups(in_c);
+  const int64_t n0 = b * kBlock;
+  const int8_t* copy = block + 16 * cg * kGroupBytes;
+  __m128i diff = _mm_setzero_si128();
+  for (int64_t q = q0; q < q1; ++q) {
+    const int8_t* c = copy + q * kPairCopyBytes;
+    for (int64_t tap = 0; tap < 9; ++tap) {
+      for (int64_t i = 0; i < 2; ++i) {
+        const __m128i f = LoadFilter16(filter, in_c, out_c, tap, 2 * q + i, n0);
+        const __m128i s =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + (tap * 2 + i) * 16));
+        diff = _mm_or_si128(diff, _mm_xor_si128(f, s));
+      }
+    }
+  }
+  return !_mm_testz_si128(diff, diff);
+}
+
+// The packed-weight cache's panel function (PackedWeights::Pack calls it
+// once per block with the whole block, p.k = 9 * Ci); verify mode compares
+// the filter with the block's copy.
+bool PanelWinograd(const PanelArgs& p) {
+  const int64_t in_c = p.k / 9;
+  if (p.verify) {
+    return VerifyPairs(p.filter, in_c, p.out_c, p.block_index, p.panel, 0,
+                       PairGroups(in_c));
+  }
+  PackBlock(p.filter, in_c, p.out_c, p.block_index, p.panel);
+  return false;
+}
+
+// --------------------------------------------------------- input transform
+
+alignas(16) const int8_t kZeroPixel[16] = {0};
+
+// V = B^T d B of 16 channels (int16 lanes). d[4 * i + j]: input row i,
+// column j of the tile. |V| <= 512 (winograd.h). Written to v[xi * v_mat].
+// Rows 1 and 2 first, then 0 and 3, so that at most 12 ymm stay live.
+inline void InputTransformStore(const __m256i d[16], int16_t* v, int64_t v_mat) {
+  auto row = [&](int i, __m256i h[4]) {
+    const __m256i d0 = d[4 * i], d1 = d[4 * i + 1], d2 = d[4 * i + 2], d3 = d[4 * i + 3];
+    h[0] = _mm256_sub_epi16(d0, d2);
+    h[1] = _mm256_add_epi16(d1, d2);
+    h[2] = _mm256_sub_epi16(d2, d1);
+    h[3] = _mm256_sub_epi16(d1, d3);
+  };
+  auto store = [&](int xi, __m256i x) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + xi * v_mat), x);
+  };
+  __m256i h0[4], h1[4], h2[4], h3[4];
+  row(1, h1);
+  row(2, h2);
+  for (int j = 0; j < 4; ++j) {
+    store(4 + j, _mm256_add_epi16(h1[j], h2[j]));
+    store(8 + j, _mm256_sub_epi16(h2[j], h1[j]));
+  }
+  row(0, h0);
+  for (int j = 0; j < 4; ++j) store(j, _mm256_sub_epi16(h0[j], h2[j]));
+  row(3, h3);
+  for (int j = 0; j < 4; ++j) store(12 + j, _mm256_sub_epi16(h1[j], h3[j]));
+}
+
+// Transforms input channels [c0, c1) of the item's tiles into t.v (tile r's
+// row at r * v_ld, channel c at c - c0; lanes past c1 up to the next
+// multiple of 16 are zero).
+void InputTransform(const WinogradItemArgs& t, int64_t c0, int64_t c1) {
+  const ConvGeometry& g = *t.geo;
+  const int64_t ci = g.in_c;
+  const int64_t per_image = t.tiles_h * t.tiles_w;
+  for (int64_t r = 0; r < t.tiles; ++r) {
+    const int64_t tile = t.t0 + r;
+    const int64_t img = tile / per_image;
+    const int64_t rem = tile % per_image;
+    const int64_t iy0 = 2 * (rem / t.tiles_w) - g.pad_top;
+    const int64_t ix0 = 2 * (rem % t.tiles_w) - g.pad_left;
+    // Each position's pixel (channel 0) and a mask for the channel offset:
+    // padding reads the zero pixel at offset 0.
+    const int8_t* base[16];
+    int64_t mask[16];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t iy = iy0 + i;
+      for (int j = 0; j < 4; ++j) {
+        const int64_t ix = ix0 + j;
+        const bool inside = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+        base[4 * i + j] =
+            inside ? t.input + ((img * g.in_h + iy) * g.in_w + ix) * ci : kZeroPixel;
+        mask[4 * i + j] = inside ? -1 : 0;
+      }
+    }
+    int16_t* dst = t.v + r * t.v_ld;
+    for (int64_t c = c0; c < c1; c += 16) {
+      const int64_t n = Min(16, c1 - c);
+      __m256i d[16];
+      if (n == 16) {
+        for (int p = 0; p < 16; ++p) {
+          d[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+              reinterpret_cast<const __m128i*>(base[p] + (c & mask[p]))));
+        }
+      } else {
+        for (int p = 0; p < 16; ++p) {
+          alignas(16) int8_t tmp[16] = {0};
+          if (mask[p] != 0) std::memcpy(tmp, base[p] + c, static_cast<size_t>(n));
+          d[p] = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+        }
+      }
+      InputTransformStore(d, dst + (c - c0), t.v_mat);
+    }
+  }
+}
+
+// -------------------------------------------------------------------- GEMM
+
+// M (MR tiles x 16 channels, one position) += V rows x U' panel over
+// `pairs` channel pairs. a: the first tile's V row (lda int16 apart); b: the
+// panel (64 bytes a pair); m: the first tile's M (kMTile int32 apart).
+template <int MR>
+inline void MicroTile(const int16_t* a, int64_t lda, const int8_t* b,
+                      int64_t pairs, int32_t* m, bool accumulate) {
+  __m256i acc[MR][2];
+  if (accumulate) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m + i * kMTile));
+      acc[i][1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m + i * kMTile + 8));
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+  }
+  const uint8_t* ap = reinterpret_cast<const uint8_t*>(a);
+  const int64_t ldb = lda * 2;  // bytes
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+    b += kGroupBytes;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256i av = _mm256_set1_epi32(LoadU32(ap + i * ldb));
+      acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(av, b0));
+      acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(av, b1));
+    }
+    ap += 4;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(m + i * kMTile), acc[i][0]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(m + i * kMTile + 8), acc[i][1]);
+  }
+}
+
+// -------------------------------------------------------- output transform
+
+// Y = A^T M A / 4 of one tile and block: y[2 * a + b] (output row a, column
+// b of the tile), two ymm of 8 channels each. Exact: the int32 result is
+// 4 * acc (winograd.h), so the arithmetic shift divides exactly.
+inline void OutputTransform(const int32_t* m, __m256i y[4][2]) {
+  for (int h = 0; h < 2; ++h) {
+    __m256i s0[4], s1[4];
+    for (int j = 0; j < 4; ++j) {
+      auto ld = [&](int i) {
+        return _mm256_load_si256(reinterpret_cast<const __m256i*>(m + (4 * i + j) * kBlock + 8 * h));
+      };
+      const __m256i m0 = ld(0), m1 = ld(1), m2 = ld(2), m3 = ld(3);
+      s0[j] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
+      s1[j] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
+    }
+    y[0][h] = _mm256_srai_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(s0[0], s0[1]), s0[2]), 2);
+    y[1][h] = _mm256_srai_epi32(
+        _mm256_sub_epi32(_mm256_sub_epi32(s0[1], s0[2]), s0[3]), 2);
+    y[2][h] = _mm256_srai_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(s1[0], s1[1]), s1[2]), 2);
+    y[3][h] = _mm256_srai_epi32(
+        _mm256_sub_epi32(_mm256_sub_epi32(s1[1], s1[2]), s1[3]), 2);
+  }
+}
+
+struct alignas(32) BlockConsts {
+  float scale[kBlock];
+  float bias[kBlock];
+};
+
+// Output transform of block b for the item's tiles; chunk sums in y (tiles
+// x 4 pixels x 16 int32) when there are several chunks; the epilogue after
+// the last chunk.
+void OutputBlock(const WinogradItemArgs& t, int64_t b, const int32_t* m,
+                 int32_t* y, bool first_chunk, bool last_chunk,
+                 const Epilogue256Consts& ec) {
+  const ConvGeometry& g = *t.geo;
+  const EpilogueArgs& ep = *t.ep;
+  const int64_t co = g.out_c;
+  const int64_t n0 = b * kBlock;
+  const int count = static_cast<int>(Min(kBlock, co - n0));
+  BlockConsts bc;
+  for (int64_t p = 0; p < kBlock; ++p) {
+    const int64_t c = n0 + p;
+    const bool in = c < co;
+    bc.scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
+    bc.bias[p] = in ? ep.bias[c] : 0.0f;
+  }
+  const int64_t per_image = t.tiles_h * t.tiles_w;
+  for (int64_t r = 0; r < t.tiles; ++r) {
+    __m256i v[4][2];
+    OutputTransform(m + r * kMTile, v);
+    int32_t* yr = y == nullptr ? nullptr : y + r * 4 * kBlock;
+    if (!first_chunk) {
+      for (int p = 0; p < 4; ++p) {
+        for (int h = 0; h < 2; ++h) {
+          v[p][h] = _mm256_add_epi32(
+              v[p][h], _mm256_load_si256(reinterpret_cast<const __m256i*>(yr + p * kBlock + 8 * h)));
+        }
+      }
+    }
+    if (!last_chunk) {
+      for (int p = 0; p < 4; ++p) {
+        for (int h = 0; h < 2; ++h) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(yr + p * kBlock + 8 * h), v[p][h]);
+        }
+      }
+      continue;
+    }
+    const int64_t tile = t.t0 + r;
+    const int64_t img = tile / per_image;
+    const int64_t rem = tile % per_image;
+    const int64_t oy0 = 2 * (rem / t.tiles_w), ox0 = 2 * (rem % t.tiles_w);
+    for (int p = 0; p < 4; ++p) {
+      const int64_t oy = oy0 + p / 2, ox = ox0 + p % 2;
+      if (oy >= g.out_h || ox >= g.out_w) continue;  // partial tile
+      const int64_t o = ((img * g.out_h + oy) * g.out_w + ox) * co + n0;
+      Epilogue16(v[p][0], v[p][1], bc.scale, bc.bias,
+                 ep.side != nullptr ? ep.side + o : nullptr, ec, count,
+                 t.output + o);
+    }
+  }
+}
+
+// -------------------------------------------------------------- work item
+
+bool ItemAvx2(const WinogradItemArgs& t) {
+  const ConvGeometry& g = *t.geo;
+  const EpilogueArgs& ep = *t.ep;
+  const int64_t ci = g.in_c;
+  const int64_t cg = PairGroups(ci);
+  const int64_t block_groups = t.w->k_groups;
+  const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
+  // Micro-tiles of at most kMr tiles, as even as possible.
+  const int64_t mtiles = (t.tiles + kMr - 1) / kMr;
+  const int64_t base = t.tiles / mtiles, extra = t.tiles % mtiles;
+  bool stale = false;
+  int64_t panel_index = 0;
+  for (int64_t c0 = 0; c0 < ci; c0 += kWinogradMaxChunk) {
+    const int64_t c1 = Min(ci, c0 + kWinogradMaxChunk);
+    const bool first_chunk = c0 == 0, last_chunk = c1 == ci;
+    for (int64_t p0 = c0; p0 < c1; p0 += t.panel_channels, ++panel_index) {
+      const int64_t p1 = Min(c1, p0 + t.panel_channels);
+      const bool first_panel = p0 == c0, last_panel = p1 == c1;
+      InputTransform(t, p0, p1);
+      const int64_t q0 = p0 / 2;  // p0 is even (chunks and panels are)
+      const int64_t pairs = (p1 - p0 + 1) / 2;
+      for (int64_t b = t.block_begin; b < t.block_end; ++b) {
+        const int8_t* block = t.w->data + b * block_groups * kGroupBytes;
+        if (t.verify && (b + panel_index) % t.verify_stride == t.verify_phase) {
+          stale |= VerifyPairs(t.filter, ci, g.out_c, b, block, q0, q0 + pairs);
+        }
+        int32_t* m = t.m + (b - t.block_begin) * t.m_block;
+        for (int64_t xi = 0; xi < 16; ++xi) {
+          const int8_t* panel = block + (xi * cg + q0) * kGroupBytes;
+          const int16_t* a = t.v + xi * t.v_mat;
+          int64_t r = 0;
+          for (int64_t mt = 0; mt < mtiles; ++mt) {
+            const int64_t h = base + (mt < extra ? 1 : 0);
+            const int16_t* ar = a + r * t.v_ld;
+            int32_t* mr = m + r * kMTile + xi * kBlock;
+            switch (h) {
+              case 6: MicroTile<6>(ar, t.v_ld, panel, pairs, mr, !first_panel); break;
+              case 5: MicroTile<5>(ar, t.v_ld, panel, pairs, mr, !first_panel); break;
+              case 4: MicroTile<4>(ar, t.v_ld, panel, pairs, mr, !first_panel); break;
+              case 3: MicroTile<3>(ar, t.v_ld, panel, pairs, mr, !first_panel); break;
+              case 2: MicroTile<2>(ar, t.v_ld, panel, pairs, mr, !first_panel); break;
+              default: MicroTile<1>(ar, t.v_ld, panel, pairs, mr, !first_panel); break;
+            }
+            r += h;
+          }
+        }
+        if (last_panel) {
+          int32_t* y = t.y == nullptr
+                           ? nullptr
+                           : t.y + (b - t.block_begin) * t.tiles * 4 * kBlock;
+          OutputBlock(t, b, m, y, first_chunk, last_chunk, ec);
+        }
+      }
+    }
+  }
+  return stale;
+}
+
+}  // namespace
+
+// The packed format as the cache sees it (only format, block, k_per_group,
+// u8_activations and panel are used; there is no GEMM tile function).
+extern const IsaKernels kWinogradAvx2Packing = {
+    "avx2_winograd",
+    kFormatWinogradI16,
+    /*block=*/kBlock,
+    /*k_per_group=*/2,
+    /*kc_groups=*/0,
+    /*mr=*/kMr,
+    /*u8_activations=*/false,
+    PanelWinograd,
+    nullptr,
+};
+
+extern const WinogradKernels kWinogradAvx2 = {
+    "avx2_winograd",
+    &kWinogradAvx2Packing,
+    /*max_tiles=*/kMaxTiles,
+    /*panel_channels=*/kPanelChannels,
+    ItemAvx2,
+};
+
+}  // namespace cpu
+}  // namespace tf_fused_int8
