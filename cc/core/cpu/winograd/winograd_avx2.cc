@@ -191,6 +191,7 @@ void InputTransform(const WinogradItemArgs& t, int64_t c0, int64_t c1) {
   const ConvGeometry& g = *t.geo;
   const int64_t ci = g.in_c;
   const int64_t per_image = t.tiles_h * t.tiles_w;
+  const int8_t* input_end = t.input + g.batch * g.in_h * g.in_w * ci;
   for (int64_t r = 0; r < t.tiles; ++r) {
     const int64_t tile = t.t0 + r;
     const int64_t img = tile / per_image;
@@ -221,10 +222,24 @@ void InputTransform(const WinogradItemArgs& t, int64_t c0, int64_t c1) {
               reinterpret_cast<const __m128i*>(base[p] + (c & mask[p]))));
         }
       } else {
+        // Fewer than 16 channels left (Ci or a chunk ends): a whole vector
+        // with the lanes past n cleared where the read stays inside the
+        // input (the bytes past n belong to the next pixel), a zeroed copy
+        // at the very end of the input.
+        const __m128i keep = _mm_cmpgt_epi8(
+            _mm_set1_epi8(static_cast<char>(n)),
+            _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
         for (int p = 0; p < 16; ++p) {
-          alignas(16) int8_t tmp[16] = {0};
-          if (mask[p] != 0) std::memcpy(tmp, base[p] + c, static_cast<size_t>(n));
-          d[p] = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+          const int8_t* src = base[p] + (c & mask[p]);
+          __m128i x;
+          if (mask[p] == 0 || src + 16 <= input_end) {
+            x = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), keep);
+          } else {
+            alignas(16) int8_t tmp[16] = {0};
+            std::memcpy(tmp, src, static_cast<size_t>(n));
+            x = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+          }
+          d[p] = _mm256_cvtepi8_epi16(x);
         }
       }
       InputTransformStore(d, dst + (c - c0), t.v_mat);
