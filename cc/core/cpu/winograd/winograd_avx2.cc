@@ -155,6 +155,19 @@ bool PanelWinograd(const PanelArgs& p) {
 
 // --------------------------------------------------------- input transform
 
+// The tile after (img, ty, tx) in the item's order (batch, tile rows, tile
+// columns).
+inline void NextTile(const WinogradItemArgs& t, int64_t* img, int64_t* ty,
+                     int64_t* tx) {
+  if (++*tx == t.tiles_w) {
+    *tx = 0;
+    if (++*ty == t.tiles_h) {
+      *ty = 0;
+      ++*img;
+    }
+  }
+}
+
 alignas(16) const int8_t kZeroPixel[16] = {0};
 
 // V = B^T d B of 16 channels (int16 lanes). d[4 * i + j]: input row i,
@@ -192,12 +205,12 @@ void InputTransform(const WinogradItemArgs& t, int64_t c0, int64_t c1) {
   const int64_t ci = g.in_c;
   const int64_t per_image = t.tiles_h * t.tiles_w;
   const int8_t* input_end = t.input + g.batch * g.in_h * g.in_w * ci;
-  for (int64_t r = 0; r < t.tiles; ++r) {
-    const int64_t tile = t.t0 + r;
-    const int64_t img = tile / per_image;
-    const int64_t rem = tile % per_image;
-    const int64_t iy0 = 2 * (rem / t.tiles_w) - g.pad_top;
-    const int64_t ix0 = 2 * (rem % t.tiles_w) - g.pad_left;
+  // Tile (img, tile row ty, tile column tx), advanced without divisions.
+  int64_t img = t.t0 / per_image;
+  int64_t ty = (t.t0 % per_image) / t.tiles_w, tx = t.t0 % t.tiles_w;
+  for (int64_t r = 0; r < t.tiles; ++r, NextTile(t, &img, &ty, &tx)) {
+    const int64_t iy0 = 2 * ty - g.pad_top;
+    const int64_t ix0 = 2 * tx - g.pad_left;
     // Each position's pixel (channel 0) and a mask for the channel offset:
     // padding reads the zero pixel at offset 0.
     const int8_t* base[16];
@@ -338,7 +351,9 @@ void OutputBlock(const WinogradItemArgs& t, int64_t b, const int32_t* m,
     bc.bias[p] = in ? ep.bias[c] : 0.0f;
   }
   const int64_t per_image = t.tiles_h * t.tiles_w;
-  for (int64_t r = 0; r < t.tiles; ++r) {
+  int64_t img = t.t0 / per_image;
+  int64_t ty = (t.t0 % per_image) / t.tiles_w, tx = t.t0 % t.tiles_w;
+  for (int64_t r = 0; r < t.tiles; ++r, NextTile(t, &img, &ty, &tx)) {
     __m256i v[4][2];
     OutputTransform(m + r * kMTile, v);
     int32_t* yr = y == nullptr ? nullptr : y + r * 4 * kBlock;
@@ -358,10 +373,7 @@ void OutputBlock(const WinogradItemArgs& t, int64_t b, const int32_t* m,
       }
       continue;
     }
-    const int64_t tile = t.t0 + r;
-    const int64_t img = tile / per_image;
-    const int64_t rem = tile % per_image;
-    const int64_t oy0 = 2 * (rem / t.tiles_w), ox0 = 2 * (rem % t.tiles_w);
+    const int64_t oy0 = 2 * ty, ox0 = 2 * tx;
     for (int p = 0; p < 4; ++p) {
       const int64_t oy = oy0 + p / 2, ox = ox0 + p % 2;
       if (oy >= g.out_h || ox >= g.out_w) continue;  // partial tile
