@@ -534,7 +534,10 @@ void TestChangedFilterIsRepacked() {
   cpu::SetWeightModeForTesting(1);  // the cache is what is under test
   std::mt19937 rng(7);
   struct L { int64_t n, h, ci, k, co; };
-  const L layers[] = {{1, 6, 8, 3, 20}, {1, 7, 512, 3, 128}, {2, 9, 33, 5, 70}};
+  // The last one has Winograd verify panels spread over several tile blocks
+  // (128 tiles, 2 K panels).
+  const L layers[] = {{1, 6, 8, 3, 20}, {1, 7, 512, 3, 128}, {2, 9, 33, 5, 70},
+                      {2, 16, 520, 3, 36}};
   int runs = 0;
   for (const L& l : layers) {
     Buffers b;
