@@ -79,6 +79,9 @@ struct PackedView {
   int64_t k_groups;  // groups per block (K padded / group size)
   int64_t out_c;
   int64_t block;     // channels per block
+  // kFormatWinogradI16 only (else null): the filter bytes the panels were
+  // computed from, which its calls compare with the filter (winograd.h).
+  const int8_t* filter_copy;
 };
 
 // The contract epilogue's operands (cc/core/epilogue.h), for one call.

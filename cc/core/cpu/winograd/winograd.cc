@@ -153,7 +153,7 @@ bool RunPass(const FusedConvArgs& a, const WinogradKernels& k, const Plan& plan,
     t.w = &view;
     t.filter = a.filter;
     t.verify = verify;
-    t.verify_stride = plan.m_blocks;
+    const int64_t filter_bytes = g.FilterElements();
     t.v = static_cast<int16_t*>(
         s.v.Get(static_cast<size_t>(kPositions * v_mat * 2 + 64)));
     t.v_ld = v_ld;
@@ -171,9 +171,9 @@ bool RunPass(const FusedConvArgs& a, const WinogradKernels& k, const Plan& plan,
       t.tiles = std::min(plan.tile_block, plan.tiles - t.t0);
       t.block_begin = ngroup * plan.blocks_per_group;
       t.block_end = std::min(plan.blocks, t.block_begin + plan.blocks_per_group);
-      // (block b, panel q) is verified by tile block (b + q) % m_blocks:
-      // exactly once per call (the channel groups partition the blocks).
-      t.verify_phase = tb;
+      // Item i compares filter bytes [F * i / items, F * (i + 1) / items).
+      t.verify_begin = filter_bytes * item / plan.items;
+      t.verify_end = filter_bytes * (item + 1) / plan.items;
       if (k.item(t)) stale.store(true, std::memory_order_relaxed);
     }
   };
@@ -194,9 +194,7 @@ bool RunPass(const FusedConvArgs& a, const WinogradKernels& k, const Plan& plan,
 int64_t WinogradCallsForTesting() { return g_calls.load(); }
 
 int64_t WinogradPackedGroups(int64_t in_c) {
-  // U' (16 positions x pairs) plus the filter copy (288 bytes a pair).
-  const int64_t pairs = CeilDiv(in_c, 2);
-  return kPositions * pairs + CeilDiv(pairs * 9 * 2 * kBlock, 64);
+  return kPositions * CeilDiv(in_c, 2);
 }
 
 bool WinogradEligible(const ConvGeometry& g) {

@@ -54,10 +54,16 @@
 //
 // Weights: U' packed once per filter into the packed-weight cache
 // (packed_weights.h, format kFormatWinogradI16) and verified against the
-// filter's current bytes on every call, each (block, panel) by exactly one
-// work item while it computes (the filter bytes are compared with the copy
-// U' was computed from); a difference discards the results, repacks and
-// recomputes, as for the GEMM's packed weights.
+// filter's current bytes on every call: the entry keeps the filter bytes
+// U' was computed from, and each work item compares its share of the
+// filter with them (a sequential byte compare, in slices between its
+// GEMMs); a difference discards the results, repacks and recomputes, as for
+// the GEMM's packed weights. (U' is 3.6x the filter's bytes and not a
+// byte rearrangement of it, so unlike the GEMM's panels it cannot be
+// checked by repacking cheaply. Measured on Zen 4, 1 thread: the compare
+// is ~18% of a 7x7x512 batch-1 call, whose 16 tiles do little work per
+// weight, and ~4% at 14x14x256; comparing 16-byte pieces block by block,
+// scattered over the filter's rows, was 28% and 7%.)
 //
 // Declarations and plain structs only: this header is included by baseline
 // and ISA translation units (see gemm/gemm_kernels.h for why no inline
@@ -87,9 +93,9 @@ static_assert(kWinogradMaxChunk % 2 == 0, "chunks hold whole channel pairs");
 // positions xi = 4 * i + j (row i, column j of the 4x4 transform), each
 // ceil(Ci / 2) channel pairs of 16 lanes x (int16 U'[c], int16 U'[c + 1])
 // (the kFormatYmmI16 layout of a [Ci, Co] matrix, zero past Ci and Co):
-// group xi * ceil(Ci / 2) + pair of the block. After them, the block's
-// filter bytes as packed (9 taps x 2 channels x 16 lanes a pair), which
-// the verification compares with the filter. Groups (64 bytes) per block:
+// group xi * ceil(Ci / 2) + pair of the block. The entry also keeps the
+// filter bytes U' was computed from (PackedView::filter_copy), which the
+// verification compares with the filter. Groups (64 bytes) per block:
 int64_t WinogradPackedGroups(int64_t in_c);
 
 // Whether F(2x2, 3x3) computes g: groups == 1 (RunPerGroup hands it each
@@ -111,12 +117,13 @@ struct WinogradItemArgs {
   int64_t block_begin, block_end;
   int64_t panel_channels;  // K panel (input channels, even)
   const PackedView* w;     // packed U'
-  // Verification of the cached U' (see the header comment): panel q (over
-  // the whole input depth, chunk by chunk) of block b is checked when
-  // (b + q) % verify_stride == verify_phase. Returns true on a difference.
+  // Verification of the cached U' (see the header comment): filter bytes
+  // [verify_begin, verify_end) are compared with w->filter_copy; the
+  // item returns true on a difference. The driver's ranges cover the
+  // filter once per call.
   const int8_t* filter;
   bool verify;
-  int64_t verify_phase, verify_stride;
+  int64_t verify_begin, verify_end;
   // Scratch (64-byte aligned):
   //  v: 16 matrices of tiles x v_ld int16, v_mat elements apart;
   //  m: M for one block, tiles x 16 positions x 16 lanes int32, or for

@@ -23,7 +23,6 @@ namespace {
 
 constexpr int64_t kBlock = 16;        // output channels per block (2 ymm)
 constexpr int64_t kGroupBytes = 64;   // one channel pair of a block
-constexpr int64_t kPairCopyBytes = 9 * 2 * kBlock;  // filter bytes of a pair
 constexpr int64_t kMTile = 16 * kBlock;  // int32 of M per tile and block
 constexpr int kMr = 6;
 // Panels of this many input channels (V of 48 tiles: 16 x 48 x 512 x 2 B =
@@ -33,13 +32,8 @@ constexpr int64_t kMaxTiles = 48;
 
 // ------------------------------------------------------------ packed layout
 //
-// Per 16-channel block (winograd.h: groups of 64 bytes): first the U'
-// matrices, group xi * cg + pair (cg = ceil(Ci / 2) pairs per position),
-// then a copy of the filter bytes the block was packed from, pair by pair
-// (tap-major, 2 input channels x 16 output channels each, zero past Ci and
-// Co). Verification compares the filter with that copy (a byte compare:
-// ten times cheaper than transforming the filter again, and equally
-// complete, since U' is computed from the copy).
+// Per 16-channel block (winograd.h: groups of 64 bytes): the U' matrices,
+// group xi * cg + pair (cg = ceil(Ci / 2) pairs per position).
 
 int64_t PairGroups(int64_t in_c) { return (in_c + 1) / 2; }
 
@@ -77,28 +71,21 @@ inline void FilterTransform(const __m256i g[9], __m256i u[16]) {
   }
 }
 
-// Packs one block: the filter copy first, then U' computed from the copy.
-void PackBlock(const int8_t* filter, int64_t in_c, int64_t out_c, int64_t b,
-               int8_t* block) {
+// U' of the pairs of block b (cg = ceil(Ci / 2) pairs per position) from
+// the filter, written to (verify false) or compared with (verify true) the
+// block's panels; true on a difference.
+bool TransformBlock(const int8_t* filter, int64_t in_c, int64_t out_c,
+                    int64_t b, int8_t* block, bool verify) {
   const int64_t cg = PairGroups(in_c);
   const int64_t n0 = b * kBlock;
-  int8_t* copy = block + 16 * cg * kGroupBytes;
+  __m256i diff = _mm256_setzero_si256();
   for (int64_t q = 0; q < cg; ++q) {
-    int8_t* c = copy + q * kPairCopyBytes;
-    for (int64_t tap = 0; tap < 9; ++tap) {
-      for (int64_t i = 0; i < 2; ++i) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(c + (tap * 2 + i) * 16),
-                         LoadFilter16(filter, in_c, out_c, tap, 2 * q + i, n0));
-      }
-    }
     __m256i u0[16], u1[16];
     {
       __m256i g0[9], g1[9];
       for (int tap = 0; tap < 9; ++tap) {
-        g0[tap] = _mm256_cvtepi8_epi16(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + (tap * 2) * 16)));
-        g1[tap] = _mm256_cvtepi8_epi16(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + (tap * 2 + 1) * 16)));
+        g0[tap] = _mm256_cvtepi8_epi16(LoadFilter16(filter, in_c, out_c, tap, 2 * q, n0));
+        g1[tap] = _mm256_cvtepi8_epi16(LoadFilter16(filter, in_c, out_c, tap, 2 * q + 1, n0));
       }
       FilterTransform(g0, u0);
       FilterTransform(g1, u1);
@@ -109,48 +96,44 @@ void PackBlock(const int8_t* filter, int64_t in_c, int64_t out_c, int64_t b,
       // put the halves back in order.
       const __m256i lo = _mm256_unpacklo_epi16(u0[xi], u1[xi]);
       const __m256i hi = _mm256_unpackhi_epi16(u0[xi], u1[xi]);
+      const __m256i p0 = _mm256_permute2x128_si256(lo, hi, 0x20);
+      const __m256i p1 = _mm256_permute2x128_si256(lo, hi, 0x31);
       int8_t* dst = block + (xi * cg + q) * kGroupBytes;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
-                          _mm256_permute2x128_si256(lo, hi, 0x20));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32),
-                          _mm256_permute2x128_si256(lo, hi, 0x31));
-    }
-  }
-}
-
-// Compares the filter's bytes of pairs [q0, q1) of block b with the block's
-// copy; true on any difference.
-bool VerifyPairs(const int8_t* filter, int64_t in_c, int64_t out_c, int64_t b,
-                 const int8_t* block, int64_t q0, int64_t q1) {
-  const int64_t cg = PairGroups(in_c);
-  const int64_t n0 = b * kBlock;
-  const int8_t* copy = block + 16 * cg * kGroupBytes;
-  __m128i diff = _mm_setzero_si128();
-  for (int64_t q = q0; q < q1; ++q) {
-    const int8_t* c = copy + q * kPairCopyBytes;
-    for (int64_t tap = 0; tap < 9; ++tap) {
-      for (int64_t i = 0; i < 2; ++i) {
-        const __m128i f = LoadFilter16(filter, in_c, out_c, tap, 2 * q + i, n0);
-        const __m128i s =
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + (tap * 2 + i) * 16));
-        diff = _mm_or_si128(diff, _mm_xor_si128(f, s));
+      if (verify) {
+        diff = _mm256_or_si256(
+            diff, _mm256_or_si256(
+                      _mm256_xor_si256(p0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst))),
+                      _mm256_xor_si256(p1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 32)))));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), p0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32), p1);
       }
     }
   }
-  return !_mm_testz_si128(diff, diff);
+  return !_mm256_testz_si256(diff, diff);
 }
 
-// The packed-weight cache's panel function (PackedWeights::Pack calls it
-// once per block with the whole block, p.k = 9 * Ci); verify mode compares
-// the filter with the block's copy.
+// The packed-weight cache's panel function: PackedWeights::Pack calls it
+// once per block with the whole block (p.k = 9 * Ci; p.filter is the copy
+// the entry keeps). Verify mode recomputes and compares (not used by the
+// calls, which compare the filter with the kept copy: VerifyBytes).
 bool PanelWinograd(const PanelArgs& p) {
-  const int64_t in_c = p.k / 9;
-  if (p.verify) {
-    return VerifyPairs(p.filter, in_c, p.out_c, p.block_index, p.panel, 0,
-                       PairGroups(in_c));
+  return TransformBlock(p.filter, p.k / 9, p.out_c, p.block_index, p.panel,
+                        p.verify);
+}
+
+// Compares n bytes of a and b; true on any difference.
+bool VerifyBytes(const int8_t* a, const int8_t* b, int64_t n) {
+  __m256i diff = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    diff = _mm256_or_si256(
+        diff, _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))));
   }
-  PackBlock(p.filter, in_c, p.out_c, p.block_index, p.panel);
-  return false;
+  bool differ = !_mm256_testz_si256(diff, diff);
+  for (; i < n; ++i) differ |= a[i] != b[i];
+  return differ;
 }
 
 // --------------------------------------------------------- input transform
@@ -398,6 +381,14 @@ bool ItemAvx2(const WinogradItemArgs& t) {
   const int64_t mtiles = (t.tiles + kMr - 1) / kMr;
   const int64_t base = t.tiles / mtiles, extra = t.tiles % mtiles;
   bool stale = false;
+  const int64_t nblocks = t.block_end - t.block_begin;
+  int64_t panels = 0;  // K panels over all chunks (the loops below)
+  for (int64_t c0 = 0; c0 < ci; c0 += kWinogradMaxChunk) {
+    const int64_t n = Min(ci - c0, kWinogradMaxChunk);
+    panels += (n + t.panel_channels - 1) / t.panel_channels;
+  }
+  const int64_t verify_bytes = t.verify ? t.verify_end - t.verify_begin : 0;
+  const int64_t verify_steps = verify_bytes > 0 ? panels * nblocks * 16 : 0;
   int64_t panel_index = 0;
   for (int64_t c0 = 0; c0 < ci; c0 += kWinogradMaxChunk) {
     const int64_t c1 = Min(ci, c0 + kWinogradMaxChunk);
@@ -410,11 +401,16 @@ bool ItemAvx2(const WinogradItemArgs& t) {
       const int64_t pairs = (p1 - p0 + 1) / 2;
       for (int64_t b = t.block_begin; b < t.block_end; ++b) {
         const int8_t* block = t.w->data + b * block_groups * kGroupBytes;
-        if (t.verify && (b + panel_index) % t.verify_stride == t.verify_phase) {
-          stale |= VerifyPairs(t.filter, ci, g.out_c, b, block, q0, q0 + pairs);
-        }
         int32_t* m = t.m + (b - t.block_begin) * t.m_block;
+        const int64_t step = verify_steps == 0 ? 0 : (panel_index * nblocks + b - t.block_begin) * 16;
         for (int64_t xi = 0; xi < 16; ++xi) {
+          if (verify_steps > 0) {
+            // The item's share of the filter compare, in equal slices
+            // between the position GEMMs.
+            const int64_t v0 = t.verify_begin + verify_bytes * (step + xi) / verify_steps;
+            const int64_t v1 = t.verify_begin + verify_bytes * (step + xi + 1) / verify_steps;
+            stale |= VerifyBytes(t.filter + v0, t.w->filter_copy + v0, v1 - v0);
+          }
           const int8_t* panel = block + (xi * cg + q0) * kGroupBytes;
           const int16_t* a = t.v + xi * t.v_mat;
           int64_t r = 0;
