@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <cstdio>
@@ -609,6 +610,33 @@ void TestCacheBound() {
               long(after.entries), long(after.bytes), long(after.evictions));
 }
 
+// Every forcing name parses back to its path, and an unknown one is an
+// error that lists them all (the avx2 variants included).
+void TestKernelPathNames() {
+  for (KernelPath p : {KernelPath::kAuto, KernelPath::kReference, KernelPath::kPortable,
+                       KernelPath::kAvx2, KernelPath::kAvx2Direct, KernelPath::kAvx2Winograd,
+                       KernelPath::kAvxVnni, KernelPath::kAvx512Vnni}) {
+    KernelPath parsed;
+    EXPECT(ParseKernelPath(KernelPathName(p), &parsed) && parsed == p, "name %s",
+           KernelPathName(p));
+  }
+  const char* old = std::getenv("TF_FUSED_INT8_CPU_KERNEL");
+  const std::string saved = old ? old : "";
+  setenv("TF_FUSED_INT8_CPU_KERNEL", "avx3", 1);
+  KernelPath resolved;
+  const std::string err = ResolveKernelPath(KernelPath::kAuto, &resolved);
+  for (const char* name : {"auto", "reference", "portable", "avx2", "avx2_direct",
+                           "avx2_winograd", "avxvnni", "avx512vnni"}) {
+    EXPECT(err.find(std::string(" ") + name) != std::string::npos, "'%s' not in '%s'", name,
+           err.c_str());
+  }
+  if (old) {
+    setenv("TF_FUSED_INT8_CPU_KERNEL", saved.c_str(), 1);
+  } else {
+    unsetenv("TF_FUSED_INT8_CPU_KERNEL");
+  }
+}
+
 void TestGeometryErrors() {
   auto geo = [] {
     ConvGeometry g;
@@ -689,6 +717,7 @@ int main() {
   std::printf("best CPU kernel: %s\n",
               tf_fused_int8::KernelPathName(tf_fused_int8::BestKernelPath()));
   tf_fused_int8::TestGeometryErrors();
+  tf_fused_int8::TestKernelPathNames();
   tf_fused_int8::TestPathsMatchReference();
   tf_fused_int8::TestEpilogueSpecialValues();
   tf_fused_int8::TestLayerShapes();
