@@ -153,12 +153,14 @@ inline void NextTile(const WinogradItemArgs& t, int64_t* img, int64_t* ty,
 
 alignas(16) const int8_t kZeroPixel[16] = {0};
 
-// V = B^T d B of 16 channels (int16 lanes). d[4 * i + j]: input row i,
-// column j of the tile. |V| <= 512 (winograd.h). Written to v[xi * v_mat].
-// Rows 1 and 2 first, then 0 and 3, so that at most 12 ymm stay live.
-inline void InputTransformStore(const __m256i d[16], int16_t* v, int64_t v_mat) {
+// V = B^T d B of 16 channels (int16 lanes), written to v[xi * v_mat].
+// load(i, j) gives d at input row i, column j of the tile (16 channels
+// widened to int16); |V| <= 512 (winograd.h). Rows are loaded as needed,
+// 1 and 2 first, then 0 and 3, so that at most 12 ymm stay live.
+template <class Load>
+inline void InputTransformStore(const Load& load, int16_t* v, int64_t v_mat) {
   auto row = [&](int i, __m256i h[4]) {
-    const __m256i d0 = d[4 * i], d1 = d[4 * i + 1], d2 = d[4 * i + 2], d3 = d[4 * i + 3];
+    const __m256i d0 = load(i, 0), d1 = load(i, 1), d2 = load(i, 2), d3 = load(i, 3);
     h[0] = _mm256_sub_epi16(d0, d2);
     h[1] = _mm256_add_epi16(d1, d2);
     h[2] = _mm256_sub_epi16(d2, d1);
@@ -180,22 +182,65 @@ inline void InputTransformStore(const __m256i d[16], int16_t* v, int64_t v_mat) 
   for (int j = 0; j < 4; ++j) store(12 + j, _mm256_sub_epi16(h1[j], h3[j]));
 }
 
+inline __m256i Widen(const int8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // Transforms input channels [c0, c1) of the item's tiles into t.v (tile r's
 // row at r * v_ld, channel c at c - c0; lanes past c1 up to the next
 // multiple of 16 are zero).
 void InputTransform(const WinogradItemArgs& t, int64_t c0, int64_t c1) {
   const ConvGeometry& g = *t.geo;
   const int64_t ci = g.in_c;
+  const int64_t row_bytes = g.in_w * ci;
   const int64_t per_image = t.tiles_h * t.tiles_w;
-  const int8_t* input_end = t.input + g.batch * g.in_h * g.in_w * ci;
+  const int8_t* input_end = t.input + g.batch * g.in_h * row_bytes;
+  const int64_t full_end = c0 + (c1 - c0) / 16 * 16;  // whole channel groups
+  const __m128i keep = _mm_cmpgt_epi8(
+      _mm_set1_epi8(static_cast<char>((c1 - c0) % 16)),
+      _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   // Tile (img, tile row ty, tile column tx), advanced without divisions.
   int64_t img = t.t0 / per_image;
   int64_t ty = (t.t0 % per_image) / t.tiles_w, tx = t.t0 % t.tiles_w;
   for (int64_t r = 0; r < t.tiles; ++r, NextTile(t, &img, &ty, &tx)) {
     const int64_t iy0 = 2 * ty - g.pad_top;
     const int64_t ix0 = 2 * tx - g.pad_left;
-    // Each position's pixel (channel 0) and a mask for the channel offset:
-    // padding reads the zero pixel at offset 0.
+    int16_t* dst = t.v + r * t.v_ld;  // channel c at dst + (c - c0)
+    // Offset of the tile's first position (negative or past the input for
+    // border tiles, only ever added to when the sum is inside).
+    const int64_t corner = ((img * g.in_h + iy0) * g.in_w + ix0) * ci;
+    if (iy0 >= 0 && iy0 + 4 <= g.in_h && ix0 >= 0 && ix0 + 4 <= g.in_w) {
+      // Interior tile: position (i, j) at corner + i * row + j * Ci.
+      int64_t c = c0;
+      for (; c < full_end; c += 16) {
+        const int8_t* p = t.input + corner + c;
+        InputTransformStore(
+            [&](int i, int j) { return Widen(p + i * row_bytes + j * ci); },
+            dst + (c - c0), t.v_mat);
+      }
+      if (c < c1) {
+        // Fewer than 16 channels left (Ci or a chunk ends): a whole vector
+        // with the lanes past c1 cleared (those bytes belong to the next
+        // pixel), or a zeroed copy at the very end of the input.
+        const int8_t* p = t.input + corner + c;
+        const int64_t n = c1 - c;
+        InputTransformStore(
+            [&](int i, int j) {
+              const int8_t* src = p + i * row_bytes + j * ci;
+              if (src + 16 <= input_end) {
+                return _mm256_cvtepi8_epi16(_mm_and_si128(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), keep));
+              }
+              alignas(16) int8_t tmp[16] = {0};
+              std::memcpy(tmp, src, static_cast<size_t>(n));
+              return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+            },
+            dst + (c - c0), t.v_mat);
+      }
+      continue;
+    }
+    // Border tile: each position's pixel (channel 0), or the zero pixel at
+    // channel offset 0 (mask 0) for padding.
     const int8_t* base[16];
     int64_t mask[16];
     for (int i = 0; i < 4; ++i) {
@@ -203,42 +248,31 @@ void InputTransform(const WinogradItemArgs& t, int64_t c0, int64_t c1) {
       for (int j = 0; j < 4; ++j) {
         const int64_t ix = ix0 + j;
         const bool inside = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
-        base[4 * i + j] =
-            inside ? t.input + ((img * g.in_h + iy) * g.in_w + ix) * ci : kZeroPixel;
+        base[4 * i + j] = inside ? t.input + (corner + i * row_bytes + j * ci) : kZeroPixel;
         mask[4 * i + j] = inside ? -1 : 0;
       }
     }
-    int16_t* dst = t.v + r * t.v_ld;
     for (int64_t c = c0; c < c1; c += 16) {
-      const int64_t n = Min(16, c1 - c);
-      __m256i d[16];
-      if (n == 16) {
-        for (int p = 0; p < 16; ++p) {
-          d[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
-              reinterpret_cast<const __m128i*>(base[p] + (c & mask[p]))));
-        }
-      } else {
-        // Fewer than 16 channels left (Ci or a chunk ends): a whole vector
-        // with the lanes past n cleared where the read stays inside the
-        // input (the bytes past n belong to the next pixel), a zeroed copy
-        // at the very end of the input.
-        const __m128i keep = _mm_cmpgt_epi8(
-            _mm_set1_epi8(static_cast<char>(n)),
-            _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-        for (int p = 0; p < 16; ++p) {
-          const int8_t* src = base[p] + (c & mask[p]);
-          __m128i x;
-          if (mask[p] == 0 || src + 16 <= input_end) {
-            x = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), keep);
-          } else {
+      if (c < full_end) {
+        InputTransformStore(
+            [&](int i, int j) { return Widen(base[4 * i + j] + (c & mask[4 * i + j])); },
+            dst + (c - c0), t.v_mat);
+        continue;
+      }
+      const int64_t n = c1 - c;
+      InputTransformStore(
+          [&](int i, int j) {
+            const int p = 4 * i + j;
+            const int8_t* src = base[p] + (c & mask[p]);
+            if (mask[p] == 0 || src + 16 <= input_end) {
+              return _mm256_cvtepi8_epi16(_mm_and_si128(
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)), keep));
+            }
             alignas(16) int8_t tmp[16] = {0};
             std::memcpy(tmp, src, static_cast<size_t>(n));
-            x = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
-          }
-          d[p] = _mm256_cvtepi8_epi16(x);
-        }
-      }
-      InputTransformStore(d, dst + (c - c0), t.v_mat);
+            return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+          },
+          dst + (c - c0), t.v_mat);
     }
   }
 }
