@@ -104,7 +104,10 @@ bool WinogradEligible(const ConvGeometry& g);
 
 // Whether the avx2 path (the automatic choice) prefers Winograd over the
 // direct GEMM for g (an eligible geometry); see winograd.cc for what was
-// measured.
+// measured. The VNNI paths do not use Winograd: VPDPBUSD sums four int8
+// products per lane where an int16 Winograd's VPDPWSSD sums two, so 2.25x
+// fewer multiplications are at most 1.125x fewer instructions before the
+// transforms are paid for (so neither implemented nor measured there).
 bool WinogradPreferredAvx2(const ConvGeometry& g);
 
 // One work item: tiles [t0, t0 + tiles) x output blocks [block_begin,
