@@ -52,7 +52,7 @@ enum PackFormatId : int {
   kFormatZmmU8 = 1,   // avx512vnni: int8 x4 groups, 64-channel blocks, interleaved
   kFormatYmmU8 = 2,   // avxvnni: int8 x4 groups, 16-channel blocks, natural
   kFormatYmmI16 = 3,  // avx2: int16 x2 groups, 16-channel blocks, natural
-  kFormatWinogradI16 = 4,  // avx2 Winograd U' (cpu/winograd/winograd.h), int16 x2
+  kFormatWinogradI16 = 6,  // avx2 Winograd U' (cpu/winograd/winograd.h), int16 x2
 };
 
 // Packs or verifies groups [g0, g1) of channel block `block_index` of the
