@@ -48,7 +48,11 @@ def cpu_flags():
   return set()
 
 
-X86_ISA_PATHS = ("avx2", "avxvnni", "avx512vnni")
+# avx2_direct and avx2_winograd force the two variants the avx2 path chooses
+# between (the direct kernels, the exact Winograd F(2x2, 3x3) on every 3x3
+# stride-1 convolution).
+X86_ISA_PATHS = ("avx2", "avx2_direct", "avx2_winograd", "avxvnni",
+                 "avx512vnni")
 ARM_ISA_PATHS = ("neon", "dotprod", "i8mm")
 
 # Instruction-set kernels the build has (BUILD selects them by target CPU);
@@ -71,7 +75,7 @@ def expected_paths():
       paths.append("i8mm")
   else:
     if {"avx2", "fma"} <= flags:
-      paths.append("avx2")
+      paths += ["avx2", "avx2_direct", "avx2_winograd"]
     if {"avx2", "fma", "avx_vnni"} <= flags:
       paths.append("avxvnni")
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags:

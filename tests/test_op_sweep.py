@@ -1,6 +1,9 @@
 """The op against the independent numpy reference, bit for bit, on the
 generated sweep: every CPU kernel path, int8 and qint8, eager and tf.function."""
 
+import dataclasses
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -152,3 +155,98 @@ def test_python_number_scales_and_no_side_input_eagerly_and_in_graph():
       graph = tf.function(lambda: op(x, w, s, ss, sd))()  # pylint: disable=cell-var-from-loop
       np.testing.assert_array_equal(tf.bitcast(graph, tf.int8).numpy()
                                     if dtype == tf.qint8 else graph.numpy(), want)
+
+
+def network_3x3_cases():
+  """ResNet-50's 3x3 layers (the Winograd-eligible ones) and MobileNetV2's
+  3x3 layers (the strided stem and the depthwise layers) at batch 1 and 8,
+  with the epilogue variants spread over them."""
+  cases = []
+  for batch in (1, 8):
+    layers = [c for c in testing.resnet50_cases(batch) if c.kernel_h == 3]
+    layers.append(testing.ConvCase(batch=batch, height=224, width=224,
+                                   in_channels=3, kernel_h=3, kernel_w=3,
+                                   out_channels=32, stride_h=2, stride_w=2))
+    layers += testing.mobilenet_v2_depthwise_cases(batch)
+    for i, c in enumerate(layers):
+      cases.append(dataclasses.replace(
+          c, side_input=i % 3 == 1, per_channel_scale=i % 4 != 3,
+          activation="None" if i % 2 else "Relu"))
+  return cases
+
+
+NETWORK_CASES = network_3x3_cases()
+
+
+@functools.lru_cache(maxsize=None)
+def _network_case(index):
+  case = NETWORK_CASES[index]
+  inputs = testing.make_inputs(case, seed=100 + index)
+  return inputs, op_harness.run_reference(case, inputs)
+
+
+def test_network_cases_cover_winograd_shapes():
+  resnet = {(c.height, c.in_channels) for c in NETWORK_CASES
+            if c.kernel_h == 3 and c.stride_h == 1 and c.groups == 1}
+  assert resnet == {(56, 64), (28, 128), (14, 256), (7, 512)}
+  assert {c.batch for c in NETWORK_CASES} == {1, 8}
+  assert any(c.groups > 1 for c in NETWORK_CASES)
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_network_3x3_layers_match_reference(path):
+  for i, case in enumerate(NETWORK_CASES):
+    inputs, want = _network_case(i)
+    with op_harness.forced_kernel(path):
+      got = op_harness.run_op(case, inputs)
+    op_harness.assert_same_bits(got, want, f"{path} {case.name()}")
+
+
+def _extreme_inputs(case, pattern):
+  """Inputs at the Winograd bounds: 'min' every input and weight -128 (the
+  largest accumulators), 'min_max' inputs -128 against weights 127 (the most
+  negative), 'alternating' +-extreme checkerboards over space and channels."""
+  n, h, w, ci = case.input_shape
+  kh, kw, _, co = case.filter_shape
+  if pattern == "alternating":
+    iy, ix, ic = np.meshgrid(np.arange(h), np.arange(w), np.arange(ci), indexing="ij")
+    x = np.where((iy + ix + ic) % 2 == 1, 127, -128).astype(np.int8)
+    x = np.broadcast_to(x, case.input_shape).copy()
+    ky, kx, fc, fo = np.meshgrid(np.arange(kh), np.arange(kw), np.arange(ci),
+                                 np.arange(co), indexing="ij")
+    f = np.where((ky + kx + fc + fo) % 2 == 1, 127, -128).astype(np.int8)
+  else:
+    x = np.full(case.input_shape, -128, np.int8)
+    f = np.full(case.filter_shape, -128 if pattern == "min" else 127, np.int8)
+  # The largest |acc| maps to about 100.
+  scale = (100.0 / (kh * kw * ci * 16384.0) * (1 + 0.37 * np.arange(co)))
+  rng = np.random.default_rng(ci)
+  return dict(conv_input=x, filter=f,
+              bias=(rng.integers(-20, 21, co) / 2.0).astype(np.float32),
+              side_input=(rng.integers(-128, 128, case.output_shape, dtype=np.int8)
+                          if case.side_input else None),
+              conv_input_scale=scale.astype(np.float32),
+              side_input_scale=np.float32(-0.75 if case.side_input else 0.0))
+
+
+# Input depths at the Winograd chunk limit (a chunk of 3640 channels keeps
+# 4 * acc below 2^31; 3641 in one chunk would wrap) and past it.
+EDGE_CASES = [
+    (testing.ConvCase(2, 5, 5, 3640, 3, 3, 17), "min"),
+    (testing.ConvCase(1, 5, 4, 3641, 3, 3, 17, side_input=True, activation="None"), "min"),
+    (testing.ConvCase(1, 5, 5, 3641, 3, 3, 5, padding="VALID", activation="None"),
+     "min_max"),
+    (testing.ConvCase(1, 4, 3, 7281, 3, 3, 5, activation="None"), "alternating"),
+    (testing.ConvCase(3, 7, 9, 64, 3, 3, 33, side_input=True), "alternating"),
+]
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_winograd_bounds_match_reference(path):
+  for case, pattern in EDGE_CASES:
+    inputs = _extreme_inputs(case, pattern)
+    want = op_harness.run_reference(case, inputs)
+    assert len(np.unique(want)) > 1
+    with op_harness.forced_kernel(path):
+      got = op_harness.run_op(case, inputs)
+    op_harness.assert_same_bits(got, want, f"{path} {case.name()} {pattern}")

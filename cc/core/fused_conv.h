@@ -12,17 +12,25 @@ namespace tf_fused_int8 {
 
 // The CPU kernel implementations. kAuto picks the fastest one this CPU runs,
 // unless the environment variable TF_FUSED_INT8_CPU_KERNEL names another
-// (reference, portable, avx2, avxvnni, avx512vnni, neon, dotprod, i8mm); it
-// is read on every call so that tests and benchmarks can force each path in
-// turn. Every name parses on every build; the x86-64 paths exist only in
-// x86-64 builds and the aarch64 ones (neon, dotprod, i8mm) only in aarch64
-// builds, and forcing one that is absent or that this CPU lacks is a clean
-// error (ResolveKernelPath).
+// (reference, portable, avx2, avx2_direct, avx2_winograd, avxvnni,
+// avx512vnni, neon, dotprod, i8mm); it is read on every call so that tests
+// and benchmarks can force each path in turn. Every name parses on every
+// build; the x86-64 paths exist only in x86-64 builds and the aarch64 ones
+// (neon, dotprod, i8mm) only in aarch64 builds, and forcing one that is
+// absent or that this CPU lacks is a clean error (ResolveKernelPath).
+//
+// avx2 chooses per call between the direct kernels and the exact Winograd
+// F(2x2, 3x3) (cpu/winograd/winograd.h) where that was measured faster;
+// avx2_direct never uses Winograd; avx2_winograd uses it on every eligible
+// convolution (3x3, stride 1, dilation 1; grouped calls per group) and the
+// direct kernels on all others, so that tests can force each variant.
 enum class KernelPath {
   kAuto,
   kReference,
   kPortable,
   kAvx2,
+  kAvx2Direct,
+  kAvx2Winograd,
   kAvxVnni,
   kAvx512Vnni,
   kNeon,     // AArch64 Advanced SIMD (SMULL + SADALP), every ARMv8-A CPU

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -30,6 +31,7 @@
 #include "tests/cc/expect.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/cpu/gemm/packed_weights.h"
+#include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
@@ -39,9 +41,9 @@ constexpr int kExitRefused = 3;
 
 // Every fast path; the ones this build and CPU lack are skipped.
 const KernelPath kFastPaths[] = {
-    KernelPath::kPortable, KernelPath::kAvx2,    KernelPath::kAvxVnni,
-    KernelPath::kAvx512Vnni, KernelPath::kNeon, KernelPath::kDotprod,
-    KernelPath::kI8mm};
+    KernelPath::kPortable,   KernelPath::kAvx2,    KernelPath::kAvx2Direct,
+    KernelPath::kAvx2Winograd, KernelPath::kAvxVnni, KernelPath::kAvx512Vnni,
+    KernelPath::kNeon,       KernelPath::kDotprod, KernelPath::kI8mm};
 
 // The paths under test (main() fills it) and whether they are reached
 // through TF_FUSED_INT8_CPU_KERNEL (run as kAuto).
@@ -619,6 +621,164 @@ void TestSideInputFma() {
   std::printf("side input fma: %d runs checked\n", runs);
 }
 
+// The exact Winograd F(2x2, 3x3) (cpu/winograd/winograd.h) at the edges of
+// its bounds, on every fast path (CheckAllPaths; the direct kernels see the
+// same cases): input depth at the chunk limit 3640 (4 * acc reaches
+// 2146959360, just below 2^31), one past it (a single chunk of 3641 would
+// wrap: 2147549184), several chunks up to the largest depth ComputeGeometry
+// allows (9 * 14563); every input and weight -128 (the largest acc and
+// |V| = 512, |U'| = 1152), -128 against 127 (the most negative acc),
+// alternating signs (extremes of both signs in V and U'); SAME, VALID and
+// EXPLICIT (pads larger than the filter, windows wholly in padding), odd
+// output sizes (partial tiles), several K panels, batch > 1, side input,
+// Relu / None, bounded outputs, per-tensor and per-channel scales.
+void TestWinogradEdges() {
+  enum Pattern { kAllMin, kMinTimesMax, kAlternating, kRandom };
+  struct W {
+    int64_t n, h, w, ci, co;
+    Padding padding;
+    int64_t pt, pb, pl, pr;  // EXPLICIT only
+    Pattern pattern;
+    bool side, relu, per_channel, bounded;
+  };
+  const W cases[] = {
+      {2, 5, 5, 3640, 17, Padding::kSame, 0, 0, 0, 0, kAllMin, false, false, true, false},
+      {1, 5, 4, 3641, 17, Padding::kSame, 0, 0, 0, 0, kAllMin, true, false, false, false},
+      {1, 4, 5, 3640, 5, Padding::kValid, 0, 0, 0, 0, kMinTimesMax, false, false, true, true},
+      {1, 5, 5, 3641, 5, Padding::kValid, 0, 0, 0, 0, kMinTimesMax, false, true, true, false},
+      {1, 3, 3, 3641, 5, Padding::kExplicit, 2, 0, 1, 3, kAlternating, true, false, true, false},
+      {1, 3, 4, 7281, 5, Padding::kSame, 0, 0, 0, 0, kAllMin, false, false, true, false},
+      {1, 3, 3, 14563, 3, Padding::kSame, 0, 0, 0, 0, kAllMin, false, false, false, false},
+      {2, 4, 3, 10921, 4, Padding::kExplicit, 1, 0, 0, 1, kRandom, true, true, true, true},
+      {3, 7, 9, 64, 33, Padding::kSame, 0, 0, 0, 0, kAlternating, true, true, true, false},
+      {2, 9, 7, 515, 20, Padding::kExplicit, 1, 2, 0, 3, kRandom, false, false, true, false},
+      {1, 8, 8, 1030, 16, Padding::kValid, 0, 0, 0, 0, kAlternating, false, false, false, true},
+      {1, 1, 1, 8, 16, Padding::kExplicit, 1, 1, 1, 1, kRandom, true, false, true, false},
+      {1, 2, 2, 16, 16, Padding::kExplicit, 5, 0, 0, 6, kRandom, false, false, true, false},
+      {4, 11, 13, 31, 47, Padding::kSame, 0, 0, 0, 0, kRandom, true, false, true, true},
+      {1, 28, 28, 128, 128, Padding::kSame, 0, 0, 0, 0, kRandom, false, true, true, false},
+  };
+  const cpu::PackedWeightsCacheStats before = cpu::PackedWeightsCache::Global().Stats();
+  int runs = 0;
+  std::mt19937 rng(17);
+  // All buffers stay alive: a freed filter's address reused by the next
+  // case's filter of the same shape would be a (correctly) stale entry.
+  std::vector<std::unique_ptr<Buffers>> buffers;
+  for (const W& c : cases) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = c.n; g.in_h = c.h; g.in_w = c.w; g.in_c = c.ci;
+    g.filter_h = g.filter_w = 3; g.out_c = c.co;
+    g.pad_top = c.pt; g.pad_bottom = c.pb; g.pad_left = c.pl; g.pad_right = c.pr;
+    const std::string err = ComputeGeometry(c.padding, &g);
+    EXPECT(err.empty(), "winograd geometry: %s", err.c_str());
+    if (!err.empty()) continue;
+    buffers.push_back(std::make_unique<Buffers>());
+    Buffers& b = *buffers.back();
+    b.input.resize(g.InputElements());
+    b.filter.resize(g.FilterElements());
+    for (int64_t i = 0; i < g.InputElements(); ++i) {
+      const int64_t ch = i % g.in_c, px = i / g.in_c;
+      const int64_t x = px % g.in_w, y = (px / g.in_w) % g.in_h;
+      int v = int(rng() % 256) - 128;
+      if (c.pattern == kAllMin || c.pattern == kMinTimesMax) v = -128;
+      if (c.pattern == kAlternating) v = ((x + y + ch) & 1) ? 127 : -128;
+      b.input[i] = static_cast<int8_t>(v);
+    }
+    for (int64_t i = 0; i < g.FilterElements(); ++i) {
+      const int64_t o = i % g.out_c, ch = (i / g.out_c) % g.in_c, tap = i / (g.out_c * g.in_c);
+      int v = int(rng() % 256) - 128;
+      if (c.pattern == kAllMin) v = -128;
+      if (c.pattern == kMinTimesMax) v = 127;
+      if (c.pattern == kAlternating) v = ((tap / 3 + tap % 3 + ch + o) & 1) ? 127 : -128;
+      b.filter[i] = static_cast<int8_t>(v);
+    }
+    if (c.side) {
+      b.side.resize(g.OutputElements());
+      for (auto& x : b.side) x = static_cast<int8_t>(rng() % 256 - 128);
+    }
+    // Scales that put the largest |acc| near 100 (extreme patterns) or
+    // spread random accumulators over the int8 range.
+    const double depth = double(g.ReductionDepth());
+    const double base = c.pattern == kRandom ? 40.0 / (std::sqrt(depth) * 74 * 74)
+                                             : 100.0 / (depth * 16384.0);
+    b.scale.resize(c.per_channel ? g.out_c : 1);
+    for (size_t i = 0; i < b.scale.size(); ++i) b.scale[i] = float(base * (1.0 + 0.37 * i));
+    b.bias.resize(g.out_c);
+    for (auto& x : b.bias) x = float(int(rng() % 41) - 20) * 0.5f;
+    a.input = b.input.data();
+    a.filter = b.filter.data();
+    a.bias = b.bias.data();
+    a.conv_input_scale = b.scale.data();
+    a.per_channel_scale = c.per_channel;
+    a.side_input = c.side ? b.side.data() : nullptr;
+    a.side_input_scale = c.side ? -0.75f : 0.0f;
+    a.activation = c.relu ? Activation::kRelu : Activation::kNone;
+    if (c.bounded) {
+      a.output_min = -20;
+      a.output_max = 90;
+    }
+    const int64_t calls = cpu::WinogradCallsForTesting();
+    char what[128];
+    std::snprintf(what, sizeof(what), "winograd n%ld %ldx%ldx%ld co%ld pattern %d",
+                  long(c.n), long(c.h), long(c.w), long(c.ci), long(c.co), int(c.pattern));
+    runs += CheckAllPaths(a, what);
+    if (std::find(g_paths.begin(), g_paths.end(), KernelPath::kAvx2Winograd) !=
+        g_paths.end()) {
+      EXPECT(cpu::WinogradCallsForTesting() > calls, "%s: Winograd never ran", what);
+    }
+  }
+  // Unchanged filters: every cache hit verified clean (no spurious repack).
+  const cpu::PackedWeightsCacheStats after = cpu::PackedWeightsCache::Global().Stats();
+  EXPECT(after.stale == before.stale, "%ld spurious stale repacks",
+         long(after.stale - before.stale));
+  std::printf("winograd edges: %d runs checked\n", runs);
+}
+
+// Non-eligible convolutions on avx2_winograd fall back to the direct
+// kernels (same bits, no Winograd call); eligible grouped ones run it per
+// group.
+void TestWinogradEligibility() {
+  if (std::find(g_paths.begin(), g_paths.end(), KernelPath::kAvx2Winograd) ==
+      g_paths.end()) {
+    return;
+  }
+  std::mt19937 rng(23);
+  struct E { int64_t k, s, d, groups, ci, co; bool winograd; };
+  const E cases[] = {
+      {3, 1, 1, 1, 16, 16, true},  {3, 2, 1, 1, 16, 16, false},
+      {3, 1, 2, 1, 16, 16, false}, {1, 1, 1, 1, 16, 16, false},
+      {5, 1, 1, 1, 16, 16, false}, {3, 1, 1, 2, 32, 48, true},
+      {3, 1, 1, 16, 16, 16, false},  // depthwise: its own kernel
+  };
+  for (const E& e : cases) {
+    Buffers b;
+    FusedConvArgs a = LayerCase(2, 9, 8, e.ci, e.k, e.co, e.s, true, &rng, &b, e.groups);
+    if (e.d != 1) {
+      a.geo.dilation_h = a.geo.dilation_w = e.d;
+      EXPECT(ComputeGeometry(Padding::kSame, &a.geo).empty(), "dilated geometry");
+      b.side.resize(a.geo.OutputElements());
+      a.side_input = b.side.data();
+    }
+    std::vector<int8_t> want(a.geo.OutputElements()), got(want.size());
+    a.output = want.data();
+    RunReference(a);
+    a.output = got.data();
+    const int64_t calls = cpu::WinogradCallsForTesting();
+    EXPECT(RunFusedConv(a, KernelPath::kAvx2Winograd, ThreadParallelFor(2)).empty(), "run");
+    EXPECT(got == want, "avx2_winograd k%ld s%ld d%ld groups %ld", long(e.k), long(e.s),
+           long(e.d), long(e.groups));
+    const int64_t ran = cpu::WinogradCallsForTesting() - calls;
+    EXPECT(e.winograd ? ran == e.groups : ran == 0, "k%ld s%ld d%ld groups %ld: %ld "
+           "Winograd calls", long(e.k), long(e.s), long(e.d), long(e.groups), long(ran));
+    const int64_t direct_calls = cpu::WinogradCallsForTesting();
+    EXPECT(RunFusedConv(a, KernelPath::kAvx2Direct, ThreadParallelFor(2)).empty(), "run");
+    EXPECT(got == want, "avx2_direct");
+    EXPECT(cpu::WinogradCallsForTesting() == direct_calls, "avx2_direct ran Winograd");
+  }
+  std::printf("winograd eligibility: checked\n");
+}
+
 // A filter changed in place (same pointer, same shape) must never be served
 // from the packed-weights cache: every path, shapes with one and many
 // verification panels, a change in one byte anywhere.
@@ -626,7 +786,10 @@ void TestChangedFilterIsRepacked() {
   cpu::SetWeightModeForTesting(1);  // the cache is what is under test
   std::mt19937 rng(7);
   struct L { int64_t n, h, ci, k, co; };
-  const L layers[] = {{1, 6, 8, 3, 20}, {1, 7, 512, 3, 128}, {2, 9, 33, 5, 70}};
+  // The last one has Winograd verify panels spread over several tile blocks
+  // (128 tiles, 2 K panels).
+  const L layers[] = {{1, 6, 8, 3, 20}, {1, 7, 512, 3, 128}, {2, 9, 33, 5, 70},
+                      {2, 16, 520, 3, 36}};
   int runs = 0;
   for (const L& l : layers) {
     Buffers b;
@@ -697,6 +860,33 @@ void TestCacheBound() {
   cpu::SetWeightModeForTesting(0);
   std::printf("cache bound: %ld entries, %ld bytes, %ld evictions\n",
               long(after.entries), long(after.bytes), long(after.evictions));
+}
+
+// Every forcing name parses back to its path, and an unknown one is an
+// error that lists them all (the avx2 variants included).
+void TestKernelPathNames() {
+  for (KernelPath p : {KernelPath::kAuto, KernelPath::kReference, KernelPath::kPortable,
+                       KernelPath::kAvx2, KernelPath::kAvx2Direct, KernelPath::kAvx2Winograd,
+                       KernelPath::kAvxVnni, KernelPath::kAvx512Vnni}) {
+    KernelPath parsed;
+    EXPECT(ParseKernelPath(KernelPathName(p), &parsed) && parsed == p, "name %s",
+           KernelPathName(p));
+  }
+  const char* old = std::getenv("TF_FUSED_INT8_CPU_KERNEL");
+  const std::string saved = old ? old : "";
+  setenv("TF_FUSED_INT8_CPU_KERNEL", "avx3", 1);
+  KernelPath resolved;
+  const std::string err = ResolveKernelPath(KernelPath::kAuto, &resolved);
+  for (const char* name : {"auto", "reference", "portable", "avx2", "avx2_direct",
+                           "avx2_winograd", "avxvnni", "avx512vnni"}) {
+    EXPECT(err.find(std::string(" ") + name) != std::string::npos, "'%s' not in '%s'", name,
+           err.c_str());
+  }
+  if (old) {
+    setenv("TF_FUSED_INT8_CPU_KERNEL", saved.c_str(), 1);
+  } else {
+    unsetenv("TF_FUSED_INT8_CPU_KERNEL");
+  }
 }
 
 void TestGeometryErrors() {
@@ -836,6 +1026,7 @@ int main() {
   std::printf("best CPU kernel: %s\n", KernelPathName(BestKernelPath()));
   const int cases = CasesFromEnv();
   TestGeometryErrors();
+  TestKernelPathNames();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
       std::printf("%d failures\n", testing::ExpectFailures());
@@ -852,6 +1043,8 @@ int main() {
   TestSideInputFma();
   TestLayerShapes();
   TestChannelTails();
+  TestWinogradEdges();
+  TestWinogradEligibility();
   TestChangedFilterIsRepacked();
   TestCacheBound();
   if (testing::ExpectFailures()) {

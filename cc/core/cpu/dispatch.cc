@@ -21,6 +21,7 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/grouped/grouped.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
@@ -101,6 +102,8 @@ constexpr PathName kNames[] = {
     {KernelPath::kReference, "reference"},
     {KernelPath::kPortable, "portable"},
     {KernelPath::kAvx2, "avx2"},
+    {KernelPath::kAvx2Direct, "avx2_direct"},
+    {KernelPath::kAvx2Winograd, "avx2_winograd"},
     {KernelPath::kAvxVnni, "avxvnni"},
     {KernelPath::kAvx512Vnni, "avx512vnni"},
     {KernelPath::kNeon, "neon"},
@@ -144,6 +147,8 @@ bool KernelPathSupported(KernelPath path) {
     case KernelPath::kPortable:
       return true;
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
       return kX86Kernels && Features().avx2 && Features().fma;
     case KernelPath::kAvxVnni:
       return kX86Kernels && Features().avxvnni && Features().fma;
@@ -202,6 +207,16 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
   switch (path) {
 #if defined(__x86_64__)
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Winograd:
+      if (cpu::WinogradEligible(args.geo) &&
+          (path == KernelPath::kAvx2Winograd ||
+           cpu::WinogradPreferredAvx2(args.geo))) {
+        cpu::RunWinograd(args, cpu::kWinogradAvx2, parallel_for, cache_key);
+        return;
+      }
+      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
+      return;
+    case KernelPath::kAvx2Direct:
       cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
       return;
     case KernelPath::kAvxVnni:
@@ -240,6 +255,8 @@ cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
   switch (path) {
 #if defined(__x86_64__)
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
     case KernelPath::kAvxVnni:
       return cpu::DepthwiseRowsAvx2;
     case KernelPath::kAvx512Vnni:
@@ -273,6 +290,8 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
       return "";
     case KernelPath::kPortable:
     case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
     case KernelPath::kAvxVnni:
     case KernelPath::kAvx512Vnni:
     case KernelPath::kNeon:

@@ -73,6 +73,7 @@ enum PackFormatId : int {
   kFormatYmmI16 = 3,  // avx2: int16 x2 groups, 16-channel blocks, natural
   kFormatNeonS8x4 = 4,  // neon, dotprod: int8 x4 groups, 16-channel blocks, natural
   kFormatNeonS8x8 = 5,  // i8mm: int8 x8 groups, 16-channel blocks, natural
+  kFormatWinogradI16 = 6,  // avx2 Winograd U' (cpu/winograd/winograd.h), int16 x2
 };
 
 // Packs or verifies groups [g0, g1) of channel block `block_index` of the
@@ -99,6 +100,9 @@ struct PackedView {
   int64_t k_groups;  // groups per block (K padded / group size)
   int64_t out_c;
   int64_t block;     // channels per block
+  // kFormatWinogradI16 only (else null): the filter bytes the panels were
+  // computed from, which its calls compare with the filter (winograd.h).
+  const int8_t* filter_copy;
 };
 
 // The contract epilogue's operands (cc/core/epilogue.h), for one call.

@@ -9,6 +9,8 @@
 #include <new>
 #include <utility>
 
+#include "cc/core/cpu/winograd/winograd.h"
+
 namespace tf_fused_int8 {
 namespace cpu {
 
@@ -30,13 +32,23 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
     const int8_t* filter, const ConvGeometry& g, const IsaKernels& isa) {
   const int64_t k = g.filter_h * g.filter_w * g.in_c;
   const int64_t co = g.out_c;
-  const int64_t groups = (k + isa.k_per_group - 1) / isa.k_per_group;
+  // Winograd: 16 transformed [Ci, Co] matrices per block, not one [K, Co]
+  // (the panel function gets the filter's K and derives Ci from it).
+  const int64_t groups = isa.format == kFormatWinogradI16
+                             ? WinogradPackedGroups(g.in_c)
+                             : (k + isa.k_per_group - 1) / isa.k_per_group;
   const int64_t blocks = (co + isa.block - 1) / isa.block;
   const size_t data_bytes =
       static_cast<size_t>(blocks * groups * isa.block * isa.lane_bytes);
   const size_t data_rounded = (data_bytes + 63) / 64 * 64;
   const size_t offset_bytes = static_cast<size_t>(blocks * isa.block * 4);
-  const size_t total = data_rounded + offset_bytes;
+  // Winograd's U' is not the filter's bytes, so a call cannot verify it by
+  // repacking a panel cheaply: the entry keeps the filter bytes it was
+  // computed from (packed from that copy, never from the caller's buffer
+  // twice), and calls compare the filter with them.
+  const bool keep_copy = isa.format == kFormatWinogradI16;
+  const size_t copy_bytes = keep_copy ? static_cast<size_t>(k * co) : 0;
+  const size_t total = data_rounded + offset_bytes + copy_bytes;
 
   std::shared_ptr<PackedWeights> w(new PackedWeights());
   w->memory_ = std::aligned_alloc(64, (total + 63) / 64 * 64);
@@ -44,6 +56,12 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
   w->bytes_ = total;
   int8_t* data = static_cast<int8_t*>(w->memory_);
   int32_t* col_offset = reinterpret_cast<int32_t*>(data + data_rounded);
+  int8_t* copy = nullptr;
+  if (keep_copy) {
+    copy = data + data_rounded + offset_bytes;
+    std::memcpy(copy, filter, copy_bytes);
+    filter = copy;
+  }
 
   for (int64_t b = 0; b < blocks; ++b) {
     PanelArgs p;
@@ -80,6 +98,7 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
   w->view_.k_groups = groups;
   w->view_.out_c = co;
   w->view_.block = isa.block;
+  w->view_.filter_copy = copy;
   return w;
 }
 
