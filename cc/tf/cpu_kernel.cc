@@ -5,98 +5,23 @@
 // pool as its parallel-for. NHWC/HWIO runs in place; NCHW_VECT_C/OIHW_VECT_I
 // (a graph exported for the GPU) is converted to NHWC/HWIO in temporary
 // buffers and back, so it gives the same bits as on the GPU.
-#include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <mutex>
 #include <string>
 
 #include "cc/core/conv_params.h"
 #include "cc/core/fused_conv.h"
 #include "cc/core/layout.h"
 #include "cc/tf/conv_validation.h"
+#include "cc/tf/pool_parallel_for.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
-#include "tensorflow/core/platform/threadpool.h"
 
 namespace tf_fused_int8 {
 namespace {
-
-// The core's ParallelFor over TF's intra-op pool, self-scheduling: the range
-// is cut into units claimed one at a time from an atomic counter by the
-// calling thread and by up to NumThreads() - 1 helper tasks; the caller
-// returns as soon as every unit is done, whether or not the helpers ever
-// started (a helper that starts late finds no unit left and only touches the
-// shared, reference-counted state). So a pool thread that the OS cannot run
-// right now (the other core busy) costs nothing: the caller does its share
-// of the work instead of waiting for it, which the static split of the
-// pool's own ParallelFor cannot do (measured on a 2-vCPU VM with the other
-// vCPU loaded: MobileNetV2 at batch 1 ran slower on 2 threads than on 1).
-// Calls whose whole cost is below kInlineCycles run inline: waking a helper
-// (~5-10 us) would cost more than it saves.
-struct SharedRange {
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-  int64_t total = 0, grain = 1;
-  const std::function<void(int64_t, int64_t)>* fn = nullptr;
-  std::mutex mu;
-  std::condition_variable cv;
-
-  // Claims and runs units until none is left.
-  void Work() {
-    for (;;) {
-      const int64_t b = next.fetch_add(grain, std::memory_order_relaxed);
-      if (b >= total) return;
-      const int64_t e = std::min(total, b + grain);
-      (*fn)(b, e);
-      if (done.fetch_add(e - b, std::memory_order_acq_rel) + (e - b) == total) {
-        std::lock_guard<std::mutex> lock(mu);
-        cv.notify_all();
-      }
-    }
-  }
-};
-
-constexpr int64_t kInlineCycles = 60000;
-
-ParallelFor PoolParallelFor(tensorflow::thread::ThreadPool* pool) {
-  ParallelFor pf;
-  pf.num_threads = pool->NumThreads();
-  pf.run = [pool](int64_t total, int64_t cost_per_unit,
-                  const std::function<void(int64_t, int64_t)>& fn) {
-    const int threads = pool->NumThreads();
-    if (threads <= 1 || total <= 1 ||
-        static_cast<double>(total) * cost_per_unit < kInlineCycles) {
-      fn(0, total);
-      return;
-    }
-    auto range = std::make_shared<SharedRange>();
-    range->total = total;
-    // Units as the caller cut them, or about 8 a thread when there are many.
-    range->grain = std::max<int64_t>(1, total / (8 * int64_t{threads}));
-    range->fn = &fn;
-    const int64_t units = (total + range->grain - 1) / range->grain;
-    const int helpers = static_cast<int>(std::min<int64_t>(threads - 1, units - 1));
-    for (int i = 0; i < helpers; ++i) {
-      pool->Schedule([range] { range->Work(); });
-    }
-    range->Work();
-    if (range->done.load(std::memory_order_acquire) != total) {
-      std::unique_lock<std::mutex> lock(range->mu);
-      range->cv.wait(lock, [&] {
-        return range->done.load(std::memory_order_acquire) == total;
-      });
-    }
-    // From here on no unit runs: fn (the caller's) is never called again.
-  };
-  return pf;
-}
 
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;

@@ -303,7 +303,11 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
              "' has no implementation";
   }
   if (args.geo.IsDepthwise()) {
-    cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for);
+    const cpu::DepthwisePrep* prep = nullptr;
+#if defined(__x86_64__)
+    if (resolved == KernelPath::kAvx512Vnni) prep = &cpu::kDepthwisePrepAvx512Vnni;
+#endif
+    cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for, prep);
 #if defined(__x86_64__)
   } else if (resolved == KernelPath::kAvx512Vnni && cpu::NarrowGroupsFit(args.geo)) {
     cpu::RunNarrowGroups(args, cpu::NarrowGroupRowsAvx512Vnni, parallel_for);

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "cc/core/epilogue.h"
@@ -103,7 +106,7 @@ void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
 }
 
 void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
-                  const ParallelFor& parallel_for) {
+                  const ParallelFor& parallel_for, const DepthwisePrep* prep) {
   const ConvGeometry& g = a.geo;
   const int64_t c_count = g.out_c;
   const int64_t multiplier = g.out_c / g.in_c;
@@ -156,6 +159,16 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   base.bias = bias.data();
   base.channels = c_count;
   base.padded_c = padded;
+  std::unique_ptr<void, decltype(&std::free)> prepared(nullptr, &std::free);
+  if (prep != nullptr) {
+    const int64_t bytes = prep->bytes(base);
+    if (bytes > 0) {
+      prepared.reset(std::aligned_alloc(64, static_cast<size_t>(RoundUpTo(bytes, 64))));
+      if (prepared == nullptr) throw std::bad_alloc();
+      prep->fill(base, prepared.get());
+      base.prepared = prepared.get();
+    }
+  }
   const int64_t total_rows = g.batch * g.out_h;
   // Cycles per output row for the vector kernels: per pixel and 16
   // channels about one cycle per tap plus the epilogue (ParallelFor runs

@@ -78,19 +78,32 @@ struct DepthwiseRowArgs : DirectRowArgs {
   const float* bias;        // [padded_c]
   int64_t channels;         // out_c
   int64_t padded_c;         // channels rounded up to kDepthwiseChannelAlign
+  // What the row kernel's DepthwisePrep made once for the whole call (64-byte
+  // aligned), or nullptr.
+  const void* prepared = nullptr;
 };
 using DepthwiseRowsFn = void (*)(const DepthwiseRowArgs&);
+
+// A row kernel's per-call preparation (weights rearranged once for all rows
+// instead of once per ParallelFor unit): bytes(d) says how much it needs (0:
+// nothing), fill(d, p) writes it to p (64-byte aligned) before any row runs.
+struct DepthwisePrep {
+  int64_t (*bytes)(const DepthwiseRowArgs& d);
+  void (*fill)(const DepthwiseRowArgs& d, void* p);
+};
 
 // Row kernels, one per instruction set (depthwise_<isa>.cc); the portable
 // one lives in depthwise.cc.
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d);
 void DepthwiseRowsAvx2(const DepthwiseRowArgs& d);
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
+extern const DepthwisePrep kDepthwisePrepAvx512Vnni;
 void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only
 
 // Runs a depthwise call (args.geo.IsDepthwise()) with `rows`.
 void RunDepthwise(const FusedConvArgs& args, DepthwiseRowsFn rows,
-                  const ParallelFor& parallel_for);
+                  const ParallelFor& parallel_for,
+                  const DepthwisePrep* prep = nullptr);
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

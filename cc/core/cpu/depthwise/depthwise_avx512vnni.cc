@@ -120,15 +120,15 @@ struct alignas(64) Block3x3 {
 };
 
 // Full 64-channel blocks only (the rest of the channels run the 16-channel
-// kernel): vector code, a few hundred instructions a block.
-void PrepareBlocks(const DepthwiseRowArgs& d, std::vector<Block3x3>* blocks) {
+// kernel): vector code, a few hundred instructions a block, once per call
+// (kDepthwisePrepAvx512Vnni: not once per ParallelFor unit).
+void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
   const int64_t cc = d.channels;
   const bool s2 = d.geo->stride_w == 2;
   const __m512i zero = _mm512_setzero_si512();
   const __m512i ones = _mm512_set1_epi8(1);
-  blocks->resize(static_cast<size_t>(cc / kBlock));
-  for (size_t bi = 0; bi < blocks->size(); ++bi) {
-    Block3x3& blk = (*blocks)[bi];
+  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+    Block3x3& blk = blocks[bi];
     const int64_t c0 = static_cast<int64_t>(bi) * kBlock;
     for (int j = 0; j < 4; ++j) blk.corr_all[j] = zero;
     for (int ky = 0; ky < 3; ++ky) {
@@ -244,8 +244,14 @@ bool Use3x3Interior(const DepthwiseRowArgs& d) {
 void Rows3x3(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels;
-  std::vector<Block3x3> blocks;
-  PrepareBlocks(d, &blocks);
+  const int64_t nblocks = cc / kBlock;
+  std::vector<Block3x3> local;
+  const Block3x3* blocks = static_cast<const Block3x3*>(d.prepared);
+  if (blocks == nullptr) {  // called without the per-call preparation
+    local.resize(static_cast<size_t>(nblocks));
+    PrepareBlocks(d, local.data());
+    blocks = local.data();
+  }
   const Epilogue512Consts k = MakeEpilogue512Consts(d.side_scale, d.lo, d.hi);
   Rows16::RunFn run_full, run_part;
   Rows16::PickInterior(g, &run_full, &run_part);
@@ -263,7 +269,7 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     }
     in.shuffle_e[j] = _mm512_load_si512(idx);
   }
-  const int64_t c_split = static_cast<int64_t>(blocks.size()) * kBlock;
+  const int64_t c_split = nblocks * kBlock;
   for (int64_t r = d.row_begin; r < d.row_end; ++r) {
     const int64_t n = r / g.out_h, oy = r % g.out_h;
     // Borders, and the channels past the last full 64-channel block: the
@@ -281,9 +287,9 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     in.ky1 = d.ky_range[2 * oy + 1];
     in.out_row = d.output + r * g.out_w * cc;
     in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-    for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    for (int64_t bi = 0; bi < nblocks; ++bi) {
       in.blk = &blocks[bi];
-      in.c0 = static_cast<int64_t>(bi) * kBlock;
+      in.c0 = bi * kBlock;
       if (g.stride_w == 1) {
         in.Run<1>(d.full_begin, d.full_end);
       } else {
@@ -293,7 +299,19 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   }
 }
 
+int64_t PrepBytes(const DepthwiseRowArgs& d) {
+  return Use3x3Interior(d)
+             ? static_cast<int64_t>(sizeof(Block3x3)) * (d.channels / kBlock)
+             : 0;
+}
+
+void PrepFill(const DepthwiseRowArgs& d, void* p) {
+  PrepareBlocks(d, static_cast<Block3x3*>(p));
+}
+
 }  // namespace
+
+extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill};
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
   if (Use3x3Interior(d)) {
