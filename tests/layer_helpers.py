@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 import tf_fused_int8
+from tf_fused_int8 import testing
 
 
 def op_static_shape(layer, spec, side_spec=None):
@@ -40,16 +41,8 @@ def check_shape_inference(layer, input_specs):
     assert tuple(cf.structured_outputs.shape.as_list()) == want, spec
 
 
-def set_bn(layer, rng):
-  """Random BatchNormalization statistics (and gamma/beta if it has them)."""
-  n = layer.moving_mean.shape[0]
-  weights = []
-  if layer.scale:
-    weights.append(rng.uniform(0.5, 1.5, n))
-  if layer.center:
-    weights.append(rng.normal(0.0, 0.2, n))
-  weights += [rng.normal(0.0, 0.3, n), rng.uniform(0.3, 2.0, n)]
-  layer.set_weights([w.astype(np.float32) for w in weights])
+# Random BatchNormalization statistics (and gamma/beta if it has them).
+set_bn = testing.randomize_batch_norm
 
 
 def load_example(name):
@@ -82,3 +75,17 @@ def assert_float_close(got, want, err_msg=""):
   scale = float(np.abs(want).max()) if want.size else 0.0
   np.testing.assert_allclose(got, want, rtol=FLOAT_REDUCTION_RTOL,
                              atol=FLOAT_REDUCTION_RTOL * scale, err_msg=err_msg)
+
+
+def assert_reloaded_model_agrees(original, reloaded, x, want):
+  """A reloaded quantized model (its float head last): the output of the last
+  QuantizedFusedConv2D bit for bit, the float head's output `want` (the
+  original's) up to float summation order."""
+  import keras  # pylint: disable=g-import-not-at-top
+  last = [l.name for l in original.layers
+          if isinstance(l, tf_fused_int8.QuantizedFusedConv2D)][-1]
+  body = [keras.Model(m.input, m.get_layer(last).output)(x).numpy()
+          for m in (original, reloaded)]
+  assert body[0].dtype == np.int8 and len(np.unique(body[0])) > 10
+  np.testing.assert_array_equal(body[1], body[0])
+  assert_float_close(reloaded(x).numpy(), want)

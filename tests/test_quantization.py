@@ -39,14 +39,18 @@ def residual_model(seed=0):
   out = L.ReLU(name="relu2")(L.Add(name="add")([h2, h1]))
   logits = L.Dense(5, name="head")(L.GlobalAveragePooling2D(name="gap")(out))
   model = keras.Model(inp, {"logits": logits, "features": out})
-  rng = np.random.default_rng(seed)
+  randomize(model, np.random.default_rng(seed))
+  return model
+
+
+def randomize(model, rng):
+  """Random BN statistics and N(0, 0.3) convolution weights."""
   for layer in model.layers:
     if isinstance(layer, L.BatchNormalization):
       layer_helpers.set_bn(layer, rng)
     elif isinstance(layer, L.Conv2D):
       layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
                          for w in layer.get_weights()])
-  return model
 
 
 def images(n, seed=1, shape=(9, 7, 3)):
@@ -422,12 +426,7 @@ def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
   assert isinstance(loaded.get_layer("block1_conv2"), QFC)
   # The int8 body gives the same bits; the logits come from the float head
   # (GAP + Dense) run again: equal up to float summation order.
-  last = [l.name for l in int8_model.layers if isinstance(l, QFC)][-1]
-  body = [keras.Model(m.input, m.get_layer(last).output)(x).numpy()
-          for m in (int8_model, loaded)]
-  assert body[0].dtype == np.int8 and len(np.unique(body[0])) > 10
-  np.testing.assert_array_equal(body[1], body[0])
-  layer_helpers.assert_float_close(loaded(x).numpy(), want)
+  layer_helpers.assert_reloaded_model_agrees(int8_model, loaded, x, want)
   for a, b in zip(int8_model.get_weights(), loaded.get_weights()):
     assert a.dtype == b.dtype
     np.testing.assert_array_equal(a, b)
@@ -459,13 +458,7 @@ def test_stem_pooling_stays_int8_and_exact(tmp_path):
   q = L.MaxPooling2D(2, padding="same", name="pool_same")(p)
   out = L.Conv2D(6, 3, padding="same", activation="relu", name="c2")(q)
   model = keras.Model(inp, [out, L.GlobalMaxPooling2D(name="gmp")(out)])
-  rng = np.random.default_rng(11)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
-    elif isinstance(layer, L.Conv2D):
-      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
-                         for w in layer.get_weights()])
+  randomize(model, np.random.default_rng(11))
   x = images(6, seed=3, shape=(13, 11, 3))
   scales = quantization.calibrate(model, x, verbose=0)
   # The pooled tensor's own scale is not what c2 reads: the int8 tensor

@@ -525,12 +525,7 @@ def test_digits_mobilenet_v2_saves_and_exports(digits_mobilenet, tmp_path):
   assert loaded.get_layer("block2_dw").padding == ((0, 1), (0, 1))
   # The int8 body gives the same bits; the logits come from the float head
   # (GAP + Dense) run again: equal up to float summation order.
-  last = [l.name for l in int8_model.layers if isinstance(l, QFC)][-1]
-  body = [keras.Model(m.input, m.get_layer(last).output)(x).numpy()
-          for m in (int8_model, loaded)]
-  assert body[0].dtype == np.int8 and len(np.unique(body[0])) > 10
-  np.testing.assert_array_equal(body[1], body[0])
-  layer_helpers.assert_float_close(loaded(x).numpy(), want)
+  layer_helpers.assert_reloaded_model_agrees(int8_model, loaded, x, want)
   export_dir = str(tmp_path / "mobilenet_int8_savedmodel")
   int8_model.export(export_dir, verbose=False)
   restored = tf.saved_model.load(export_dir)

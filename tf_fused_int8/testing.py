@@ -302,3 +302,17 @@ def mobilenet_v2_cases(batch):
                    kernel_h=k, kernel_w=k, out_channels=co, stride_h=s,
                    stride_w=s, padding="SAME", groups=g)
           for (h, w, ci, k, co, s, g, _) in MOBILENET_V2_LAYERS]
+
+
+def randomize_batch_norm(layer, rng):
+  """Random statistics (and gamma / beta where it has them) for a Keras
+  BatchNormalization layer, so that folding it into a convolution matters:
+  gamma U(0.5, 1.5), beta N(0, 0.2), mean N(0, 0.3), variance U(0.3, 2)."""
+  n = layer.moving_mean.shape[0]
+  weights = []
+  if layer.scale:
+    weights.append(rng.uniform(0.5, 1.5, n))
+  if layer.center:
+    weights.append(rng.normal(0.0, 0.2, n))
+  weights += [rng.normal(0.0, 0.3, n), rng.uniform(0.3, 2.0, n)]
+  layer.set_weights([w.astype(np.float32) for w in weights])

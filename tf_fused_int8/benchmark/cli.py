@@ -355,28 +355,20 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
   np.savez(data, x=inputs["conv_input"], w=inputs["filter"],
            bias=inputs["bias"], scale=inputs["conv_input_scale"])
   key = f"{spec['name']}|{case.batch}"
-  entries, errors, ops, baseline, check = {}, {}, {}, {}, None
-  for family, worker in workers.items():
-    try:
-      reply = worker.call("setup_layer", key=key, spec=spec, data=data)
-    except WorkerError as e:
-      for impl in impls:
-        if family_of(impl) == family:
-          errors[impl] = str(e).splitlines()[0][:300]
-      continue
+  ops, baseline, check = {}, {}, None
+  replies = {}
+  entries, errors = setup_on_workers(workers, impls, replies, "setup_layer",
+                                     key=key, spec=spec, data=data)
+  for reply in replies.values():
     ops.update(reply.get("ops_per_call", {}))
     if reply.get("check") is not None:
       check = reply["check"]
     for impl, base in reply.get("baseline", {}).items():
       if impl in impls:
         baseline[impl] = base
-    for impl, err in reply["impls"].items():
-      if impl not in impls and impl not in baseline.values():
-        continue
-      if err is None:
-        entries[impl] = worker
-      else:
-        errors[impl] = err
+        # The empty-call baseline is timed beside the impls that use it.
+        if reply["impls"].get(base, "missing") is None:
+          entries[base] = workers[family_of(impl)]
   if not FLAGS.check:
     check = None
   seconds = {}
@@ -482,12 +474,13 @@ def prepared_models(worker, work_dir):
   return models
 
 
-def run_one_model(name, info, batch, impls, workers, threads):
-  key = f"{name}|{batch}"
+def setup_on_workers(workers, impls, replies, op, **msg):
+  """Sends a setup command to every worker: ({impl: worker} of the impls
+  ready to time, {impl: error}); each worker's reply lands in replies."""
   entries, errors = {}, {}
   for family, worker in workers.items():
     try:
-      reply = worker.call("setup_model", key=key, model=info, batch=batch)
+      reply = replies[family] = worker.call(op, **msg)
     except WorkerError as e:
       for impl in impls:
         if family_of(impl) == family:
@@ -499,6 +492,13 @@ def run_one_model(name, info, batch, impls, workers, threads):
           entries[impl] = worker
         else:
           errors[impl] = err
+  return entries, errors
+
+
+def run_one_model(name, info, batch, impls, workers, threads):
+  key = f"{name}|{batch}"
+  entries, errors = setup_on_workers(workers, impls, {}, "setup_model",
+                                     key=key, model=info, batch=batch)
   seconds = time_interleaved(entries, key) if entries else {}
   for worker in workers.values():
     worker.call("release", key=key)

@@ -26,16 +26,10 @@ IMAGE_SHAPE = (224, 224, 3)
 
 def _randomize_batch_norm(model, rng):
   import keras  # pylint: disable=g-import-not-at-top
+  from tf_fused_int8 import testing  # pylint: disable=g-import-not-at-top
   for layer in model.layers:
     if isinstance(layer, keras.layers.BatchNormalization):
-      n = layer.moving_mean.shape[0]
-      weights = []
-      if layer.scale:
-        weights.append(rng.uniform(0.5, 1.5, n))
-      if layer.center:
-        weights.append(rng.normal(0.0, 0.2, n))
-      weights += [rng.normal(0.0, 0.3, n), rng.uniform(0.3, 2.0, n)]
-      layer.set_weights([w.astype(np.float32) for w in weights])
+      testing.randomize_batch_norm(layer, rng)
 
 
 def conv_macs(model):

@@ -14,6 +14,7 @@ Models: the .tflite file the models suite converted (models.py).
 import numpy as np
 
 import exactness
+import protocol
 
 
 class Family:
@@ -25,7 +26,7 @@ class Family:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     self.tf = tf
     self.threads = threads
-    self.interpreters = {}
+    self.invokes = {}
 
   def info(self):
     return dict(tensorflow=self.tf.__version__)
@@ -74,17 +75,13 @@ class Family:
     # Float images whose quantization by the converter's calibration gives
     # about the int8 values themselves (scale ~1).
     rep = [x.astype(np.float32)]
-    try:
+    def build():
       interp = self._interpreter(self._convert(
           spec, w, bias, spec["activation"] == "Relu", rep))
-      inp = interp.get_input_details()[0]
-      interp.set_tensor(inp["index"], x)
-      interp.invoke()
-    except Exception as e:  # pylint: disable=broad-except
-      return dict(impls={"litert": f"{type(e).__name__}: "
-                                   f"{str(e).splitlines()[0][:300]}"})
-    self.interpreters[key] = interp
-    return dict(impls={"litert": None})
+      interp.set_tensor(interp.get_input_details()[0]["index"], x)
+      return interp.invoke
+    self.invokes[key], status = protocol.setup_each({"litert": build})
+    return dict(impls=status)
 
   def probe(self, impl, spec, kind, seed, multiplier):
     del impl, multiplier  # the converter chooses the scales itself
@@ -130,15 +127,15 @@ class Family:
     return weights, scales, bias
 
   def callable(self, key, impl):
-    del impl
-    return self.interpreters[key].invoke
+    return self.invokes[key][impl]
 
   def release(self, key):
-    self.interpreters.pop(key, None)
+    self.invokes.pop(key, None)
 
   def setup_model(self, key, model, batch):
     x = np.load(model["input"])[:batch]
-    try:
+
+    def build():
       with open(model["tflite"], "rb") as f:
         interp = self.tf.lite.Interpreter(model_content=f.read(),
                                           num_threads=self.threads)
@@ -149,9 +146,6 @@ class Family:
       s, zp = inp["quantization"]
       interp.set_tensor(inp["index"],
                         np.clip(np.rint(x / s) + zp, -128, 127).astype(np.int8))
-      interp.invoke()
-    except Exception as e:  # pylint: disable=broad-except
-      return dict(impls={"litert": f"{type(e).__name__}: "
-                                   f"{str(e).splitlines()[0][:300]}"})
-    self.interpreters[key] = interp
-    return dict(impls={"litert": None})
+      return interp.invoke
+    self.invokes[key], status = protocol.setup_each({"litert": build})
+    return dict(impls=status)

@@ -14,6 +14,7 @@ Relu is not part of QLinearConv; the output is requantized to the full range.
 import numpy as np
 
 import exactness
+import protocol
 
 IMPLS = {"onnxruntime_u8": "uint8", "onnxruntime_s8": "int8"}
 
@@ -98,18 +99,12 @@ class Family:
     co = spec["out_channels"]
     w_scale = np.broadcast_to(scale, (co,)).astype(np.float32)
     bias_q = np.rint(bias / w_scale).astype(np.int32)
-    status, runs = {}, {}
-    for impl, act in IMPLS.items():
-      try:
-        sess, out, zp = self._session(spec, act, w, w_scale, bias_q, 1.0)
-        xa = (x.astype(np.int16) + zp).astype(act) if act == "uint8" else x
-        runs[impl] = self._run(sess, xa, out)
-        runs[impl]()
-        status[impl] = None
-      except Exception as e:  # pylint: disable=broad-except
-        status[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-        runs.pop(impl, None)
-    self.runs[key] = runs
+    def build(act):
+      sess, out, zp = self._session(spec, act, w, w_scale, bias_q, 1.0)
+      xa = (x.astype(np.int16) + zp).astype(act) if act == "uint8" else x
+      return self._run(sess, xa, out)
+    self.runs[key], status = protocol.setup_each(
+        {impl: (lambda act=act: build(act)) for impl, act in IMPLS.items()})
     return dict(impls=status)
 
   def probe(self, impl, spec, kind, seed, multiplier):

@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+import protocol
+
 
 class Family:
   """OpenVINO (+ NNCF)."""
@@ -61,29 +63,24 @@ class Family:
 
   def setup_model(self, key, model, batch):
     x = np.ascontiguousarray(np.load(model["input"])[:batch])
-    status, runs = {}, {}
     try:
       paths = dict(zip(("openvino_fp32", "openvino_int8"), self._models(model)))
     except Exception as e:  # pylint: disable=broad-except
-      err = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+      err = protocol.error_text(e)
       return dict(impls={"openvino_fp32": err, "openvino_int8": err})
-    for impl, xml in paths.items():
-      try:
-        m = self.core.read_model(xml)
-        m.reshape(list(x.shape))
-        config = {"INFERENCE_NUM_THREADS": self.threads, "NUM_STREAMS": 1,
-                  "PERFORMANCE_HINT": "LATENCY"}
-        if impl == "openvino_fp32":
-          config["INFERENCE_PRECISION_HINT"] = "f32"
-        compiled = self.core.compile_model(m, "CPU", config)
-        request = compiled.create_infer_request()
-        request.set_input_tensor(self.ov.Tensor(x))
-        request.infer()
-        runs[impl] = request.infer
-        status[impl] = None
-      except Exception as e:  # pylint: disable=broad-except
-        status[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-    self.runs[key] = runs
+
+    def build(impl, xml):
+      m = self.core.read_model(xml)
+      m.reshape(list(x.shape))
+      config = {"INFERENCE_NUM_THREADS": self.threads, "NUM_STREAMS": 1,
+                "PERFORMANCE_HINT": "LATENCY"}
+      if impl == "openvino_fp32":
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+      request = self.core.compile_model(m, "CPU", config).create_infer_request()
+      request.set_input_tensor(self.ov.Tensor(x))
+      return request.infer
+    self.runs[key], status = protocol.setup_each(
+        {impl: (lambda i=impl, p=xml: build(i, p)) for impl, xml in paths.items()})
     return dict(impls=status)
 
   def callable(self, key, impl):

@@ -32,6 +32,7 @@ import os
 import numpy as np
 
 import exactness
+import protocol
 
 KERNEL_ENV = "TF_FUSED_INT8_CPU_KERNEL"
 GRAPH_OPS = int(os.environ.get("TF_FUSED_INT8_BENCH_GRAPH_OPS", "16"))
@@ -208,7 +209,7 @@ class Family:
         fns[name]()
         status[name] = None
       except Exception as e:  # pylint: disable=broad-except
-        status[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        status[name] = protocol.error_text(e)
         del fns[name]
     check = self._check(spec, x, w, bias, scale, fns)
     self.fns[key] = fns
@@ -271,19 +272,13 @@ class Family:
     import keras  # pylint: disable=g-import-not-at-top
     tf = self.tf
     x = tf.constant(np.load(model["input"])[:batch])
-    fns, status = {}, {}
-    for impl, path in (("ours", model["int8_keras"]),
-                       ("tf_fp32", model["float_keras"])):
-      try:
-        m = keras.models.load_model(path, compile=False)
-        f = tf.function(m)
-        fns[impl] = (lambda f: lambda: f(x))(f)
-        fns[impl]()
-        status[impl] = None
-      except Exception as e:  # pylint: disable=broad-except
-        status[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-        fns.pop(impl, None)
-    self.fns[key] = fns
+
+    def build(path):
+      f = tf.function(keras.models.load_model(path, compile=False))
+      return lambda: f(x)
+    self.fns[key], status = protocol.setup_each(
+        {"ours": lambda: build(model["int8_keras"]),
+         "tf_fp32": lambda: build(model["float_keras"])})
     return dict(impls=status)
 
 

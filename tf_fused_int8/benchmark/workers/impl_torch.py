@@ -15,6 +15,7 @@ then skips the padding; noted in the table's legend).
 import numpy as np
 
 import exactness
+import protocol
 
 ENGINES = {"torch_x86": "x86", "torch_onednn": "onednn"}
 
@@ -85,20 +86,14 @@ class Family:
     co = spec["out_channels"]
     w_scale = np.broadcast_to(scale, (co,)).astype(np.float64)
     x_u8 = (x.astype(np.int16) + 128).astype(np.uint8)
-    status, runs = {}, {}
-    for impl, engine in ENGINES.items():
-      try:
-        if engine not in self.torch.backends.quantized.supported_engines:
-          raise RuntimeError(f"engine {engine} not in this torch build")
-        conv, pre_pad = self._module(spec, engine, w, w_scale, bias, 1.0, 128,
-                                     spec["activation"] == "Relu")
-        runs[impl] = self._fn(engine, conv, self._input(x_u8, pre_pad))
-        runs[impl]()
-        status[impl] = None
-      except Exception as e:  # pylint: disable=broad-except
-        status[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-        runs.pop(impl, None)
-    self.runs[key] = runs
+    def build(engine):
+      if engine not in self.torch.backends.quantized.supported_engines:
+        raise RuntimeError(f"engine {engine} not in this torch build")
+      conv, pre_pad = self._module(spec, engine, w, w_scale, bias, 1.0, 128,
+                                   spec["activation"] == "Relu")
+      return self._fn(engine, conv, self._input(x_u8, pre_pad))
+    self.runs[key], status = protocol.setup_each(
+        {impl: (lambda e=engine: build(e)) for impl, engine in ENGINES.items()})
     return dict(impls=status)
 
   def probe(self, impl, spec, kind, seed, multiplier):

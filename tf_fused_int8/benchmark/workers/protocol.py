@@ -86,3 +86,27 @@ def time_calls(fn, n):
   finally:
     if enabled:
       gc.enable()
+
+
+def error_text(e):
+  """One line for a failed implementation: the exception's type and the
+  first line of its message."""
+  return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+
+
+def setup_each(builders):
+  """{impl: build()} for builders {impl: build}, each callable once as a warm
+  up; a build or warm up that raises is reported, not fatal.
+
+  Returns (callables, status) with status[impl] None or error_text.
+  """
+  fns, status = {}, {}
+  for impl, build in builders.items():
+    try:
+      fn = build()
+      fn()
+      fns[impl] = fn
+      status[impl] = None
+    except Exception as e:  # pylint: disable=broad-except
+      status[impl] = error_text(e)
+  return fns, status

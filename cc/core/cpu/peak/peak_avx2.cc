@@ -3,6 +3,7 @@
 // AVX2 throughput loops (peak.h). Inline assembly, so that the compiler can
 // neither hoist the loop-invariant multiplies nor drop the unused sums.
 #include "cc/core/cpu/peak/peak.h"
+#include "cc/core/cpu/peak/peak_asm.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -16,8 +17,7 @@ void PeakVpmaddwdYmm(int64_t iters) {
   "vpmaddwd %%ymm15, %%ymm14, %%ymm" #t "\n\t" \
   "vpaddd %%ymm" #t ", %%ymm" #acc ", %%ymm" #acc "\n\t"
   __asm__ volatile(
-      "vpcmpeqd %%ymm14, %%ymm14, %%ymm14\n\t"
-      "vpcmpeqd %%ymm15, %%ymm15, %%ymm15\n\t"
+      TFI_YMM_ONES(14) TFI_YMM_ONES(15)
       "1:\n\t"
       TFI_MADD(6, 0) TFI_MADD(7, 1) TFI_MADD(8, 2)
       TFI_MADD(9, 3) TFI_MADD(10, 4) TFI_MADD(11, 5)
@@ -36,19 +36,7 @@ void PeakVpmaddwdYmm(int64_t iters) {
 // 12 independent VFMADD231PS chains (latency 4-5 x 2 ports <= 12).
 void PeakFmaYmm(int64_t iters) {
 #define TFI_FMA(acc) "vfmadd231ps %%ymm15, %%ymm14, %%ymm" #acc "\n\t"
-  __asm__ volatile(
-      "vxorps %%ymm14, %%ymm14, %%ymm14\n\t"
-      "vxorps %%ymm15, %%ymm15, %%ymm15\n\t"
-      "1:\n\t"
-      TFI_FMA(0) TFI_FMA(1) TFI_FMA(2) TFI_FMA(3) TFI_FMA(4) TFI_FMA(5)
-      TFI_FMA(6) TFI_FMA(7) TFI_FMA(8) TFI_FMA(9) TFI_FMA(10) TFI_FMA(11)
-      "dec %0\n\t"
-      "jnz 1b\n\t"
-      "vzeroupper\n\t"
-      : "+r"(iters)
-      :
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-        "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15");
+  TFI_YMM12_LOOP(TFI_YMM_ZERO, TFI_FMA, iters);
 #undef TFI_FMA
 }
 
