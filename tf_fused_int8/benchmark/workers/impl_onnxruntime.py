@@ -34,7 +34,6 @@ class Family:
     return dict(onnxruntime=self.ort.__version__, onnx=self.onnx.__version__)
 
   def _session(self, spec, act_dtype, w, w_scale, bias_q, y_scale):
-    onnx = self.onnx
     from onnx import TensorProto, helper, numpy_helper  # pylint: disable=g-import-not-at-top
     elem = TensorProto.UINT8 if act_dtype == "uint8" else TensorProto.INT8
     zp = 128 if act_dtype == "uint8" else 0
