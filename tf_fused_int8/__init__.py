@@ -13,6 +13,7 @@ from tf_fused_int8.ops import hwio_to_oihw_vect_i
 from tf_fused_int8.ops import nchw_vect_c_to_nhwc
 from tf_fused_int8.ops import nhwc_to_nchw_vect_c
 from tf_fused_int8.ops import oihw_vect_i_to_hwio
+from tf_fused_int8.ops import quantize_to_int8
 from tf_fused_int8 import quantization
 from tf_fused_int8.quantization import Dequantize
 from tf_fused_int8.quantization import Quantize
@@ -40,5 +41,6 @@ __all__ = [
     "oihw_vect_i_to_hwio",
     "quantization",
     "quantize_model",
+    "quantize_to_int8",
     "register_all",
 ]

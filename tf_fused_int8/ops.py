@@ -1,4 +1,4 @@
-"""Python API of the fused int8 convolution op.
+"""Python API of the fused int8 convolution op (and of the int8 quantize op).
 
 The only caller of the raw op. Argument names, order and defaults follow
 TF 1.x contrib's ``fused_conv2d_bias_activation`` so code written for it runs
@@ -8,6 +8,7 @@ unchanged.
 import contextlib
 import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from tf_fused_int8 import _loader
@@ -302,3 +303,41 @@ def oihw_vect_i_to_hwio(w, in_channels=None):
   if in_channels is not None:
     w = w[:, :, :in_channels, :]
   return restore(w)
+
+
+def quantize_to_int8(x, scale, name=None):
+  """float -> int8 in one op: ``clip(round_half_to_even(x / scale), -128, 127)``.
+
+  ``x`` is cast to float32 first (any real dtype); ``x / scale`` is IEEE
+  float32 division, NaN gives 0 and +-Inf 127 / -128: bit for bit
+  ``tf.round(x / scale)`` clipped and cast, in one pass over the tensor
+  instead of six (the op FusedInt8Quantize, CPU kernel; on a GPU device TF
+  places it on the CPU). What ``tf_fused_int8.Quantize`` runs.
+
+  Args:
+    x: a tensor of any shape.
+    scale: the real value of one int8 step, a positive finite float32.
+    name: optional name scope (graph mode).
+
+  Returns:
+    An int8 tensor of x's shape.
+  """
+  try:
+    s = float(scale)
+  except (TypeError, ValueError):
+    raise ValueError(f"scale must be a positive finite float32 number, got "
+                     f"{scale!r}") from None
+  with np.errstate(over="ignore"):
+    s32 = float(np.float32(s))  # 1e39 -> inf: refused below
+  if not (np.isfinite(s32) and s32 > 0.0):
+    raise ValueError(f"scale must be a positive finite float32 number, got "
+                     f"{scale!r}")
+  ops = _loader.load_ops()
+  eager = tf.executing_eagerly()
+  scope = (contextlib.nullcontext() if eager else
+           tf.name_scope(name or "quantize_to_int8"))
+  with scope:
+    x = tf.convert_to_tensor(x)
+    if x.dtype != tf.float32:
+      x = tf.cast(x, tf.float32)
+    return ops.fused_int8_quantize(x=x, scale=s32)

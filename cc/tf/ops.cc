@@ -1,7 +1,7 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // Registration of the FusedInt8Conv2DBiasActivation op and its shape
-// function. The op name is our own: TensorFlow special-cases
+// function, and of FusedInt8Quantize (a model's float input to int8). The op name is our own: TensorFlow special-cases
 // FusedConv2DBiasActivation in grappler, so that name is not reused.
 #include <string>
 #include <vector>
@@ -299,6 +299,18 @@ TF's depthwise_conv2d channel order).
 padding EXPLICIT takes explicit_paddings: 8 non-negative values, a
 [before, after] pair per dimension in data_format order (0 for batch and
 depth), as in tf.nn.conv2d.
+)doc");
+
+REGISTER_OP("FusedInt8Quantize")
+    .Input("x: float")
+    .Output("q: int8")
+    .Attr("scale: float")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+float32 -> int8 in one pass: q = clip(round_half_to_even(x / scale), -128,
+127), NaN -> 0 (x / scale is IEEE float32 division). scale must be a
+positive finite float32. The same bits as tf.round(x / scale) clipped to
+[-128, 127] and cast, with NaN mapped to 0.
 )doc");
 
 }  // namespace tf_fused_int8

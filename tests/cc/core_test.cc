@@ -33,6 +33,7 @@
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
+#include "cc/core/quantize.h"
 
 namespace tf_fused_int8 {
 namespace {
@@ -1021,12 +1022,98 @@ int CasesFromEnv() {
 }  // namespace
 }  // namespace tf_fused_int8
 
+namespace tf_fused_int8 {
+namespace {
+
+// FusedInt8Quantize's core against the one-element reference (std::nearbyint,
+// an independent rounding) and against hand-derived values: exact ties
+// (power-of-two scales make x / scale exact), the clip edges, NaN / Inf /
+// signed zeros / denormals / FLT_MAX, non-power-of-two scales, and lengths
+// around the 8192-element work unit under three partitions.
+void TestQuantize() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Fixed { float x, scale; int want; };
+  const Fixed fixed[] = {
+      {0.5f, 1.0f, 0},     {1.5f, 1.0f, 2},     {2.5f, 1.0f, 2},
+      {-0.5f, 1.0f, 0},    {-1.5f, 1.0f, -2},   {-2.5f, 1.0f, -2},
+      {126.5f, 1.0f, 126}, {127.5f, 1.0f, 127}, {-127.5f, 1.0f, -128},
+      {-128.5f, 1.0f, -128}, {1000.0f, 1.0f, 127}, {-1000.0f, 1.0f, -128},
+      {0.375f, 0.25f, 2},  {0.625f, 0.25f, 2},  {-0.125f, 0.25f, 0},
+      {inf, 1.0f, 127},    {-inf, 1.0f, -128},  {nan, 1.0f, 0},
+      {-nan, 0.5f, 0},     {0.0f, 1.0f, 0},     {-0.0f, 1.0f, 0},
+      {1e-45f, 1.0f, 0},   {-1e-45f, 1e-30f, 0}, {3.4e38f, 1e-3f, 127},
+      {-3.4e38f, 1e-3f, -128}, {1e-38f, 1e-40f, 100},
+  };
+  for (const Fixed& f : fixed) {
+    int8_t q = 99;
+    QuantizeFloatToInt8(&f.x, 1, f.scale, &q, ParallelFor());
+    EXPECT(q == f.want, "quantize(%g / %g) = %d, want %d", f.x, f.scale, q, f.want);
+    EXPECT(QuantizeOneReference(f.x, f.scale) == f.want, "reference(%g / %g)", f.x,
+           f.scale);
+  }
+  // Every tie k + 0.5 for k in [-140, 140] at scale 2^-3.
+  for (int k = -140; k <= 140; ++k) {
+    const float x = (static_cast<float>(k) + 0.5f) * 0.125f;
+    int8_t q = 99;
+    QuantizeFloatToInt8(&x, 1, 0.125f, &q, ParallelFor());
+    const int even = (k % 2 == 0) ? k : k + 1;
+    const int want = std::max(-128, std::min(127, even));
+    EXPECT(q == want, "tie %d + 0.5: got %d, want %d", k, q, want);
+  }
+  std::mt19937 rng(7);
+  const float scales[] = {1.0f / 127.5f, 0.0078125f, 0.0123456f, 3.0f, 1e-20f};
+  const int64_t lengths[] = {0, 1, 7, 8191, 8192, 8193, 3 * 8192 + 5, 100003};
+  const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2), OddParallelFor(3)};
+  for (float scale : scales) {
+    for (int64_t n : lengths) {
+      std::vector<float> x(static_cast<size_t>(n));
+      std::uniform_real_distribution<float> wide(-140.0f * scale, 140.0f * scale);
+      std::uniform_int_distribution<int> pick(0, 15);
+      for (int64_t i = 0; i < n; ++i) {
+        const int kind = pick(rng);
+        // Mostly in range, some exact multiples and ties of the scale, a few
+        // specials.
+        float v = wide(rng);
+        if (kind == 0) v = static_cast<float>(static_cast<int>(v / scale)) * scale;
+        if (kind == 1) v = (std::floor(v / scale) + 0.5f) * scale;
+        if (kind == 2) v = (i % 3 == 0) ? nan : (i % 3 == 1 ? inf : -inf);
+        x[static_cast<size_t>(i)] = v;
+      }
+      for (const ParallelFor& pf : pfs) {
+        std::vector<int8_t> q(static_cast<size_t>(n) + 1, 99);
+        QuantizeFloatToInt8(x.data(), n, scale, q.data(), pf);
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const size_t u = static_cast<size_t>(i);
+          if (q[u] != QuantizeOneReference(x[u], scale) && bad++ < 3) {
+            EXPECT(false, "n=%lld scale=%g x[%lld]=%.9g: got %d want %d",
+                   static_cast<long long>(n), scale, static_cast<long long>(i), x[u],
+                   q[u], QuantizeOneReference(x[u], scale));
+          }
+        }
+        EXPECT(q[static_cast<size_t>(n)] == 99, "wrote past the end (n=%lld)",
+               static_cast<long long>(n));
+      }
+    }
+  }
+  EXPECT(ValidQuantizeScale(1e-30f) && ValidQuantizeScale(3.0f), "valid scales");
+  EXPECT(!ValidQuantizeScale(0.0f) && !ValidQuantizeScale(-1.0f) &&
+             !ValidQuantizeScale(inf) && !ValidQuantizeScale(nan),
+         "invalid scales");
+  std::printf("quantize: checked\n");
+}
+
+}  // namespace
+}  // namespace tf_fused_int8
+
 int main() {
   using namespace tf_fused_int8;  // NOLINT
   std::printf("best CPU kernel: %s\n", KernelPathName(BestKernelPath()));
   const int cases = CasesFromEnv();
   TestGeometryErrors();
   TestKernelPathNames();
+  TestQuantize();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
       std::printf("%d failures\n", testing::ExpectFailures());
