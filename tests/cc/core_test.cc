@@ -364,6 +364,85 @@ void TestChannelTails() {
   std::printf("channel tails: %d runs checked\n", runs);
 }
 
+// The 3x3 depthwise VPDPBUSD kernel (whole 64-channel blocks, borders run
+// with the padding as 0x80 vectors) and its 16-channel tail: channel counts
+// of one to fifteen blocks with and without a tail, images from 1x1 up
+// (every column a border, or none), stride 1 and 2, SAME / VALID / explicit
+// asymmetric padding up to 4 (windows wholly in the padding), batch 2, side
+// input, and operands at the extremes (activations -128 or 127 with weights
+// -128: the +128 shift and its correction at their limits).
+void TestDepthwise3x3Blocks() {
+  std::mt19937 rng(33);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960};
+  int runs = 0;
+  for (int iter = 0; iter < 48; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1 + iter % 2;
+    g.in_c = g.out_c = g.groups = channel_counts[iter % 6];
+    g.filter_h = g.filter_w = 3;
+    g.stride_h = g.stride_w = 1 + (iter / 6) % 2;
+    g.in_h = uni(1, 9);
+    g.in_w = iter < 12 ? 1 + iter % 4 : uni(1, 12);
+    const int pad_kind = (iter / 12) % 3;
+    Padding padding = pad_kind == 0 ? Padding::kSame
+                      : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
+    if (padding == Padding::kExplicit) {
+      g.pad_top = uni(0, 4); g.pad_bottom = uni(0, 4);
+      g.pad_left = uni(0, 4); g.pad_right = uni(0, 4);
+      if (g.in_h + g.pad_top + g.pad_bottom < 3) g.pad_bottom = 3 - g.in_h;
+      if (g.in_w + g.pad_left + g.pad_right < 3) g.pad_right = 3 - g.in_w;
+    }
+    if (padding == Padding::kValid) {
+      g.in_h = std::max<int64_t>(g.in_h, 3);
+      g.in_w = std::max<int64_t>(g.in_w, 3);
+    }
+    EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
+    Buffers b;
+    const int operands = iter % 4;  // random, -128 x -128, 127 x -128, mixed
+    b.input.resize(static_cast<size_t>(g.InputElements()));
+    b.filter.resize(static_cast<size_t>(g.FilterElements()));
+    for (auto& x : b.input) {
+      x = static_cast<int8_t>(operands == 1 ? -128 : operands == 2 ? 127 : uni(-128, 127));
+    }
+    for (size_t i = 0; i < b.filter.size(); ++i) {
+      b.filter[i] = static_cast<int8_t>(
+          operands == 1 || operands == 2 ? -128 : operands == 3 ? (i % 2 ? 127 : -128)
+                                                                : uni(-128, 127));
+    }
+    const bool side = iter % 3 == 0;
+    if (side) {
+      b.side.resize(static_cast<size_t>(g.OutputElements()));
+      for (auto& x : b.side) x = static_cast<int8_t>(uni(-128, 127));
+    }
+    b.scale.resize(static_cast<size_t>(g.out_c));
+    // About one output level per 2^10 of accumulator: extreme sums saturate,
+    // random ones land in range.
+    for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -10);
+    b.bias.resize(static_cast<size_t>(g.out_c));
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    a.input = b.input.data();
+    a.filter = b.filter.data();
+    a.bias = b.bias.data();
+    a.conv_input_scale = b.scale.data();
+    a.per_channel_scale = true;
+    a.side_input = side ? b.side.data() : nullptr;
+    a.side_input_scale = side ? 0.5f : 0.0f;
+    a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
+    char what[128];
+    std::snprintf(what, sizeof(what),
+                  "depthwise 3x3 n%ld %ldx%ldx%ld s%ld pad %d (%ld %ld %ld %ld) operands %d",
+                  long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c),
+                  long(g.stride_w), pad_kind, long(g.pad_top), long(g.pad_bottom),
+                  long(g.pad_left), long(g.pad_right), operands);
+    runs += CheckAllPaths(a, what);
+  }
+  std::printf("depthwise 3x3 blocks: %d runs checked\n", runs);
+}
+
 // The vector epilogues against EpilogueScalar on the values that matter:
 // NaN, +-Inf, huge, ties at .5, -0, denormals, in scales and biases.
 void TestEpilogueSpecialValues() {
@@ -1130,6 +1209,7 @@ int main() {
   TestSideInputFma();
   TestLayerShapes();
   TestChannelTails();
+  TestDepthwise3x3Blocks();
   TestWinogradEdges();
   TestWinogradEligibility();
   TestChangedFilterIsRepacked();

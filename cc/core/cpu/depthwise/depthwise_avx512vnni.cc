@@ -181,11 +181,24 @@ struct Interior3x3 {
                ~__mmask64{0}, out_row + o);
   }
 
-  // Pixels ox and (if two) ox + 1, stride kS; every tap inside the image.
-  template <int kS>
+  // Pixels ox and (if two) ox + 1, stride kS. kChecked: some input column
+  // of the pair may lie outside the image (a border pixel, its window partly
+  // in the padding): such a column is the vector of zero activations, which
+  // after the +128 is 0x80 in every byte, so that its taps add 128 * w and
+  // the row's correction -128 * (w0 + w1 + w2) takes them off again: the
+  // padding counts exactly zero, as in the reference. Unchecked pairs read
+  // every column from the image.
+  template <int kS, bool kChecked>
   void Pair(int64_t ox, bool two) const {
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
+    const int64_t ix0 = ox * kS - g.pad_left;
+    const __m512i padding = _mm512_set1_epi8(static_cast<char>(0x80));
+    // Column c of the pair's span: from the image, or the zero activations.
+    auto column = [&](int64_t row_off, int64_t c) {
+      if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) return padding;
+      return Load(image + (row_off + c * cc));
+    };
     // The +128 undone for the valid filter rows.
     __m512i acc0[4], acc1[4];
     for (int j = 0; j < 4; ++j) {
@@ -200,12 +213,14 @@ struct Interior3x3 {
       acc1[j] = acc0[j];
     }
     for (int64_t ky = ky0; ky < ky1; ++ky) {
-      const int8_t* row =
-          image + ((iy0 + ky) * g.in_w + ox * kS - g.pad_left) * cc + c0;
-      const __m512i x0 = Load(row), x1 = Load(row + cc), x2 = Load(row + 2 * cc);
+      // An offset, not a pointer: ix0 may be negative, and a column outside
+      // the image is neither addressed nor read.
+      const int64_t row_off = ((iy0 + ky) * g.in_w + ix0) * cc + c0;
+      const __m512i x0 = column(row_off, 0), x1 = column(row_off, 1),
+                    x2 = column(row_off, 2);
       // The fourth pixel meets zero weights for ox: a single pixel reuses x2
       // instead of reading a column that may lie past the image.
-      const __m512i x3 = two ? Load(row + 3 * cc) : x2;
+      const __m512i x3 = two ? column(row_off, 3) : x2;
       __m512i u[4];
       Interleave4(x0, x1, x2, x3, u);
       for (int j = 0; j < 4; ++j) {
@@ -214,7 +229,7 @@ struct Interior3x3 {
       if (two) {
         __m512i e[4];
         if (kS == 2) {
-          const __m512i x4 = Load(row + 4 * cc);
+          const __m512i x4 = column(row_off, 4);
           for (int j = 0; j < 4; ++j) e[j] = _mm512_shuffle_epi8(x4, shuffle_e[j]);
         }
         for (int j = 0; j < 4; ++j) {
@@ -227,10 +242,21 @@ struct Interior3x3 {
     if (two) Store(acc1, ox + 1);
   }
 
+  // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
+  // ix0 + (two ? kS + 2 : 2)) leaves the image takes the checked loads.
   template <int kS>
   void Run(int64_t ox, int64_t ox_end) const {
-    for (; ox + 2 <= ox_end; ox += 2) Pair<kS>(ox, true);
-    if (ox < ox_end) Pair<kS>(ox, false);
+    const ConvGeometry& g = *d->geo;
+    for (; ox < ox_end; ox += 2) {
+      const bool two = ox + 1 < ox_end;
+      const int64_t ix0 = ox * kS - g.pad_left;
+      const int64_t last = ix0 + (two ? kS + 2 : 2);
+      if (ix0 >= 0 && last < g.in_w) {
+        Pair<kS, false>(ox, two);
+      } else {
+        Pair<kS, true>(ox, two);
+      }
+    }
   }
 };
 
@@ -272,14 +298,10 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   const int64_t c_split = nblocks * kBlock;
   for (int64_t r = d.row_begin; r < d.row_end; ++r) {
     const int64_t n = r / g.out_h, oy = r % g.out_h;
-    // Borders, and the channels past the last full 64-channel block: the
-    // one-tap-per-lane kernel.
-    Rows16::Row(d, k, run_full, run_part, r, 0, d.full_begin, 0);
-    Rows16::Row(d, k, run_full, run_part, r, d.full_end, g.out_w, 0);
-    if (d.full_begin >= d.full_end) continue;
+    // The channels past the last full 64-channel block: the one-tap-per-lane
+    // kernel, borders included.
     if (c_split < cc) {
-      Rows16::Row(d, k, run_full, run_part, r, d.full_begin, d.full_end,
-                  c_split);
+      Rows16::Row(d, k, run_full, run_part, r, 0, g.out_w, c_split);
     }
     in.image = d.input + n * g.in_h * g.in_w * cc;
     in.iy0 = oy * g.stride_h - g.pad_top;
@@ -287,13 +309,14 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     in.ky1 = d.ky_range[2 * oy + 1];
     in.out_row = d.output + r * g.out_w * cc;
     in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+    // Every column of the full blocks, borders too (checked loads there).
     for (int64_t bi = 0; bi < nblocks; ++bi) {
       in.blk = &blocks[bi];
       in.c0 = bi * kBlock;
       if (g.stride_w == 1) {
-        in.Run<1>(d.full_begin, d.full_end);
+        in.Run<1>(0, g.out_w);
       } else {
-        in.Run<2>(d.full_begin, d.full_end);
+        in.Run<2>(0, g.out_w);
       }
     }
   }
