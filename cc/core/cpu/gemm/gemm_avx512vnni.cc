@@ -157,6 +157,11 @@ struct ZmmU8Copy {
   static void StorePad(uint8_t* dst) {
     _mm512_storeu_si512(dst, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
+  static void Copy16(uint8_t* dst, const int8_t* src) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                     _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)),
+                                   _mm_set1_epi8(static_cast<char>(0x80))));
+  }
 };
 
 // ------------------------------------------------------------------- GEMM
