@@ -294,7 +294,8 @@ def test_unsupported_layers_warn_and_stay_float():
   h = L.LayerNormalization(name="ln")(h)                    # unknown layer
   h = L.Conv2D(8, 3, padding="same", activation="sigmoid", name="c_sig")(h)
   h = L.Conv2D(8, 3, padding="same", activation="relu", name="c2")(h)
-  h = L.BatchNormalization(name="bn_after_relu")(h)         # not foldable
+  h = L.BatchNormalization(name="bn_after_relu")(h)  # int8: a 1x1 depthwise
+  h = L.BatchNormalization(axis=1, name="bn_rows")(h)  # not the channel axis
   h = L.SeparableConv2D(8, 3, padding="same", name="sep")(h)  # unknown layer
   h = L.Conv2D(4, 1, name="c3")(h)
   out = L.Dense(3, name="head")(L.Flatten(name="flat")(h))
@@ -308,14 +309,15 @@ def test_unsupported_layers_warn_and_stay_float():
     qmodel = quantization.quantize_model(model, x, verbose=0)
   message = str(record[0].message)
   for name in ("'ln' (LayerNormalization)", "'c_sig' (Conv2D: activation",
-               "'bn_after_relu' (BatchNormalization",
-               "'sep' (SeparableConv2D)"):
+               "'bn_rows' (BatchNormalization: it does not normalize the "
+               "channel axis", "'sep' (SeparableConv2D)"):
     assert name in message, (name, message)
   assert "4 layer(s) stay float" in message
-  for name in ("c1", "c2", "c3"):
+  for name in ("c1", "c2", "c3", "bn_after_relu"):
     assert isinstance(qmodel.get_layer(name), QFC), name
+  assert qmodel.get_layer("bn_after_relu").groups == 8
   for name, cls in [("ln", L.LayerNormalization), ("c_sig", L.Conv2D),
-                    ("bn_after_relu", L.BatchNormalization),
+                    ("bn_rows", L.BatchNormalization),
                     ("sep", L.SeparableConv2D), ("head", L.Dense)]:
     layer = qmodel.get_layer(name)
     assert type(layer) is cls, name  # pylint: disable=unidiomatic-typecheck

@@ -406,15 +406,19 @@ class _Group:
   """One fused conv stack: [ZeroPadding2D +] Conv2D|DepthwiseConv2D [+ BN]
   [+ ReLU|ReLU6|ReLU(max_value=m)] [+ Add(side) [+ the same]]."""
 
-  def __init__(self, conv_node):
+  def __init__(self, conv_node, bn_only=False):
     self.conv_node = conv_node
+    # bn_only: conv_node is a BatchNormalization that follows no conv: the
+    # stack is BN [+ ReLU], run as a 1x1 depthwise convolution (filter
+    # gamma / sigma per channel, bias beta - mean * gamma / sigma).
+    self.bn_only = bn_only
     self.pad_node = None
-    self.padding = conv_node.operation.padding  # or ((t, b), (l, r))
+    self.padding = "valid" if bn_only else conv_node.operation.padding
     self.bn_node = None
     self.add_node = None
     self.side = None
     # None (linear), or the Relu's float bound (math.inf: unbounded).
-    self.relu_max = _conv_relu_max(conv_node.operation)
+    self.relu_max = None if bn_only else _conv_relu_max(conv_node.operation)
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -546,6 +550,22 @@ class _Plan:
         self.groups.append(self._chain(node))
     self._assign_adds()
     member = {id(n) for g in self.groups for n in g.members}
+    # A BatchNormalization that no conv stack absorbed (pre-activation
+    # ResNet / DenseNet blocks: BN + ReLU after an Add or a Concatenate) is
+    # a per-channel affine map: a 1x1 depthwise convolution, with the ReLU
+    # that follows it fused.
+    for node in graph.nodes:
+      if (id(node) not in member and not node.is_input and
+          type(node.operation) is keras.layers.BatchNormalization and  # pylint: disable=unidiomatic-typecheck
+          _bn_problem(node) is None):
+        g = _Group(node, bn_only=True)
+        nxt = self.graph.sole_consumer(g.tail)
+        if nxt is not None and id(nxt) not in member:
+          g.relu_max = _relu_max(nxt)
+          if g.relu_max is not None:
+            g.extend(nxt)
+        self.groups.append(g)
+        member.update(id(n) for n in g.members)
     for node in graph.nodes:
       op = node.operation
       if node.is_input or id(node) in member:
@@ -880,6 +900,15 @@ def _group_weights(group):
   [Kh, Kw, 1, Ci * M] with G = Ci (output channel c * M + m, the order of
   DepthwiseConv2D's output, so its bias and a following BN apply as is)."""
   conv = group.conv_node.operation
+  if group.bn_only:
+    bn = conv
+    channels = int(bn.moving_mean.shape[0])
+    kernel, b = fold_batch_norm(
+        np.ones([1, 1, 1, channels]), None,
+        bn.gamma.numpy() if bn.scale else None,
+        bn.beta.numpy() if bn.center else None,
+        bn.moving_mean.numpy(), bn.moving_variance.numpy(), bn.epsilon)
+    return kernel, b, channels
   weights = conv.get_weights()
   kernel = np.asarray(weights[0], np.float64)
   bias = weights[1] if conv.use_bias else None
@@ -946,7 +975,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     every quantizable conv stack is one ``QuantizedFusedConv2D`` (BN folded,
     ReLU / ReLU6 / ReLU(max_value=m) fused, residual Add as side input, a
     preceding ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
-    ``groups`` = its input channels), with ``Quantize`` /
+    ``groups`` = its input channels; a BatchNormalization that follows no
+    conv, with a ReLU after it, a 1x1 depthwise one), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. MaxPooling2D,
     GlobalMaxPooling2D and ZeroPadding2D applied to an int8 tensor run in
     int8 at its scale (exact: max commutes with the monotonic quantization;
@@ -1030,9 +1060,13 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           output_scale=s_out,
           side_input_scale=(None if group.side is None else
                             scale_of[id(group.side)]),
-          per_channel_scale=per_channel,
-          strides=conv.strides, padding=group.padding,
-          dilation_rate=conv.dilation_rate, groups=groups,
+          # A BN's filter is one value per channel: always per channel
+          # (exact: each channel's value quantizes to +-127).
+          per_channel_scale=per_channel or group.bn_only,
+          strides=1 if group.bn_only else conv.strides,
+          padding=group.padding,
+          dilation_rate=1 if group.bn_only else conv.dilation_rate,
+          groups=groups,
           name=base, **_activation_kwargs(group.relu_max, s_out))
       x = get_int8(group.input)
       if group.side is None:
@@ -1041,8 +1075,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         y = layer(x, side_input=get_int8(group.side))
       int8_of[id(group.tail)] = y
       counts["conv"] += 1
-      counts["depthwise"] += _is_depthwise(conv)
-      counts["bn"] += group.bn_node is not None
+      counts["depthwise"] += _is_depthwise(conv) or group.bn_only
+      counts["bn"] += group.bn_node is not None or group.bn_only
       counts["add"] += group.add_node is not None
       continue
     if id(node) in plan.member_ids:
