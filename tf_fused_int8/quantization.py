@@ -490,6 +490,33 @@ def _int8_passthrough(node):
   return len(node.input_tensors) == 1 and len(node.outputs) == 1
 
 
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8Concatenate(keras.layers.Concatenate):
+  """Concatenate of int8 tensors that share one scale, in int8: a copy."""
+
+  def compute_output_spec(self, inputs):
+    spec = super().compute_output_spec(inputs)
+    return keras.KerasTensor(spec.shape, dtype=inputs[0].dtype)
+
+
+def _concat_inputs(node):
+  """The input tensors of a channel-axis Concatenate of NHWC tensors called
+  on one list (at least two), else None."""
+  op = node.operation
+  if type(op) is not keras.layers.Concatenate or op.axis not in (-1, 3):  # pylint: disable=unidiomatic-typecheck
+    return None
+  args, kwargs = node.arguments.args, node.arguments.kwargs
+  if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
+      not isinstance(args[0], (list, tuple)) or len(args[0]) < 2):
+    return None
+  ins = list(node.input_tensors)
+  if len(ins) != len(args[0]) or len(node.outputs) != 1:
+    return None
+  if not all(_rank4_channels(t) and t.dtype == ins[0].dtype for t in ins):
+    return None
+  return ins
+
+
 def _zero_padding_pairs(node):
   """((top, bottom), (left, right)) of a plain channels_last ZeroPadding2D
   node called on one NHWC tensor, else None."""
@@ -566,12 +593,59 @@ class _Plan:
             g.extend(nxt)
         self.groups.append(g)
         member.update(id(n) for n in g.members)
+    # Concatenates with an int8 input run in int8: every tensor they join
+    # (and every max pooling / zero padding between them) shares one scale,
+    # the largest calibrated one, so that the concatenation is a plain copy
+    # of int8 bytes. scale_classes: lists of tensors that share a scale.
+    int8_able = {id(g.tail) for g in self.groups}
+    parent = {}
+
+    def find(t):
+      root = t
+      while parent.get(root, root) != root:
+        root = parent[root]
+      return root
+
+    def union(a, b):
+      parent.setdefault(a, a)
+      parent.setdefault(b, b)
+      parent[find(a)] = find(b)
+
+    self.int8_concats = set()
+    self.concat_inputs = []
+    tensors = {}
+    source = {}  # max pooling / zero padding output -> the tensor it pools
+    for node in graph.nodes:
+      if node.is_input or id(node) in member:
+        continue
+      if _int8_passthrough(node) and id(node.input_tensors[0]) in int8_able:
+        # Runs at its input's scale: the class is its source's.
+        t, out = node.input_tensors[0], node.outputs[0]
+        int8_able.add(id(out))
+        source[id(out)] = source.get(id(t), t)
+        continue
+      ins = _concat_inputs(node)
+      if ins is not None and any(id(t) in int8_able for t in ins):
+        out = node.outputs[0]
+        self.int8_concats.add(id(node))
+        int8_able.add(id(out))
+        tensors[id(out)] = out
+        for t in ins:
+          if id(t) not in int8_able:
+            self.concat_inputs.append(t)  # quantized for the concat
+          root = source.get(id(t), t)
+          tensors[id(root)] = root
+          union(id(out), id(root))
+    classes = collections.defaultdict(list)
+    for key in parent:
+      classes[find(key)].append(tensors[key])
+    self.scale_classes = [c for c in classes.values() if len(c) > 1]
     for node in graph.nodes:
       op = node.operation
       if node.is_input or id(node) in member:
         continue
-      if _is_conv(op):
-        continue  # noted above
+      if _is_conv(op) or id(node) in self.int8_concats:
+        continue  # noted above, or int8
       if type(op) is keras.layers.BatchNormalization:  # pylint: disable=unidiomatic-typecheck
         self.float_notes.append((op.name, "BatchNormalization",
                                  self._bn_reason(node)))
@@ -678,7 +752,22 @@ class _Plan:
         if t is not None and id(t) not in seen:
           seen.add(id(t))
           out.append(t)
+    for t in self.concat_inputs:
+      if id(t) not in seen:
+        seen.add(id(t))
+        out.append(t)
     return out
+
+  def share_scales(self, scale_of):
+    """Gives every tensor of a scale class the largest calibrated scale of
+    the class (in place)."""
+    for tensors in self.scale_classes:
+      known = [scale_of[id(t)] for t in tensors if id(t) in scale_of]
+      if not known:
+        continue
+      shared = max(known)
+      for t in tensors:
+        scale_of[id(t)] = shared
 
   def warn(self, stacklevel=3):
     if not self.float_notes:
@@ -976,7 +1065,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     ReLU / ReLU6 / ReLU(max_value=m) fused, residual Add as side input, a
     preceding ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
     ``groups`` = its input channels; a BatchNormalization that follows no
-    conv, with a ReLU after it, a 1x1 depthwise one), with ``Quantize`` /
+    conv, with a ReLU after it, a 1x1 depthwise one; a channel Concatenate
+    with an int8 input an Int8Concatenate, the tensors it joins sharing one
+    scale), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. MaxPooling2D,
     GlobalMaxPooling2D and ZeroPadding2D applied to an int8 tensor run in
     int8 at its scale (exact: max commutes with the monotonic quantization;
@@ -1007,6 +1098,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
   scale_of = {id(t): _check_scale(scales[_tensor_key(t)],
                                   f"scale of '{_tensor_key(t)}'")
               for t in needed}
+
+  plan.share_scales(scale_of)
 
   names = _UniqueNames(l.name for l in src.layers)
   float_of, int8_of = {}, {}
@@ -1098,6 +1191,19 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       int8_of[id(out)] = int8_op(int8_of[id(t)])
       scale_of[id(out)] = scale_of[id(t)]
       counts["int8_pool"] += 1
+      continue
+    if id(node) in plan.int8_concats:
+      # The joined tensors share one scale (plan.share_scales): in int8 the
+      # concatenation is a copy of bytes, exact.
+      int8_op = int8_clones.get(id(op))
+      if int8_op is None:
+        config = op.get_config()
+        if len(op._inbound_nodes) > 1:  # pylint: disable=protected-access
+          config["name"] = names(f"{op.name}_int8")
+        int8_op = int8_clones[id(op)] = Int8Concatenate.from_config(config)
+      out = node.outputs[0]
+      int8_of[id(out)] = int8_op([get_int8(t) for t in node.input_tensors])
+      counts["int8_concat"] += 1
       continue
     new_op = clones.get(id(op))
     first_call = new_op is None
