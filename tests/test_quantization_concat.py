@@ -176,3 +176,46 @@ def test_round_trips(quantized, tmp_path):
   out = served.serve(tf.constant(x))
   np.testing.assert_array_equal(out["features"].numpy(), want["features"].numpy())
   layer_helpers.assert_float_close(out["logits"].numpy(), want["logits"].numpy())
+
+
+# ------------------------------------------- AveragePooling2D (transitions)
+
+def test_unpadded_average_pooling_runs_in_int8():
+  """A DenseNet transition (conv -> AveragePooling2D(2, 2)) and a 'same'
+  pooling that pads nothing become depthwise QuantizedFusedConv2D layers
+  (filter 1 / (kh * kw), quantized to 127); poolings whose windows reach
+  into padding (Keras divides those by their valid elements) stay float."""
+  inp = keras.Input((8, 8, 3), name="image")
+  c = L.Conv2D(6, 3, padding="same", activation="relu", name="c")(inp)
+  p1 = L.AveragePooling2D(2, name="trans_pool")(c)                # 4x4
+  c2 = L.Conv2D(6, 1, activation="relu", name="c2")(p1)
+  p2 = L.AveragePooling2D(2, strides=2, padding="same", name="same_pool")(c2)  # no pad
+  p3 = L.AveragePooling2D(3, strides=1, padding="same", name="padded_pool")(c2)
+  p4 = L.AveragePooling2D((3, 2), strides=(1, 2), name="rect_pool")(c2)  # 2x2
+  out = [L.Conv2D(4, 1, name=f"h{i}")(p) for i, p in enumerate((p2, p3, p4))]
+  model = keras.Model(inp, out)
+  rng = np.random.default_rng(4)
+  for layer in model.layers:
+    if isinstance(layer, L.Conv2D):
+      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
+                         for w in layer.get_weights()])
+  x = images(16, seed=3, shape=(8, 8, 3))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  scales = quantization.calibrate(model, x, verbose=0)
+  for name, k in (("trans_pool", (2, 2)), ("same_pool", (2, 2)), ("rect_pool", (3, 2))):
+    layer = qmodel.get_layer(name)
+    assert isinstance(layer, QFC) and layer.groups == 6, name
+    kernel, bias, s = layer.get_weights()[:3]
+    assert kernel.shape == k + (1, 6)
+    np.testing.assert_array_equal(kernel, 127)
+    np.testing.assert_array_equal(bias, 0)
+    src = "c" if name == "trans_pool" else "c2"
+    want = np.float32(scales[src]) * (1.0 / (k[0] * k[1]) / 127) / np.float32(scales[name])
+    np.testing.assert_allclose(s, np.full(6, want, np.float32), rtol=1e-6)
+  assert type(qmodel.get_layer("padded_pool")) is L.AveragePooling2D  # pylint: disable=unidiomatic-typecheck
+  check_layers_against_reference(qmodel, x[:5], min_unique=4)
+  for w, g in zip(model(x[:6]), qmodel(x[:6])):
+    w, g = w.numpy(), g.numpy()
+    assert np.abs(g - w).max() < 0.06 * np.abs(w).max()

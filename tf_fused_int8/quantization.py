@@ -406,19 +406,24 @@ class _Group:
   """One fused conv stack: [ZeroPadding2D +] Conv2D|DepthwiseConv2D [+ BN]
   [+ ReLU|ReLU6|ReLU(max_value=m)] [+ Add(side) [+ the same]]."""
 
-  def __init__(self, conv_node, bn_only=False):
+  def __init__(self, conv_node, bn_only=False, avg_pool=None):
     self.conv_node = conv_node
     # bn_only: conv_node is a BatchNormalization that follows no conv: the
     # stack is BN [+ ReLU], run as a 1x1 depthwise convolution (filter
     # gamma / sigma per channel, bias beta - mean * gamma / sigma).
     self.bn_only = bn_only
+    # avg_pool: ((kh, kw), (sh, sw)) when conv_node is an AveragePooling2D
+    # without padding: a depthwise convolution with the filter 1 / (kh * kw).
+    self.avg_pool = avg_pool
     self.pad_node = None
-    self.padding = "valid" if bn_only else conv_node.operation.padding
+    self.padding = ("valid" if bn_only or avg_pool else
+                    conv_node.operation.padding)
     self.bn_node = None
     self.add_node = None
     self.side = None
     # None (linear), or the Relu's float bound (math.inf: unbounded).
-    self.relu_max = None if bn_only else _conv_relu_max(conv_node.operation)
+    self.relu_max = (None if bn_only or avg_pool else
+                     _conv_relu_max(conv_node.operation))
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -515,6 +520,27 @@ def _concat_inputs(node):
   if not all(_rank4_channels(t) and t.dtype == ins[0].dtype for t in ins):
     return None
   return ins
+
+
+def _avg_pool_window(node):
+  """((kh, kw), (sh, sw)) of a channels_last AveragePooling2D on one NHWC
+  tensor of known size whose windows never reach into padding (valid, or
+  same where same pads nothing): the average is then the sum over a full
+  window / (kh * kw), a depthwise convolution. Else None (Keras divides a
+  window that reaches into padding by its valid elements only)."""
+  op = node.operation
+  if type(op) is not keras.layers.AveragePooling2D:  # pylint: disable=unidiomatic-typecheck
+    return None
+  x = _single_tensor_call(node)
+  if (x is None or not _rank4_channels(x) or op.data_format != "channels_last"
+      or x.shape[1] is None or x.shape[2] is None):
+    return None
+  k, st = tuple(op.pool_size), tuple(op.strides)
+  if op.padding == "same":
+    for size, kk, ss in zip(x.shape[1:3], k, st):
+      if max((-(-size // ss) - 1) * ss + kk - size, 0) != 0:
+        return None
+  return k, st
 
 
 def _zero_padding_pairs(node):
@@ -623,6 +649,13 @@ class _Plan:
         t, out = node.input_tensors[0], node.outputs[0]
         int8_able.add(id(out))
         source[id(out)] = source.get(id(t), t)
+        continue
+      window = _avg_pool_window(node)
+      if window is not None and id(node.input_tensors[0]) in int8_able:
+        g = _Group(node, avg_pool=window)
+        self.groups.append(g)
+        member.add(id(node))
+        int8_able.add(id(g.tail))
         continue
       ins = _concat_inputs(node)
       if ins is not None and any(id(t) in int8_able for t in ins):
@@ -989,6 +1022,11 @@ def _group_weights(group):
   [Kh, Kw, 1, Ci * M] with G = Ci (output channel c * M + m, the order of
   DepthwiseConv2D's output, so its bias and a following BN apply as is)."""
   conv = group.conv_node.operation
+  if group.avg_pool is not None:
+    (kh, kw), _ = group.avg_pool
+    channels = int(group.input.shape[-1])
+    return (np.full([kh, kw, 1, channels], 1.0 / (kh * kw)),
+            np.zeros([channels]), channels)
   if group.bn_only:
     bn = conv
     channels = int(bn.moving_mean.shape[0])
@@ -1067,7 +1105,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     ``groups`` = its input channels; a BatchNormalization that follows no
     conv, with a ReLU after it, a 1x1 depthwise one; a channel Concatenate
     with an int8 input an Int8Concatenate, the tensors it joins sharing one
-    scale), with ``Quantize`` /
+    scale; an AveragePooling2D of an int8 tensor whose windows never reach
+    into padding a depthwise one with the filter 1 / (kh * kw)), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. MaxPooling2D,
     GlobalMaxPooling2D and ZeroPadding2D applied to an int8 tensor run in
     int8 at its scale (exact: max commutes with the monotonic quantization;
@@ -1156,9 +1195,11 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           # A BN's filter is one value per channel: always per channel
           # (exact: each channel's value quantizes to +-127).
           per_channel_scale=per_channel or group.bn_only,
-          strides=1 if group.bn_only else conv.strides,
+          strides=(1 if group.bn_only else group.avg_pool[1]
+                   if group.avg_pool else conv.strides),
           padding=group.padding,
-          dilation_rate=1 if group.bn_only else conv.dilation_rate,
+          dilation_rate=(1 if group.bn_only or group.avg_pool else
+                         conv.dilation_rate),
           groups=groups,
           name=base, **_activation_kwargs(group.relu_max, s_out))
       x = get_int8(group.input)
@@ -1168,7 +1209,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         y = layer(x, side_input=get_int8(group.side))
       int8_of[id(group.tail)] = y
       counts["conv"] += 1
-      counts["depthwise"] += _is_depthwise(conv) or group.bn_only
+      counts["depthwise"] += (_is_depthwise(conv) or group.bn_only or
+                              group.avg_pool is not None)
       counts["bn"] += group.bn_node is not None or group.bn_only
       counts["add"] += group.add_node is not None
       continue
