@@ -404,7 +404,9 @@ def _bn_problem(node):
 
 class _Group:
   """One fused conv stack: [ZeroPadding2D +] Conv2D|DepthwiseConv2D [+ BN]
-  [+ ReLU|ReLU6|ReLU(max_value=m)] [+ Add(side) [+ the same]]."""
+  [+ ReLU|ReLU6|ReLU(max_value=m)] [+ Add(side) [+ the same]]; or a
+  BatchNormalization [+ ReLU...] that follows no conv, or an unpadded
+  AveragePooling2D, each run as a depthwise convolution."""
 
   def __init__(self, conv_node, bn_only=False, avg_pool=None):
     self.conv_node = conv_node
@@ -416,14 +418,16 @@ class _Group:
     # without padding: a depthwise convolution with the filter 1 / (kh * kw).
     self.avg_pool = avg_pool
     self.pad_node = None
-    self.padding = ("valid" if bn_only or avg_pool else
-                    conv_node.operation.padding)
+    op = conv_node.operation
+    self.padding = "valid" if bn_only or avg_pool else op.padding
+    self.strides = (1 if bn_only else avg_pool[1] if avg_pool else
+                    op.strides)
+    self.dilation_rate = 1 if bn_only or avg_pool else op.dilation_rate
     self.bn_node = None
     self.add_node = None
     self.side = None
     # None (linear), or the Relu's float bound (math.inf: unbounded).
-    self.relu_max = (None if bn_only or avg_pool else
-                     _conv_relu_max(conv_node.operation))
+    self.relu_max = None if bn_only or avg_pool else _conv_relu_max(op)
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -457,7 +461,8 @@ class _KeepsInputDtype:
 
   def compute_output_spec(self, inputs, *args, **kwargs):
     spec = super().compute_output_spec(inputs, *args, **kwargs)
-    return keras.KerasTensor(spec.shape, dtype=inputs.dtype)
+    first = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+    return keras.KerasTensor(spec.shape, dtype=first.dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
@@ -496,12 +501,8 @@ def _int8_passthrough(node):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Int8Concatenate(keras.layers.Concatenate):
+class Int8Concatenate(_KeepsInputDtype, keras.layers.Concatenate):
   """Concatenate of int8 tensors that share one scale, in int8: a copy."""
-
-  def compute_output_spec(self, inputs):
-    spec = super().compute_output_spec(inputs)
-    return keras.KerasTensor(spec.shape, dtype=inputs[0].dtype)
 
 
 def _concat_inputs(node):
@@ -619,6 +620,24 @@ class _Plan:
             g.extend(nxt)
         self.groups.append(g)
         member.update(id(n) for n in g.members)
+    self._plan_int8_joins(member)
+    for node in graph.nodes:
+      op = node.operation
+      if node.is_input or id(node) in member:
+        continue
+      if _is_conv(op) or id(node) in self.int8_concats:
+        continue  # noted above, or int8
+      if type(op) is keras.layers.BatchNormalization:  # pylint: disable=unidiomatic-typecheck
+        self.float_notes.append((op.name, "BatchNormalization",
+                                 self._bn_reason(node)))
+      elif not isinstance(op, _FLOAT_LAYERS):
+        self.float_notes.append((op.name, type(op).__name__, None))
+    self.tail_of = {id(g.tail_node): g for g in self.groups}
+    self.member_ids = member
+
+  def _plan_int8_joins(self, member):
+    """Average poolings and concatenations on int8 tensors (adds their
+    nodes to `member`)."""
     # Concatenates with an int8 input run in int8: every tensor they join
     # (and every max pooling / zero padding between them) shares one scale,
     # the largest calibrated one, so that the concatenation is a plain copy
@@ -641,7 +660,7 @@ class _Plan:
     self.concat_inputs = []
     tensors = {}
     source = {}  # max pooling / zero padding output -> the tensor it pools
-    for node in graph.nodes:
+    for node in self.graph.nodes:
       if node.is_input or id(node) in member:
         continue
       if _int8_passthrough(node) and id(node.input_tensors[0]) in int8_able:
@@ -673,19 +692,6 @@ class _Plan:
     for key in parent:
       classes[find(key)].append(tensors[key])
     self.scale_classes = [c for c in classes.values() if len(c) > 1]
-    for node in graph.nodes:
-      op = node.operation
-      if node.is_input or id(node) in member:
-        continue
-      if _is_conv(op) or id(node) in self.int8_concats:
-        continue  # noted above, or int8
-      if type(op) is keras.layers.BatchNormalization:  # pylint: disable=unidiomatic-typecheck
-        self.float_notes.append((op.name, "BatchNormalization",
-                                 self._bn_reason(node)))
-      elif not isinstance(op, _FLOAT_LAYERS):
-        self.float_notes.append((op.name, type(op).__name__, None))
-    self.tail_of = {id(g.tail_node): g for g in self.groups}
-    self.member_ids = member
 
   def _chain(self, conv_node):
     g = _Group(conv_node)
@@ -1195,12 +1201,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           # A BN's filter is one value per channel: always per channel
           # (exact: each channel's value quantizes to +-127).
           per_channel_scale=per_channel or group.bn_only,
-          strides=(1 if group.bn_only else group.avg_pool[1]
-                   if group.avg_pool else conv.strides),
-          padding=group.padding,
-          dilation_rate=(1 if group.bn_only or group.avg_pool else
-                         conv.dilation_rate),
-          groups=groups,
+          strides=group.strides, padding=group.padding,
+          dilation_rate=group.dilation_rate, groups=groups,
           name=base, **_activation_kwargs(group.relu_max, s_out))
       x = get_int8(group.input)
       if group.side is None:
