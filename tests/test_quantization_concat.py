@@ -219,3 +219,42 @@ def test_unpadded_average_pooling_runs_in_int8():
   for w, g in zip(model(x[:6]), qmodel(x[:6])):
     w, g = w.numpy(), g.numpy()
     assert np.abs(g - w).max() < 0.06 * np.abs(w).max()
+
+
+def test_concatenate_edge_cases(tmp_path):
+  """The same tensor twice, the model input beside an int8 tensor, a
+  concatenation that is a model output and feeds a conv, and a shared
+  Concatenate layer called twice."""
+  inp = keras.Input((6, 5, 3), name="image")
+  a = L.Conv2D(4, 3, padding="same", activation="relu", name="a")(inp)
+  twice = L.Concatenate(name="twice")([a, a])
+  with_input = L.Concatenate(name="with_input")([inp, a])
+  shared = L.Concatenate(name="shared")
+  s1 = shared([twice, with_input])
+  b = L.Conv2D(5, 1, name="b")(s1)
+  s2 = shared([b, a])
+  model = keras.Model(inp, [s1, L.Conv2D(2, 1, name="c")(s2)])
+  rng = np.random.default_rng(8)
+  for layer in model.layers:
+    if isinstance(layer, L.Conv2D):
+      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
+                         for w in layer.get_weights()])
+  x = images(12, seed=6, shape=(6, 5, 3))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  # Four int8 concatenations, by three layers: the shared one stays shared.
+  assert kinds.count("Int8Concatenate") == 3 and "Concatenate" not in kinds, kinds
+  assert len(qmodel.get_layer("shared_int8")._inbound_nodes) == 2  # pylint: disable=protected-access
+  assert kinds.count("Quantize") == 1, kinds  # the image, once
+  check_layers_against_reference(qmodel, x[:4], min_unique=3)
+  for w, g in zip(model(x[:6]), qmodel(x[:6])):
+    w, g = w.numpy(), g.numpy()
+    assert np.abs(g - w).max() < 0.06 * np.abs(w).max()
+  path = os.path.join(tmp_path, "m.keras")
+  qmodel.save(path)
+  again = keras.models.load_model(path)
+  for w, g in zip(again(x[:3]), qmodel(x[:3])):
+    np.testing.assert_array_equal(w.numpy(), g.numpy())
+
