@@ -17,7 +17,7 @@ import exactness
 import protocol
 
 
-class Family:
+class Family(protocol.KeyedRuns):
   """TFLite / XNNPACK."""
 
   def __init__(self, threads):
@@ -26,7 +26,7 @@ class Family:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     self.tf = tf
     self.threads = threads
-    self.invokes = {}
+    self.runs = {}
 
   def info(self):
     return dict(tensorflow=self.tf.__version__)
@@ -80,7 +80,7 @@ class Family:
           spec, w, bias, spec["activation"] == "Relu", rep))
       interp.set_tensor(interp.get_input_details()[0]["index"], x)
       return interp.invoke
-    self.invokes[key], status = protocol.setup_each({"litert": build})
+    self.runs[key], status = protocol.setup_each({"litert": build})
     return dict(impls=status)
 
   def probe(self, impl, spec, kind, seed, multiplier):
@@ -126,12 +126,6 @@ class Family:
       raise RuntimeError("could not find the filter tensor in the TFLite model")
     return weights, scales, bias
 
-  def callable(self, key, impl):
-    return self.invokes[key][impl]
-
-  def release(self, key):
-    self.invokes.pop(key, None)
-
   def setup_model(self, key, model, batch):
     x = np.load(model["input"])[:batch]
 
@@ -147,5 +141,5 @@ class Family:
       interp.set_tensor(inp["index"],
                         np.clip(np.rint(x / s) + zp, -128, 127).astype(np.int8))
       return interp.invoke
-    self.invokes[key], status = protocol.setup_each({"litert": build})
+    self.runs[key], status = protocol.setup_each({"litert": build})
     return dict(impls=status)

@@ -19,7 +19,7 @@ import protocol
 IMPLS = {"onnxruntime_u8": "uint8", "onnxruntime_s8": "int8"}
 
 
-class Family:
+class Family(protocol.KeyedRuns):
   """ONNX Runtime QLinearConv."""
 
   def __init__(self, threads):
@@ -117,13 +117,3 @@ class Family:
     lo, hi = (0, 255) if act == "uint8" else (-128, 127)
     return dict(out=out.copy(), x_zero_point=zp, multiplier=float(w_scale[0]),
                 out_zero_point=zp, out_min=lo, out_max=hi)
-
-  def callable(self, key, impl):
-    return self.runs[key][impl]
-
-  def release(self, key):
-    self.runs.pop(key, None)
-
-  def setup_model(self, key, model, batch):
-    del key, model, batch
-    return dict(impls={})

@@ -15,7 +15,7 @@ import numpy as np
 import protocol
 
 
-class Family:
+class Family(protocol.KeyedRuns):
   """OpenVINO (+ NNCF)."""
 
   def __init__(self, threads):
@@ -82,9 +82,3 @@ class Family:
     self.runs[key], status = protocol.setup_each(
         {impl: (lambda i=impl, p=xml: build(i, p)) for impl, xml in paths.items()})
     return dict(impls=status)
-
-  def callable(self, key, impl):
-    return self.runs[key][impl]
-
-  def release(self, key):
-    self.runs.pop(key, None)

@@ -52,7 +52,7 @@ def _forced(path, fn):
   return run
 
 
-class Family:
+class Family(protocol.KeyedRuns):
   """Our op, TF's int8 kernel and TF's fp32 conv."""
 
   def __init__(self, threads):
@@ -72,7 +72,7 @@ class Family:
                                                  ctypes.c_double]
     self.lib.tf_fused_int8_peak_loops.restype = ctypes.c_char_p
     self.lib.tf_fused_int8_kernel_path.restype = ctypes.c_char_p
-    self.fns = {}
+    self.runs = {}
 
   def kernel_path(self):
     """The CPU kernel path a call would take now (env override included)."""
@@ -212,7 +212,7 @@ class Family:
         status[name] = protocol.error_text(e)
         del fns[name]
     check = self._check(spec, x, w, bias, scale, fns)
-    self.fns[key] = fns
+    self.runs[key] = fns
     return dict(impls=status, ops_per_call=ops, check=check,
                 baseline={name: "_graph_empty" for name in ops})
 
@@ -260,12 +260,6 @@ class Family:
     return dict(out=out, x_zero_point=zp, multiplier=float(scale),
                 out_zero_point=0, out_min=-128, out_max=127)
 
-  def callable(self, key, impl):
-    return self.fns[key][impl]
-
-  def release(self, key):
-    self.fns.pop(key, None)
-
   # -------------------------------------------------------------- models
 
   def setup_model(self, key, model, batch):
@@ -276,7 +270,7 @@ class Family:
     def build(path):
       f = tf.function(keras.models.load_model(path, compile=False))
       return lambda: f(x)
-    self.fns[key], status = protocol.setup_each(
+    self.runs[key], status = protocol.setup_each(
         {"ours": lambda: build(model["int8_keras"]),
          "tf_fp32": lambda: build(model["float_keras"])})
     return dict(impls=status)

@@ -20,7 +20,7 @@ import protocol
 ENGINES = {"torch_x86": "x86", "torch_onednn": "onednn"}
 
 
-class Family:
+class Family(protocol.KeyedRuns):
   """PyTorch quantized conv."""
 
   def __init__(self, threads):
@@ -109,13 +109,3 @@ class Family:
     return dict(out=out, x_zero_point=zp, weights=used,
                 multiplier=float(w_scale[0]),
                 out_zero_point=128, out_min=0, out_max=255)
-
-  def callable(self, key, impl):
-    return self.runs[key][impl]
-
-  def release(self, key):
-    self.runs.pop(key, None)
-
-  def setup_model(self, key, model, batch):
-    del key, model, batch
-    return dict(impls={})

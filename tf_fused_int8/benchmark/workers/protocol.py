@@ -110,3 +110,19 @@ def setup_each(builders):
     except Exception as e:  # pylint: disable=broad-except
       status[impl] = error_text(e)
   return fns, status
+
+
+class KeyedRuns:
+  """The worker commands every family shares, over ``self.runs``: {setup
+  key: {impl: callable}} (what setup_each builds for each setup call).
+  setup_model's default: no model implementations."""
+
+  def callable(self, key, impl):
+    return self.runs[key][impl]
+
+  def release(self, key):
+    self.runs.pop(key, None)
+
+  def setup_model(self, key, model, batch):
+    del key, model, batch
+    return dict(impls={})
