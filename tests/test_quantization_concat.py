@@ -22,7 +22,9 @@ import tensorflow as tf
 import layer_helpers
 import tf_fused_int8
 from tf_fused_int8 import quantization
+import test_quantization
 from test_quantization_depthwise import check_layers_against_reference
+from test_quantization_depthwise import randomize
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:__array__ implementation:DeprecationWarning")
@@ -32,8 +34,7 @@ QFC = tf_fused_int8.QuantizedFusedConv2D
 
 
 def images(n, seed=1, shape=(12, 12, 3)):
-  return np.random.default_rng(seed).uniform(-1, 1, (n,) + shape).astype(
-      np.float32)
+  return test_quantization.images(n, seed, shape)
 
 
 def dense_inception_model(seed=0):
@@ -55,13 +56,7 @@ def dense_inception_model(seed=0):
   y = L.Concatenate(name="i_concat")([b1, b2, b3, b4])
   logits = L.Dense(4, name="head")(L.GlobalAveragePooling2D(name="gap")(y))
   model = keras.Model(inp, {"features": y, "logits": logits})
-  rng = np.random.default_rng(seed)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
-    elif isinstance(layer, L.Conv2D):
-      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
-                         for w in layer.get_weights()])
+  randomize(model, np.random.default_rng(seed))
   return model
 
 
@@ -194,11 +189,7 @@ def test_unpadded_average_pooling_runs_in_int8():
   p4 = L.AveragePooling2D((3, 2), strides=(1, 2), name="rect_pool")(c2)  # 2x2
   out = [L.Conv2D(4, 1, name=f"h{i}")(p) for i, p in enumerate((p2, p3, p4))]
   model = keras.Model(inp, out)
-  rng = np.random.default_rng(4)
-  for layer in model.layers:
-    if isinstance(layer, L.Conv2D):
-      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
-                         for w in layer.get_weights()])
+  randomize(model, np.random.default_rng(4))
   x = images(16, seed=3, shape=(8, 8, 3))
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)
@@ -234,11 +225,7 @@ def test_concatenate_edge_cases(tmp_path):
   b = L.Conv2D(5, 1, name="b")(s1)
   s2 = shared([b, a])
   model = keras.Model(inp, [s1, L.Conv2D(2, 1, name="c")(s2)])
-  rng = np.random.default_rng(8)
-  for layer in model.layers:
-    if isinstance(layer, L.Conv2D):
-      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
-                         for w in layer.get_weights()])
+  randomize(model, np.random.default_rng(8))
   x = images(12, seed=6, shape=(6, 5, 3))
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)

@@ -22,7 +22,9 @@ import tensorflow as tf
 import layer_helpers
 import tf_fused_int8
 from tf_fused_int8 import quantization
+import test_quantization
 from test_quantization_depthwise import check_layers_against_reference
+from test_quantization_depthwise import randomize
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:__array__ implementation:DeprecationWarning")
@@ -32,8 +34,7 @@ QFC = tf_fused_int8.QuantizedFusedConv2D
 
 
 def images(n, seed=1, shape=(10, 9, 3)):
-  return np.random.default_rng(seed).uniform(-1, 1, (n,) + shape).astype(
-      np.float32)
+  return test_quantization.images(n, seed, shape)
 
 
 def preactivation_resnet(seed=0, negative_gamma=False):
@@ -56,17 +57,13 @@ def preactivation_resnet(seed=0, negative_gamma=False):
   x = L.ReLU(name="post_relu")(L.BatchNormalization(name="post_bn")(x))
   logits = L.Dense(5, name="head")(L.GlobalAveragePooling2D(name="gap")(x))
   model = keras.Model(inp, {"features": x, "logits": logits})
-  rng = np.random.default_rng(seed)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
-      if negative_gamma:
+  randomize(model, np.random.default_rng(seed), weight_std=0.25)
+  if negative_gamma:
+    for layer in model.layers:
+      if isinstance(layer, L.BatchNormalization):
         w = layer.get_weights()
         w[0] = w[0] * np.where(np.arange(w[0].size) % 3 == 0, -1, 1)
         layer.set_weights(w)
-    elif isinstance(layer, L.Conv2D):
-      layer.set_weights([rng.normal(0, 0.25, w.shape).astype(np.float32)
-                         for w in layer.get_weights()])
   return model
 
 
