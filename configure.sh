@@ -25,22 +25,8 @@ die() { echo "configure: error: $*" >&2; exit 1; }
 
 # ---------------------------------------------------------------------------------------------
 # apt packages (only when something is missing; runs as root, or through sudo when available)
-APT_UPDATED=0
-apt_install() {
-  local sudo=""
-  if [[ "$(id -u)" != 0 ]]; then
-    command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to apt-get install $*"
-    sudo="sudo"
-  fi
-  command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install $* by hand"
-  if [[ "${APT_UPDATED}" == 0 ]]; then
-    log "apt-get update"
-    ${sudo} env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-    APT_UPDATED=1
-  fi
-  log "apt-get install $*"
-  ${sudo} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
-}
+# shellcheck source=tools/apt.sh
+source tools/apt.sh
 
 # 1. bazel. Note: `bazel version` fails on Debian's unstamped build; use `bazel --version`.
 #    The C++ toolchain (g++) comes in as a dependency of bazel-bootstrap.

@@ -23,23 +23,9 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 log() { echo "arm64_check: $*" >&2; }
 die() { echo "arm64_check: error: $*" >&2; exit 1; }
 
-# As configure.sh: only when something is missing; as root, or through sudo when available.
-APT_UPDATED=0
-apt_install() {
-  local sudo=""
-  if [[ "$(id -u)" != 0 ]]; then
-    command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to apt-get install $*"
-    sudo="sudo"
-  fi
-  command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install $* by hand"
-  if [[ "${APT_UPDATED}" == 0 ]]; then
-    log "apt-get update"
-    ${sudo} env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-    APT_UPDATED=1
-  fi
-  log "apt-get install $*"
-  ${sudo} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
-}
+# apt packages, as configure.sh: only when something is missing.
+# shellcheck source=tools/apt.sh
+source tools/apt.sh
 
 CXX="${ARM64_CXX:-aarch64-linux-gnu-g++}"
 QEMU="${ARM64_QEMU:-qemu-aarch64}"
