@@ -5,8 +5,9 @@
 // TensorFlow's dispatch around it. Not a benchmark of record: the peers
 // comparison is python -m tf_fused_int8.benchmark.
 //
-//   bazel build //:bench_core && bazel-bin/bench_core N H W Ci K Co stride groups [path] [seconds]
-//   (SAME padding, Relu; path as TF_FUSED_INT8_CPU_KERNEL, default auto)
+//   bazel build //:bench_core && bazel-bin/bench_core N H W Ci K Co stride groups [path] [seconds] [padding]
+//   (Relu; path as TF_FUSED_INT8_CPU_KERNEL, default auto; padding same
+//   (default) or valid)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,7 +22,7 @@
 int main(int argc, char** argv) {
   using namespace tf_fused_int8;  // NOLINT
   if (argc < 9) {
-    std::fprintf(stderr, "usage: %s N H W Ci K Co stride groups [path] [seconds]\n",
+    std::fprintf(stderr, "usage: %s N H W Ci K Co stride groups [path] [seconds] [same|valid]\n",
                  argv[0]);
     return 2;
   }
@@ -40,7 +41,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   const double seconds = argc > 10 ? std::atof(argv[10]) : 1.0;
-  std::string err = ComputeGeometry(Padding::kSame, &g);
+  const std::string padding = argc > 11 ? argv[11] : "same";
+  if (padding != "same" && padding != "valid") {
+    std::fprintf(stderr, "padding must be same or valid, got %s\n", padding.c_str());
+    return 2;
+  }
+  std::string err =
+      ComputeGeometry(padding == "same" ? Padding::kSame : Padding::kValid, &g);
   if (!err.empty()) {
     std::fprintf(stderr, "%s\n", err.c_str());
     return 2;
