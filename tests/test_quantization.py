@@ -102,9 +102,12 @@ def test_scale_derivation_and_int8_graph_on_a_hand_made_model():
   # Activation scales are float32 numbers (what Quantize/Dequantize use).
   s_in, s_h1, s_out = (float(np.float32(scales[k]))
                        for k in ("image", "relu1", "relu2"))
+  # The conv body's derivation (the head stays float: dense=False; the int8
+  # head: tests/test_quantization_head.py).
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+    qmodel = quantization.quantize_model(model, scales=scales, verbose=0,
+                                         dense=False)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   assert kinds == {"image": "InputLayer", "image_quantize": "Quantize",
                    "c1": "QuantizedFusedConv2D", "c2": "QuantizedFusedConv2D",
@@ -171,10 +174,15 @@ def test_missing_or_bad_scales_are_errors():
   model = residual_model()
   with pytest.raises(ValueError, match="relu2"):
     quantization.quantize_model(model, scales={"image": 0.1, "relu1": 0.1},
-                                verbose=0)
+                                verbose=0, dense=False)
   with pytest.raises(ValueError, match="positive"):
     quantization.quantize_model(
-        model, scales={"image": 0.1, "relu1": 0.0, "relu2": 0.1}, verbose=0)
+        model, scales={"image": 0.1, "relu1": 0.0, "relu2": 0.1}, verbose=0,
+        dense=False)
+  # The int8 head (default dense=True) needs the head's scales too.
+  with pytest.raises(ValueError, match=r"\['gap', 'head'\].*dense=False"):
+    quantization.quantize_model(
+        model, scales={"image": 0.1, "relu1": 0.1, "relu2": 0.1}, verbose=0)
   with pytest.raises(ValueError, match="calibration_data"):
     quantization.quantize_model(model, verbose=0)
   with pytest.raises(ValueError, match="method"):
@@ -232,12 +240,17 @@ def test_calibration_accepts_dataset_numpy_and_generators(capsys):
   want = quantization.calibrate(model, x, batch_size=16, verbose=1)
   out = capsys.readouterr().out
   assert "3/3" in out  # the Keras progress bar, 3 batches
-  assert set(want) == {"image", "relu1", "relu2"}
+  # The convolutions' tensors and the int8 head's (pooled features, logits).
+  assert set(want) == {"image", "relu1", "relu2", "gap", "head"}
+  assert set(quantization.calibrate(model, x, verbose=0, dense=False)) == {
+      "image", "relu1", "relu2"}
   # min/max: max |x| / 127 over all calibration data, as float32.
   probe = keras.Model(model.input, [model.get_layer(n).output
-                                    for n in ("relu1", "relu2")])
-  h1, h2 = (t.numpy() for t in probe(x))
-  for key, t in [("image", x), ("relu1", h1), ("relu2", h2)]:
+                                    for n in ("relu1", "relu2", "gap",
+                                              "head")])
+  h1, h2, pooled, logits = (t.numpy() for t in probe(x))
+  for key, t in [("image", x), ("relu1", h1), ("relu2", h2), ("gap", pooled),
+                 ("head", logits)]:
     assert want[key] == pytest.approx(float(np.float32(
         np.abs(t).max() / 127)), rel=1e-6), key
   inputs = {
@@ -316,9 +329,12 @@ def test_unsupported_layers_warn_and_stay_float():
   for name in ("c1", "c2", "c3", "bn_after_relu"):
     assert isinstance(qmodel.get_layer(name), QFC), name
   assert qmodel.get_layer("bn_after_relu").groups == 8
+  # The head after c3 is int8: Flatten of an int8 tensor, QuantizedDense.
+  assert type(qmodel.get_layer("flat")).__name__ == "Int8Flatten"
+  assert isinstance(qmodel.get_layer("head"), tf_fused_int8.QuantizedDense)
   for name, cls in [("ln", L.LayerNormalization), ("c_sig", L.Conv2D),
                     ("bn_rows", L.BatchNormalization),
-                    ("sep", L.SeparableConv2D), ("head", L.Dense)]:
+                    ("sep", L.SeparableConv2D)]:
     layer = qmodel.get_layer(name)
     assert type(layer) is cls, name  # pylint: disable=unidiomatic-typecheck
     assert layer is not model.get_layer(name)  # a copy, same weights
@@ -346,13 +362,15 @@ def test_multi_input_model_and_shared_int8_tensors():
   assert kinds == sorted(["InputLayer", "InputLayer", "Quantize", "Quantize",
                           "QuantizedFusedConv2D", "QuantizedFusedConv2D",
                           "Dequantize", "Dequantize", "Int8GlobalMaxPooling2D",
-                          "Flatten"])
+                          "Int8Flatten"])
   # The max pooling of cb's int8 output runs in int8 (then dequantized).
   assert qmodel.get_layer("gmp").output.dtype == "int8"
-  # ca's int8 output is cb's side input and (dequantized) Flatten's input.
+  # ca's int8 output is cb's side input and the int8 Flatten's input (a
+  # reshape, dequantized as a model output).
   assert qmodel.get_layer("cb").use_side_input
-  assert qmodel.get_layer("ca_dequantize").input is qmodel.get_layer(
-      "ca").output
+  assert qmodel.get_layer("flat").input is qmodel.get_layer("ca").output
+  assert qmodel.get_layer("flat_dequantize").input is qmodel.get_layer(
+      "flat").output
   assert isinstance(qmodel.input, dict) and set(qmodel.input) == {"a", "b"}
   want, got = model(data), qmodel(data)
   assert len(got) == 2
@@ -401,7 +419,12 @@ def digits():
 
 def test_digits_int8_accuracy_within_one_point_of_float(digits):
   example, float_model, int8_model, x_test, y_test = digits
-  assert sum(isinstance(l, QFC) for l in int8_model.layers) == 6
+  # 6 convolutions, the global pooling and the Dense head: int8 from the
+  # input to the logits (one Quantize, one Dequantize).
+  assert sum(isinstance(l, QFC) for l in int8_model.layers) == 8
+  assert isinstance(int8_model.get_layer("logits"), tf_fused_int8.QuantizedDense)
+  kinds = [type(l).__name__ for l in int8_model.layers]
+  assert kinds.count("Quantize") == kinds.count("Dequantize") == 1, kinds
   # Residual Adds on the main path; the projection shortcut feeds the side
   # input of block2_conv2.
   sides = {l.name for l in int8_model.layers
@@ -426,8 +449,7 @@ def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
   loaded = keras.models.load_model(path)
   assert isinstance(loaded.get_layer("image_quantize"), quantization.Quantize)
   assert isinstance(loaded.get_layer("block1_conv2"), QFC)
-  # The int8 body gives the same bits; the logits come from the float head
-  # (GAP + Dense) run again: equal up to float summation order.
+  # int8 to the logits, dequantized: the same bits.
   layer_helpers.assert_reloaded_model_agrees(int8_model, loaded, x, want)
   for a, b in zip(int8_model.get_weights(), loaded.get_weights()):
     assert a.dtype == b.dtype

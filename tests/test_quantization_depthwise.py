@@ -54,7 +54,20 @@ def ref_padding(layer):
 
 def layer_reference(layer, x, side=None):
   """A QuantizedFusedConv2D's int8 output from tests/reference.py (groups
-  are inferred there from the kernel's shape)."""
+  are inferred there from the kernel's shape). A QuantizedDense's input
+  [..., Ci] is its rows, each one pixel of the 1x1 convolution."""
+  if isinstance(layer, tf_fused_int8.QuantizedDense):
+    x = np.asarray(x)
+    rows = x.reshape(-1, 1, 1, x.shape[-1])
+    k, b, s = layer.get_weights()
+    out_max = layer.output_max
+    if layer.activation == "relu6":
+      out_max = min(out_max, relu6_max(layer.output_scale))
+    want = reference.fused_conv2d_reference(
+        rows, k, b, conv_input_scale=s, padding="VALID",
+        activation="None" if layer.activation is None else "Relu",
+        output_max=out_max)
+    return want.reshape(x.shape[:-1] + (k.shape[-1],))
   weights = layer.get_weights()
   k, b, s = weights[:3]
   ss = weights[3] if layer.use_side_input else 0.0
@@ -143,7 +156,9 @@ def test_inverted_residual_weights_relu6_bound_and_int8_graph():
   dw2.set_weights([dw2.kernel.numpy() * 8, dw2.bias.numpy()])
   rng = np.random.default_rng(3)
   x = rng.uniform(-8, 8, (3, 9, 8, 4)).astype(np.float32)
-  scales = quantization.calibrate(model, x, verbose=0)
+  # The conv body with hand-set scales (the head stays float: dense=False;
+  # tests/test_quantization_head.py covers the int8 head).
+  scales = quantization.calibrate(model, x, verbose=0, dense=False)
   assert sorted(scales) == sorted(["image", "expand_relu", "dw_relu",
                                    "project_bn", "dw2", "add"])
   # Calibrated ReLU6 outputs have s <= 6 / 127, so the bound would be the
@@ -152,7 +167,8 @@ def test_inverted_residual_weights_relu6_bound_and_int8_graph():
   s = {k: float(np.float32(v)) for k, v in scales.items()}
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+    qmodel = quantization.quantize_model(model, scales=scales, verbose=0,
+                                         dense=False)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   assert kinds == {
       "image": "InputLayer", "image_quantize": "Quantize",
@@ -486,9 +502,13 @@ def digits_mobilenet():
 def test_digits_mobilenet_v2_int8_accuracy(digits_mobilenet):
   example, model, int8_model, _, x_test, y_test = digits_mobilenet
   qconvs = {l.name: l for l in int8_model.layers if isinstance(l, QFC)}
-  assert len(qconvs) == 11
+  # 11 convolutions, the global pooling (a 4x4 depthwise window) and the
+  # Dense head (QuantizedDense): int8 from the input to the logits.
+  assert len(qconvs) == 13
+  assert isinstance(qconvs["logits"], tf_fused_int8.QuantizedDense)
+  assert qconvs["pool"].kernel_size == (4, 4)
   assert {n: l.groups for n, l in qconvs.items() if l.groups > 1} == {
-      "block1_dw": 64, "block2_dw": 64, "block3_dw": 96}
+      "block1_dw": 64, "block2_dw": 64, "block3_dw": 96, "pool": 64}
   assert qconvs["block2_dw"].padding == ((0, 1), (0, 1))
   # The residual Adds are the side inputs of the linear projections.
   assert {n for n, l in qconvs.items() if l.use_side_input} == {
@@ -511,7 +531,7 @@ def test_digits_mobilenet_v2_layers_match_reference(digits_mobilenet):
     if isinstance(layer, QFC) and layer.activation == "relu6":
       assert layer.output_scale == scales[layer.name + "_relu"], layer.name
       assert layer.effective_output_max() == relu6_max(layer.output_scale)
-  assert check_layers_against_reference(int8_model, x_test[:16]) == 11
+  assert check_layers_against_reference(int8_model, x_test[:16]) == 13
 
 
 def test_digits_mobilenet_v2_saves_and_exports(digits_mobilenet, tmp_path):
@@ -523,8 +543,7 @@ def test_digits_mobilenet_v2_saves_and_exports(digits_mobilenet, tmp_path):
   loaded = keras.models.load_model(path)
   assert loaded.get_layer("block2_dw").groups == 64
   assert loaded.get_layer("block2_dw").padding == ((0, 1), (0, 1))
-  # The int8 body gives the same bits; the logits come from the float head
-  # (GAP + Dense) run again: equal up to float summation order.
+  # int8 to the logits, which are dequantized: the same bits.
   layer_helpers.assert_reloaded_model_agrees(int8_model, loaded, x, want)
   export_dir = str(tmp_path / "mobilenet_int8_savedmodel")
   int8_model.export(export_dir, verbose=False)
@@ -548,10 +567,15 @@ def test_keras_applications_mobilenet_v2_quantizes_end_to_end():
     qmodel = quantization.quantize_model(model, x, verbose=0)
   float_kinds = [type(l).__name__ for l in qmodel.layers
                  if not isinstance(l, QFC)]
+  # The global pooling runs in int8 (a 1x1 window here, 32 / 32); the
+  # softmax classifier stays float.
   assert sorted(float_kinds) == sorted(
-      ["InputLayer", "Quantize", "Dequantize", "GlobalAveragePooling2D",
-       "Dense"]), float_kinds
-  qconvs = [l for l in qmodel.layers if isinstance(l, QFC)]
+      ["InputLayer", "Quantize", "Int8Reshape", "Dequantize", "Dense"]), (
+          float_kinds)
+  gap_name, = [l.name for l in model.layers
+               if isinstance(l, L.GlobalAveragePooling2D)]  # Keras numbers it
+  qconvs = [l for l in qmodel.layers if isinstance(l, QFC) and
+            l.name != gap_name]
   n_dw = sum(isinstance(l, L.DepthwiseConv2D) for l in model.layers)
   n_conv = sum(type(l) is L.Conv2D for l in model.layers)  # pylint: disable=unidiomatic-typecheck
   assert len(qconvs) == n_dw + n_conv
@@ -562,5 +586,6 @@ def test_keras_applications_mobilenet_v2_quantizes_end_to_end():
   assert sum(not isinstance(l.padding, str) for l in qconvs) == n_pad > 0
   assert sum(l.use_side_input for l in qconvs) == sum(
       isinstance(l, L.Add) for l in model.layers)
+  # Every fused layer, the global pooling included.
   assert check_layers_against_reference(qmodel, x[:2], min_unique=2) == len(
-      qconvs)
+      qconvs) + 1

@@ -7,6 +7,7 @@ succeeds and the clear error is raised on first use (or by ``load_ops()``).
 """
 
 from tf_fused_int8._loader import load_ops
+from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
 from tf_fused_int8.ops import fused_conv2d_bias_activation
 from tf_fused_int8.ops import hwio_to_oihw_vect_i
@@ -32,6 +33,7 @@ except ImportError:
 __all__ = [
     "Dequantize",
     "Quantize",
+    "QuantizedDense",
     "QuantizedFusedConv2D",
     "fused_conv2d_bias_activation",
     "hwio_to_oihw_vect_i",

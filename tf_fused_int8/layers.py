@@ -36,6 +36,12 @@ the depthwise kernel [Kh, Kw, Ci, M] reshaped to [Kh, Kw, 1, Ci * M]
 c // M, ``tf.nn.depthwise_conv2d``'s order);
 ``QuantizedFusedConv2D.from_float_depthwise_weights`` does both.
 
+Dense layers
+------------
+``QuantizedDense`` is the int8 ``keras.layers.Dense``: inputs int8
+[..., Ci], kernel [1, 1, Ci, units], each row of the input one pixel of a 1x1
+convolution (the same op, the same contract per output element).
+
 Saving: the layer is registered with Keras as
 ``"tf_fused_int8>QuantizedFusedConv2D"``, so ``import tf_fused_int8`` before
 ``keras.models.load_model``. A SavedModel exported from a model with this
@@ -50,8 +56,9 @@ import numpy as np
 
 from tf_fused_int8.ops import fused_conv2d_bias_activation
 
-__all__ = ["QuantizedFusedConv2D", "depthwise_to_grouped_kernel",
-           "quantize_kernel", "relu6_output_max"]
+__all__ = ["QuantizedDense", "QuantizedFusedConv2D",
+           "depthwise_to_grouped_kernel", "quantize_kernel",
+           "relu6_output_max"]
 
 
 def _pair(value, name):
@@ -698,4 +705,143 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         "side_input_scale_initializer": keras.initializers.serialize(
             self.side_input_scale_initializer),
     })
+    return config
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class QuantizedDense(QuantizedFusedConv2D):
+  """The int8 ``keras.layers.Dense``: a 1x1 fused convolution per row.
+
+  ``outputs = layer(inputs)``; ``inputs`` int8 [..., Ci] (rank >= 2, Ci
+  known), ``outputs`` int8 [..., units]. The input is viewed as
+  [rows, 1, 1, Ci] (rows the product of the leading dimensions) and run
+  through ``fused_conv2d_bias_activation`` with the 1x1 kernel
+  [1, 1, Ci, units], so every output element follows the op's contract::
+
+      y = float32(acc) * conv_input_scale[c] + bias[c]
+      out = clip(round_half_to_even(y), lo, hi)
+
+  with ``acc`` the exact int32 dot product of the row with kernel column c.
+  Weights as QuantizedFusedConv2D's (kernel int8 [1, 1, Ci, units], bias,
+  conv_input_scale); no side input. ``from_float_weights`` takes a Dense
+  kernel [Ci, units] (or [1, 1, Ci, units]).
+
+  Args:
+    units: output channels.
+    activation, output_scale, output_min, output_max, per_channel_scale,
+    kernel_initializer, bias_initializer, conv_input_scale_initializer,
+    **kwargs: as in QuantizedFusedConv2D.
+  """
+
+  def __init__(self, units=None, activation=None, per_channel_scale=True,
+               **kwargs):
+    filters = kwargs.pop("filters", None)
+    if units is None:
+      units = filters
+    elif filters is not None and filters != units:
+      raise ValueError(f"QuantizedDense got units={units!r} and "
+                       f"filters={filters!r}")
+    if units is None:
+      raise ValueError("QuantizedDense needs units")
+    # from_float_weights passes the 1x1 geometry of the kernel.
+    for key, ok in (("kernel_size", (1, 1)), ("strides", (1, 1)),
+                    ("dilation_rate", (1, 1)), ("groups", 1),
+                    ("padding", "valid"), ("use_side_input", False)):
+      if key in kwargs:
+        value = kwargs.pop(key)
+        norm = (_pair(value, key) if isinstance(ok, tuple) else
+                value.lower() if isinstance(value, str) else value)
+        if norm != ok:
+          raise ValueError(f"QuantizedDense has no {key} (a Dense layer is a "
+                           f"1x1 convolution per row), got {key}={value!r}")
+    super().__init__(filters=units, kernel_size=1, activation=activation,
+                     per_channel_scale=per_channel_scale, **kwargs)
+
+  @property
+  def units(self):
+    return self.filters
+
+  def _expected_input(self):
+    ci = "Ci" if self.input_channels is None else self.input_channels
+    return f"int8 [..., {ci}] (rank >= 2)"
+
+  def _check_input_shape(self, shape, what="inputs"):
+    shape = tuple(shape) if shape is not None else None
+    if shape is None or len(shape) < 2:
+      raise ValueError(
+          f"QuantizedDense '{self.name}' expects {what} of shape "
+          f"{self._expected_input()}, got shape {shape}")
+    if (self.input_channels is not None and shape[-1] is not None and
+        shape[-1] != self.input_channels):
+      raise ValueError(
+          f"QuantizedDense '{self.name}' expects {what} of shape "
+          f"{self._expected_input()} (the kernel has {self.input_channels} "
+          f"input channels), got shape {shape}")
+
+  def build(self, input_shape):
+    input_shape = tuple(input_shape) if input_shape is not None else None
+    self._check_input_shape(input_shape)
+    if input_shape[-1] is None:
+      raise ValueError(
+          f"QuantizedDense '{self.name}' needs a known channel count: "
+          f"expected inputs of shape {self._expected_input()}, got shape "
+          f"{input_shape}")
+    super().build((None, 1, 1, int(input_shape[-1])))
+
+  def compute_output_shape(self, input_shape):
+    input_shape = tuple(input_shape) if input_shape is not None else None
+    self._check_input_shape(input_shape)
+    return input_shape[:-1] + (self.filters,)
+
+  def compute_output_spec(self, inputs):
+    self._check_dtype(inputs.dtype, shape=inputs.shape)
+    return keras.KerasTensor(self.compute_output_shape(inputs.shape),
+                             dtype="int8")
+
+  def call(self, inputs):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self._check_dtype(inputs.dtype, shape=inputs.shape)
+    if inputs.shape.rank is not None:
+      self._check_input_shape(tuple(inputs.shape))
+    rows = tf.reshape(inputs, [-1, 1, 1, self.input_channels])
+    y = fused_conv2d_bias_activation(
+        rows,
+        self.kernel.value,
+        self.bias.value,
+        strides=(1, 1),
+        padding="VALID",
+        conv_input_scale=self.conv_input_scale.value,
+        side_input_scale=0.0,
+        activation_mode="None" if self.activation is None else "Relu",
+        output_min=self.output_min,
+        output_max=self.effective_output_max())
+    shape = tf.concat([tf.shape(inputs)[:-1], [self.filters]], axis=0)
+    return tf.reshape(y, shape)
+
+  @classmethod
+  def from_float_weights(cls, kernel, bias=None, input_scale=1.0,
+                         output_scale=1.0, side_input_scale=None,
+                         per_channel_scale=True, **kwargs):
+    """A built layer from a float Dense kernel [Ci, units] (or its 1x1 form
+    [1, 1, Ci, units]) and bias; the rest as
+    QuantizedFusedConv2D.from_float_weights (no side input)."""
+    if side_input_scale is not None:
+      raise ValueError("QuantizedDense has no side input")
+    kernel = np.asarray(kernel)
+    if kernel.ndim == 2:
+      kernel = kernel.reshape((1, 1) + kernel.shape)
+    if kernel.ndim != 4 or kernel.shape[:2] != (1, 1):
+      raise ValueError(f"kernel must be a Dense kernel [Ci, units], got "
+                       f"shape {kernel.shape}")
+    return super().from_float_weights(
+        kernel, bias, input_scale=input_scale, output_scale=output_scale,
+        per_channel_scale=per_channel_scale, **kwargs)
+
+  def get_config(self):
+    config = super().get_config()
+    for key in ("filters", "kernel_size", "strides", "padding",
+                "use_side_input", "dilation_rate", "groups",
+                "side_input_scale_initializer"):
+      config.pop(key, None)
+    config["units"] = self.filters
     return config

@@ -73,6 +73,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_fused_int8 import ops
+from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
 from tf_fused_int8.layers import depthwise_to_grouped_kernel
 
@@ -408,7 +409,8 @@ class _Group:
   BatchNormalization [+ ReLU...] that follows no conv, or an unpadded
   AveragePooling2D, each run as a depthwise convolution."""
 
-  def __init__(self, conv_node, bn_only=False, avg_pool=None):
+  def __init__(self, conv_node, bn_only=False, avg_pool=None,
+               global_pool=None, dense=False):
     self.conv_node = conv_node
     # bn_only: conv_node is a BatchNormalization that follows no conv: the
     # stack is BN [+ ReLU], run as a 1x1 depthwise convolution (filter
@@ -417,12 +419,24 @@ class _Group:
     # avg_pool: ((kh, kw), (sh, sw)) when conv_node is an AveragePooling2D
     # without padding: a depthwise convolution with the filter 1 / (kh * kw).
     self.avg_pool = avg_pool
+    # global_pool: ((h, w), keepdims) when conv_node is a
+    # GlobalAveragePooling2D of an [N, h, w, C] tensor: avg_pool's depthwise
+    # convolution over the whole image, its [N, 1, 1, C] output reshaped to
+    # [N, C] unless keepdims.
+    self.global_pool = global_pool
+    if global_pool is not None:
+      avg_pool = (global_pool[0], (1, 1))
+      self.avg_pool = avg_pool
+    # dense: conv_node is a Dense layer, a QuantizedDense (a 1x1 convolution
+    # per row of its input).
+    self.dense = dense
     self.pad_node = None
     op = conv_node.operation
-    self.padding = "valid" if bn_only or avg_pool else op.padding
-    self.strides = (1 if bn_only else avg_pool[1] if avg_pool else
+    plain = bn_only or avg_pool or dense
+    self.padding = "valid" if plain else op.padding
+    self.strides = (1 if bn_only or dense else avg_pool[1] if avg_pool else
                     op.strides)
-    self.dilation_rate = 1 if bn_only or avg_pool else op.dilation_rate
+    self.dilation_rate = 1 if plain else op.dilation_rate
     self.bn_node = None
     self.add_node = None
     self.side = None
@@ -480,20 +494,35 @@ class Int8ZeroPadding2D(_KeepsInputDtype, keras.layers.ZeroPadding2D):
   """ZeroPadding2D of an int8 tensor (int8 zeros are real zeros)."""
 
 
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8Flatten(_KeepsInputDtype, keras.layers.Flatten):
+  """Flatten of an int8 tensor (a reshape: exact at the input's scale)."""
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8Reshape(_KeepsInputDtype, keras.layers.Reshape):
+  """Reshape of an int8 tensor (an int8 global average pooling's [N, 1, 1,
+  C] output to GlobalAveragePooling2D's [N, C])."""
+
+
 _INT8_PASSTHROUGH = {
     keras.layers.MaxPooling2D: Int8MaxPooling2D,
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
     keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
+    keras.layers.Flatten: Int8Flatten,
 }
 
 
-def _int8_passthrough(node):
+def _int8_passthrough(node, dense=True):
   """Whether a node can run on the int8 tensor of its one input as it is:
   MaxPooling2D, GlobalMaxPooling2D and ZeroPadding2D, channels_last (max
-  commutes with the monotonic quantization, padding zeros are int8 zeros).
+  commutes with the monotonic quantization, padding zeros are int8 zeros),
+  and, with `dense` (quantize_model's), Flatten (a reshape).
   """
   op = node.operation
   if type(op) not in _INT8_PASSTHROUGH:  # pylint: disable=unidiomatic-typecheck
+    return False
+  if type(op) is keras.layers.Flatten and not dense:  # pylint: disable=unidiomatic-typecheck
     return False
   if getattr(op, "data_format", "channels_last") != "channels_last":
     return False
@@ -544,6 +573,36 @@ def _avg_pool_window(node):
   return k, st
 
 
+def _global_pool_window(node):
+  """((h, w), keepdims) of a channels_last GlobalAveragePooling2D of one
+  [N, h, w, C] tensor of known size (the mean over the image is the sum
+  over one h x w window / (h * w), a depthwise convolution), else None."""
+  op = node.operation
+  if type(op) is not keras.layers.GlobalAveragePooling2D:  # pylint: disable=unidiomatic-typecheck
+    return None
+  x = _single_tensor_call(node)
+  if (x is None or not _rank4_channels(x) or op.data_format != "channels_last"
+      or x.shape[1] is None or x.shape[2] is None):
+    return None
+  return (int(x.shape[1]), int(x.shape[2])), bool(op.keepdims)
+
+
+def _dense_ok(node):
+  """Whether a Dense node runs as a QuantizedDense: called on one tensor
+  of rank >= 2 with a known last dimension, float32, activation linear, relu
+  or relu6 (softmax etc. stay float)."""
+  op = node.operation
+  if type(op) is not keras.layers.Dense:  # pylint: disable=unidiomatic-typecheck
+    return False
+  x = _single_tensor_call(node)
+  if x is None or len(x.shape) < 2 or x.shape[-1] is None:
+    return False
+  if not _float_dtype_ok(op) or getattr(op, "lora_enabled", False):
+    return False
+  return _activation_name(op.activation) == "linear" or (
+      _activation_relu_max(op.activation) is not None)
+
+
 def _zero_padding_pairs(node):
   """((top, bottom), (left, right)) of a plain channels_last ZeroPadding2D
   node called on one NHWC tensor, else None."""
@@ -590,8 +649,11 @@ def _merged_padding(conv, zero_pads, in_hw):
 class _Plan:
   """Which nodes fuse into which QuantizedFusedConv2D, and what stays float."""
 
-  def __init__(self, graph):
+  def __init__(self, graph, dense=True):
     self.graph = graph
+    # dense: Dense layers of int8 tensors run as QuantizedDense, and
+    # GlobalAveragePooling2D / Flatten of int8 tensors in int8.
+    self.dense = dense
     self.groups = []
     self.float_notes = []  # (layer name, class name, reason or None)
     for node in graph.nodes:
@@ -636,8 +698,9 @@ class _Plan:
     self.member_ids = member
 
   def _plan_int8_joins(self, member):
-    """Average poolings and concatenations on int8 tensors (adds their
-    nodes to `member`)."""
+    """Average poolings, concatenations, and (with self.dense) global
+    average poolings and Dense layers on int8 tensors (adds their nodes to
+    `member`)."""
     # Concatenates with an int8 input run in int8: every tensor they join
     # (and every max pooling / zero padding between them) shares one scale,
     # the largest calibrated one, so that the concatenation is a plain copy
@@ -657,15 +720,21 @@ class _Plan:
       parent[find(a)] = find(b)
 
     self.int8_concats = set()
+    self.int8_flattens = set()
     self.concat_inputs = []
     tensors = {}
     source = {}  # max pooling / zero padding output -> the tensor it pools
     for node in self.graph.nodes:
       if node.is_input or id(node) in member:
         continue
-      if _int8_passthrough(node) and id(node.input_tensors[0]) in int8_able:
+      if (_int8_passthrough(node, self.dense) and
+          id(node.input_tensors[0]) in int8_able):
         # Runs at its input's scale: the class is its source's.
         t, out = node.input_tensors[0], node.outputs[0]
+        if type(node.operation) is keras.layers.Flatten:  # pylint: disable=unidiomatic-typecheck
+          # Only where planned (not on a float tensor that happens to be
+          # quantized for a conv: its float readers would see the rounding).
+          self.int8_flattens.add(id(node))
         int8_able.add(id(out))
         source[id(out)] = source.get(id(t), t)
         continue
@@ -676,6 +745,24 @@ class _Plan:
         member.add(id(node))
         int8_able.add(id(g.tail))
         continue
+      if (self.dense and node.input_tensors and
+          id(node.input_tensors[0]) in int8_able):
+        g = None
+        pool = _global_pool_window(node)
+        if pool is not None:
+          g = _Group(node, global_pool=pool)
+        elif _dense_ok(node):
+          g = _Group(node, dense=True)
+          nxt = self.graph.sole_consumer(g.tail)
+          if g.relu_max is None and nxt is not None and id(nxt) not in member:
+            g.relu_max = _relu_max(nxt)
+            if g.relu_max is not None:
+              g.extend(nxt)
+        if g is not None:
+          self.groups.append(g)
+          member.update(id(n) for n in g.members)
+          int8_able.add(id(g.tail))
+          continue
       ins = _concat_inputs(node)
       if ins is not None and any(id(t) in int8_able for t in ins):
         out = node.outputs[0]
@@ -983,7 +1070,7 @@ def _calibrate_tensors(model, tensors, data, method, percentile, batch_size,
 
 
 def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
-              batch_size=32, steps=None, verbose=1):
+              batch_size=32, steps=None, verbose=1, dense=True):
   """Activation scales for `quantize_model`, from the float model.
 
   Runs the float `model` (inference mode) over `calibration_data` with a
@@ -1000,9 +1087,10 @@ def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
   ``keras.utils.PyDataset``, or a generator / iterable of batches. Elements
   may be ``x``, ``(x, y)`` or ``(x, y, sample_weight)`` like in
   ``model.fit``; only ``x`` is used. `steps` limits the number of batches.
+  `dense` as in ``quantize_model`` (the scales of dense=True serve both).
   """
   graph = _Graph(_functional(model))
-  plan = _Plan(graph)
+  plan = _Plan(graph, dense=dense)
   return _calibrate_tensors(graph.model, plan.calibration_tensors(),
                             calibration_data, method, percentile, batch_size,
                             steps, verbose)
@@ -1028,6 +1116,11 @@ def _group_weights(group):
   [Kh, Kw, 1, Ci * M] with G = Ci (output channel c * M + m, the order of
   DepthwiseConv2D's output, so its bias and a following BN apply as is)."""
   conv = group.conv_node.operation
+  if group.dense:
+    kernel = np.asarray(conv.kernel.numpy(), np.float64)
+    b = (np.asarray(conv.bias.numpy(), np.float64) if conv.use_bias else
+         np.zeros(kernel.shape[-1]))
+    return kernel.reshape((1, 1) + kernel.shape), b, 1
   if group.avg_pool is not None:
     (kh, kw), _ = group.avg_pool
     channels = int(group.input.shape[-1])
@@ -1079,7 +1172,8 @@ class _UniqueNames:
 
 def quantize_model(model, calibration_data=None, *, method="minmax",
                    percentile=99.99, per_channel=True, batch_size=32,
-                   steps=None, scales=None, verbose=1, name=None):
+                   steps=None, scales=None, verbose=1, name=None,
+                   dense=True):
   """Post-training int8 quantization of a float Keras CNN.
 
   Args:
@@ -1102,6 +1196,12 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     verbose: 1 shows the calibration progress bar and a one-line summary,
       0 is silent.
     name: the new model's name (default ``<model.name>_int8``).
+    dense: Dense layers (activation linear, relu or relu6) whose input is
+      int8 run as ``QuantizedDense`` with a calibrated int8 output, and
+      GlobalAveragePooling2D and Flatten of int8 tensors run in int8, as in
+      TFLite's full-integer conversion: a classifier head's logits are then
+      int8 at their calibrated scale (dequantized at the model output).
+      False keeps them float (float logits, more time in the head).
 
   Returns:
     A new ``keras.Model`` with the float model's inputs and outputs in which
@@ -1126,7 +1226,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
   """
   graph = _Graph(_functional(model))
   src = graph.model
-  plan = _Plan(graph)
+  plan = _Plan(graph, dense=dense)
   plan.warn()
   needed = plan.calibration_tensors()
   if scales is None:
@@ -1139,7 +1239,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     missing = [_tensor_key(t) for t in needed if _tensor_key(t) not in scales]
     if missing:
       raise ValueError(f"scales has no entry for {missing}; calibrate(model, "
-                       f"data) gives all of them")
+                       f"data) gives all of them (scales calibrated with "
+                       f"dense=False serve quantize_model(..., dense=False))")
   scale_of = {id(t): _check_scale(scales[_tensor_key(t)],
                                   f"scale of '{_tensor_key(t)}'")
               for t in needed}
@@ -1192,6 +1293,14 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         base = conv.name  # the Conv2D's name, now free
       qconv_names.add(base)
       s_out = scale_of[id(group.tail)]
+      if group.dense:
+        layer = QuantizedDense.from_float_weights(
+            kernel, bias, input_scale=scale_of[id(group.input)],
+            output_scale=s_out, per_channel_scale=per_channel, name=base,
+            **_activation_kwargs(group.relu_max, s_out))
+        int8_of[id(group.tail)] = layer(get_int8(group.input))
+        counts["dense"] += 1
+        continue
       layer = QuantizedFusedConv2D.from_float_weights(
           kernel, bias,
           input_scale=scale_of[id(group.input)],
@@ -1209,6 +1318,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         y = layer(x)
       else:
         y = layer(x, side_input=get_int8(group.side))
+      if group.global_pool is not None and not group.global_pool[1]:
+        y = Int8Reshape((int(y.shape[-1]),),
+                        name=names(f"{base}_reshape"))(y)
       int8_of[id(group.tail)] = y
       counts["conv"] += 1
       counts["depthwise"] += (_is_depthwise(conv) or group.bn_only or
@@ -1219,7 +1331,10 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     if id(node) in plan.member_ids:
       continue  # part of a fused convolution, built at its last node
     op = node.operation
-    if _int8_passthrough(node) and id(node.input_tensors[0]) in int8_of:
+    if (_int8_passthrough(node, dense) and
+        id(node.input_tensors[0]) in int8_of and
+        (type(op) is not keras.layers.Flatten or  # pylint: disable=unidiomatic-typecheck
+         id(node) in plan.int8_flattens)):
       # Max pooling and zero padding of an int8 tensor, in int8, at its
       # scale: exact (rounding and clipping are monotonic, so they commute
       # with max; padding zeros are int8 zeros), and no float round trip.
@@ -1267,7 +1382,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     print(f"quantize_model: {counts['conv']} QuantizedFusedConv2D "
           f"({counts['depthwise']} depthwise, {counts['bn']} "
           f"BatchNormalization folded, {counts['add']} "
-          f"residual Add as side input), {counts['quantize']} Quantize, "
+          f"residual Add as side input), {counts['dense']} QuantizedDense, "
+          f"{counts['quantize']} Quantize, "
           f"{counts['dequantize']} Dequantize; "
           f"{len(plan.float_notes)} unsupported layer(s) left float")
   return qmodel
