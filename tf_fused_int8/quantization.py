@@ -34,9 +34,12 @@ to end.
 Consecutive fused convolutions pass int8 tensors to each other (an "int8
 region"). A ``Quantize`` layer (float -> int8) is put where a float tensor
 enters a region and a ``Dequantize`` layer (int8 -> float) where an int8
-tensor leaves it (to a float layer or a model output). Everything else
-(pooling, Flatten, Dense, ...) runs in float as before, on cloned layers with
-the same weights. The quantized model has the float model's inputs and
+tensor leaves it (to a float layer or a model output). With ``dense=True``
+(the default) Dense layers on int8 tensors run as ``QuantizedDense`` and
+GlobalAveragePooling2D / Flatten of int8 tensors in int8 (an int8 classifier
+head, as in TFLite's full-integer conversion). Everything else (float
+pooling, softmax, ...) runs in float as before, on cloned layers with the
+same weights. The quantized model has the float model's inputs and
 outputs (float, same structure and names).
 
 Quantization (symmetric, zero point 0, ``real ~= scale * q``):
@@ -1212,7 +1215,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     conv, with a ReLU after it, a 1x1 depthwise one; a channel Concatenate
     with an int8 input an Int8Concatenate, the tensors it joins sharing one
     scale; an AveragePooling2D of an int8 tensor whose windows never reach
-    into padding a depthwise one with the filter 1 / (kh * kw)), with ``Quantize`` /
+    into padding a depthwise one with the filter 1 / (kh * kw); with `dense`, a
+    Dense on an int8 tensor a QuantizedDense and a GlobalAveragePooling2D
+    of an int8 tensor of known size a depthwise one over the whole image), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. MaxPooling2D,
     GlobalMaxPooling2D and ZeroPadding2D applied to an int8 tensor run in
     int8 at its scale (exact: max commutes with the monotonic quantization;
