@@ -309,7 +309,7 @@ def test_unsupported_layers_warn_and_stay_float():
   h = L.Conv2D(8, 3, padding="same", activation="relu", name="c2")(h)
   h = L.BatchNormalization(name="bn_after_relu")(h)  # int8: a 1x1 depthwise
   h = L.BatchNormalization(axis=1, name="bn_rows")(h)  # not the channel axis
-  h = L.SeparableConv2D(8, 3, padding="same", name="sep")(h)  # unknown layer
+  h = L.SeparableConv2D(8, 3, padding="same", name="sep")(h)  # int8: 2 convs
   h = L.Conv2D(4, 1, name="c3")(h)
   out = L.Dense(3, name="head")(L.Flatten(name="flat")(h))
   model = keras.Model(inp, out)
@@ -323,18 +323,17 @@ def test_unsupported_layers_warn_and_stay_float():
   message = str(record[0].message)
   for name in ("'ln' (LayerNormalization)", "'c_sig' (Conv2D: activation",
                "'bn_rows' (BatchNormalization: it does not normalize the "
-               "channel axis", "'sep' (SeparableConv2D)"):
+               "channel axis"):
     assert name in message, (name, message)
-  assert "4 layer(s) stay float" in message
-  for name in ("c1", "c2", "c3", "bn_after_relu"):
+  assert "3 layer(s) stay float" in message and "'sep'" not in message
+  for name in ("c1", "c2", "c3", "bn_after_relu", "sep_depthwise", "sep"):
     assert isinstance(qmodel.get_layer(name), QFC), name
   assert qmodel.get_layer("bn_after_relu").groups == 8
   # The head after c3 is int8: Flatten of an int8 tensor, QuantizedDense.
   assert type(qmodel.get_layer("flat")).__name__ == "Int8Flatten"
   assert isinstance(qmodel.get_layer("head"), tf_fused_int8.QuantizedDense)
   for name, cls in [("ln", L.LayerNormalization), ("c_sig", L.Conv2D),
-                    ("bn_rows", L.BatchNormalization),
-                    ("sep", L.SeparableConv2D)]:
+                    ("bn_rows", L.BatchNormalization)]:
     layer = qmodel.get_layer(name)
     assert type(layer) is cls, name  # pylint: disable=unidiomatic-typecheck
     assert layer is not model.get_layer(name)  # a copy, same weights

@@ -219,6 +219,85 @@ def _functional(model):
   return model
 
 
+def _separable_ok(node):
+  """Whether a SeparableConv2D node can be split into its depthwise and
+  pointwise convolutions: channels_last, float32, called on one NHWC
+  tensor with known channels."""
+  op = node.operation
+  x = _single_tensor_call(node)
+  return (x is not None and _rank4_channels(x) and
+          op.data_format == "channels_last" and _float_dtype_ok(op))
+
+
+def _split_separable(model):
+  """`model` with each SeparableConv2D written as the DepthwiseConv2D and
+  1x1 Conv2D it computes (a float model with the same weights; the same
+  model when it has none).
+
+  The depthwise part, ``<name>_depthwise`` (depth_multiplier, strides,
+  padding, dilation of the SeparableConv2D, no bias), feeds the pointwise
+  part, a 1x1 Conv2D that keeps the layer's name, its bias and its
+  activation, so every other tensor keeps its key (scales calibrated on
+  either form match) and the intermediate tensor gets a key of its own to
+  calibrate. Every layer is a copy (same config and weights): the user's
+  layers gain no nodes. The float result equals the SeparableConv2D's up to
+  float summation order (it is the same two products)."""
+  nodes = [n for d in sorted(model._nodes_by_depth, reverse=True)  # pylint: disable=protected-access
+           for n in model._nodes_by_depth[d]]  # pylint: disable=protected-access
+  split = {id(n) for n in nodes if not n.is_input and
+           type(n.operation) is keras.layers.SeparableConv2D and  # pylint: disable=unidiomatic-typecheck
+           _separable_ok(n)}
+  if not split:
+    return model
+  names = _UniqueNames(l.name for l in model.layers)
+  new_of, clones = {}, {}
+
+  def new_input(t):
+    layer = t._keras_history.operation  # pylint: disable=protected-access
+    x = keras.Input(batch_shape=t.shape, dtype=t.dtype, sparse=t.sparse,
+                    name=layer.name)
+    new_of[id(t)] = x
+    return x
+
+  inputs = keras.tree.map_structure(new_input, model.input)
+  for node in nodes:
+    if node.is_input:
+      continue
+    op = node.operation
+    first_call = id(op) not in clones
+    if id(node) in split:
+      if first_call:
+        dw = keras.layers.DepthwiseConv2D(
+            op.kernel_size, strides=op.strides, padding=op.padding,
+            depth_multiplier=op.depth_multiplier,
+            dilation_rate=op.dilation_rate, use_bias=False,
+            dtype=op.dtype_policy, name=names(f"{op.name}_depthwise"))
+        pw = keras.layers.Conv2D(
+            op.filters, 1, activation=op.activation, use_bias=op.use_bias,
+            dtype=op.dtype_policy, name=op.name)
+        clones[id(op)] = (dw, pw)
+      dw, pw = clones[id(op)]
+      y = pw(dw(new_of[id(node.input_tensors[0])]))
+      if first_call:
+        dw.set_weights([op.depthwise_kernel.numpy()])
+        pw.set_weights([op.pointwise_kernel.numpy()] +
+                       ([op.bias.numpy()] if op.use_bias else []))
+      new_of[id(node.outputs[0])] = y
+      continue
+    if first_call:
+      clones[id(op)] = _clone_layer(op)
+    new_op = clones[id(op)]
+    values = {id(t): new_of[id(t)] for t in node.input_tensors}
+    args, kwargs = node.arguments.fill_in(values)
+    outputs = new_op(*args, **kwargs)
+    if first_call and new_op is not op and isinstance(op, keras.layers.Layer):
+      new_op.set_weights(op.get_weights())
+    for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
+      new_of[id(t)] = y
+  outputs = keras.tree.map_structure(lambda t: new_of[id(t)], model.output)
+  return keras.Model(inputs, outputs, name=model.name)
+
+
 def _tensor_key(t):
   """A readable, stable name for a graph tensor: its producer's name."""
   op, node_index, tensor_index = t._keras_history  # pylint: disable=protected-access
@@ -508,6 +587,34 @@ class Int8Reshape(_KeepsInputDtype, keras.layers.Reshape):
   C] output to GlobalAveragePooling2D's [N, C])."""
 
 
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8ReLU(keras.layers.Layer):
+  """A ReLU / ReLU6 / ReLU(max_value=m) of an int8 tensor that no conv
+  absorbed (its input has other readers, e.g. Xception's pre-activations
+  beside the residual), in int8 at the input's scale s: clip(q, 0,
+  output_max) with output_max = min(127, round(m / s)) (127 for a plain
+  ReLU). Exact: rounding is monotonic and real 0 is int8 0, so
+  round(min(max(y, 0), m) / s) = min(max(round(y / s), 0), round(m / s))."""
+
+  def __init__(self, output_max=127, **kwargs):
+    super().__init__(**kwargs)
+    self.output_max = int(output_max)
+    if not 0 <= self.output_max <= 127:
+      raise ValueError(f"output_max must be in [0, 127], got {output_max!r}")
+
+  def call(self, inputs):
+    return tf.clip_by_value(inputs, tf.constant(0, inputs.dtype),
+                            tf.constant(self.output_max, inputs.dtype))
+
+  def compute_output_spec(self, inputs):
+    return keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
+
+  def get_config(self):
+    config = super().get_config()
+    config["output_max"] = self.output_max
+    return config
+
+
 _INT8_PASSTHROUGH = {
     keras.layers.MaxPooling2D: Int8MaxPooling2D,
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
@@ -520,9 +627,12 @@ def _int8_passthrough(node, dense=True):
   """Whether a node can run on the int8 tensor of its one input as it is:
   MaxPooling2D, GlobalMaxPooling2D and ZeroPadding2D, channels_last (max
   commutes with the monotonic quantization, padding zeros are int8 zeros),
-  and, with `dense` (quantize_model's), Flatten (a reshape).
+  a ReLU / ReLU6 / ReLU(max_value=m) no conv absorbed (Int8ReLU), and, with
+  `dense` (quantize_model's), Flatten (a reshape).
   """
   op = node.operation
+  if _relu_max(node) is not None:
+    return True  # Int8ReLU
   if type(op) not in _INT8_PASSTHROUGH:  # pylint: disable=unidiomatic-typecheck
     return False
   if type(op) is keras.layers.Flatten and not dense:  # pylint: disable=unidiomatic-typecheck
@@ -530,6 +640,14 @@ def _int8_passthrough(node, dense=True):
   if getattr(op, "data_format", "channels_last") != "channels_last":
     return False
   return len(node.input_tensors) == 1 and len(node.outputs) == 1
+
+
+def _planned_passthrough_only(node):
+  """Passthroughs made int8 only where the plan put them (Flatten, ReLU),
+  unlike the poolings and paddings, which also run on a float tensor
+  quantized for a conv (ResNet's stem)."""
+  return (type(node.operation) is keras.layers.Flatten or  # pylint: disable=unidiomatic-typecheck
+          _relu_max(node) is not None)
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
@@ -723,7 +841,10 @@ class _Plan:
       parent[find(a)] = find(b)
 
     self.int8_concats = set()
-    self.int8_flattens = set()
+    # Flatten / ReLU nodes planned int8 (the rewrite makes these int8 only
+    # here, not on a float tensor that happens to be quantized for a conv:
+    # their float readers would see the rounding).
+    self.int8_planned = set()
     self.concat_inputs = []
     tensors = {}
     source = {}  # max pooling / zero padding output -> the tensor it pools
@@ -734,10 +855,8 @@ class _Plan:
           id(node.input_tensors[0]) in int8_able):
         # Runs at its input's scale: the class is its source's.
         t, out = node.input_tensors[0], node.outputs[0]
-        if type(node.operation) is keras.layers.Flatten:  # pylint: disable=unidiomatic-typecheck
-          # Only where planned (not on a float tensor that happens to be
-          # quantized for a conv: its float readers would see the rounding).
-          self.int8_flattens.add(id(node))
+        if _planned_passthrough_only(node):
+          self.int8_planned.add(id(node))
         int8_able.add(id(out))
         source[id(out)] = source.get(id(t), t)
         continue
@@ -1092,7 +1211,7 @@ def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
   ``model.fit``; only ``x`` is used. `steps` limits the number of batches.
   `dense` as in ``quantize_model`` (the scales of dense=True serve both).
   """
-  graph = _Graph(_functional(model))
+  graph = _Graph(_split_separable(_functional(model)))
   plan = _Plan(graph, dense=dense)
   return _calibrate_tensors(graph.model, plan.calibration_tensors(),
                             calibration_data, method, percentile, batch_size,
@@ -1229,7 +1348,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     not a plain float head/glue layer (e.g. a Conv2D with a sigmoid, a
     BatchNormalization that could not be folded, an unknown layer).
   """
-  graph = _Graph(_functional(model))
+  graph = _Graph(_split_separable(_functional(model)))
   src = graph.model
   plan = _Plan(graph, dense=dense)
   plan.warn()
@@ -1338,20 +1457,27 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     op = node.operation
     if (_int8_passthrough(node, dense) and
         id(node.input_tensors[0]) in int8_of and
-        (type(op) is not keras.layers.Flatten or  # pylint: disable=unidiomatic-typecheck
-         id(node) in plan.int8_flattens)):
+        (not _planned_passthrough_only(node) or id(node) in plan.int8_planned)):
       # Max pooling and zero padding of an int8 tensor, in int8, at its
       # scale: exact (rounding and clipping are monotonic, so they commute
       # with max; padding zeros are int8 zeros), and no float round trip.
       # The copy is the int8 twin of the layer (same config).
+      t, out = node.input_tensors[0], node.outputs[0]
+      relu_max = _relu_max(node)
       int8_op = int8_clones.get(id(op))
-      if int8_op is None:
+      if relu_max is not None:
+        # The bound depends on this call's input scale: one layer per call.
+        shared = int8_op is not None or len(op._inbound_nodes) > 1  # pylint: disable=protected-access
+        int8_op = Int8ReLU(
+            _relu_output_max(relu_max, scale_of[id(t)]),
+            name=names(f"{op.name}_int8") if shared else op.name)
+        int8_clones[id(op)] = int8_op
+      elif int8_op is None:
         config = op.get_config()
         if len(op._inbound_nodes) > 1:  # pylint: disable=protected-access
           config["name"] = names(f"{op.name}_int8")
         int8_op = int8_clones[id(op)] = _INT8_PASSTHROUGH[type(op)].from_config(
             config)
-      t, out = node.input_tensors[0], node.outputs[0]
       int8_of[id(out)] = int8_op(int8_of[id(t)])
       scale_of[id(out)] = scale_of[id(t)]
       counts["int8_pool"] += 1
