@@ -861,16 +861,19 @@ void TestWinogradEligibility() {
 
 // A filter changed in place (same pointer, same shape) must never be served
 // from the packed-weights cache: every path, shapes with one and many
-// verification panels, a change in one byte anywhere.
+// verification panels, small filters (checked against their copy) and
+// large ones (checked panel by panel), always cached and automatic (where
+// the small single-tile calls cache too), a change in one byte anywhere.
 void TestChangedFilterIsRepacked() {
-  cpu::SetWeightModeForTesting(1);  // the cache is what is under test
+  int runs = 0;
+  for (int mode : {1, 0}) {
+  cpu::SetWeightModeForTesting(mode);
   std::mt19937 rng(7);
   struct L { int64_t n, h, ci, k, co; };
   // The last one has Winograd verify panels spread over several tile blocks
   // (128 tiles, 2 K panels).
   const L layers[] = {{1, 6, 8, 3, 20}, {1, 7, 512, 3, 128}, {2, 9, 33, 5, 70},
-                      {2, 16, 520, 3, 36}};
-  int runs = 0;
+                      {2, 16, 520, 3, 36}, {1, 1, 1280, 1, 400}};
   for (const L& l : layers) {
     Buffers b;
     FusedConvArgs a = LayerCase(l.n, l.h, l.h, l.ci, l.k, l.co, 1, false, &rng, &b);
@@ -889,10 +892,12 @@ void TestChangedFilterIsRepacked() {
         a.output = want.data();
         RunReference(a);
         EXPECT(got == want, "changed filter served stale: path %s change %d "
-               "layer co=%ld", KernelPathName(p), change, long(l.co));
+               "layer co=%ld mode %d", KernelPathName(p), change, long(l.co),
+               mode);
         ++runs;
       }
     }
+  }
   }
   cpu::SetWeightModeForTesting(0);
   const cpu::PackedWeightsCacheStats st =

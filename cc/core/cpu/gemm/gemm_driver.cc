@@ -19,9 +19,11 @@
 //  * pointwise convolutions (1x1, stride 1, no padding) are a direct GEMM:
 //    the rows are the input pixels themselves, only converted to the
 //    kernel's operand form (a contiguous XOR / widening pass, no gather).
-//  * weights: with several M tiles, packed once per filter and cached
-//    (packed_weights.h), verified against the filter while computing. With
-//    a single M tile every weight panel has one consumer: it is packed from
+//  * weights: packed once per filter and cached (packed_weights.h). A
+//    filter of at most kCopyCheckMaxBytes is checked against the copy of
+//    its bytes the entry keeps (one memcmp before computing); a larger one
+//    is verified against the filter while computing, and with a single M
+//    tile (every weight panel has one consumer) it is instead packed from
 //    the filter right before use (one read of the filter; no packed copy to
 //    read, nothing to verify, no cache entry).
 //  * threads: with many M tiles each item is one tile over all channels and
@@ -256,13 +258,27 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   const int threads =
       parallel_for.run ? std::max(1, parallel_for.num_threads) : 1;
   const Plan plan = MakePlan(g, isa, threads);
-  if (plan.on_the_fly) {
+  const size_t filter_bytes = static_cast<size_t>(plan.k * g.out_c);
+  const bool copy_check =
+      static_cast<int64_t>(filter_bytes) <= PackedWeights::kCopyCheckMaxBytes;
+  const int mode = g_weight_mode.load(std::memory_order_relaxed);
+  if (plan.on_the_fly && (!copy_check || mode == 2)) {
     RunPass(a, isa, plan, nullptr, false, parallel_for);
     return;
   }
   PackedWeightsCache& cache = PackedWeightsCache::Global();
   bool fresh = false;
   std::shared_ptr<const PackedWeights> w = cache.Get(a.filter, cache_key, g, isa, &fresh);
+  if (w->view().filter_copy != nullptr) {
+    // A small filter: one memcmp against the bytes it was packed from
+    // (packed_weights.h); repacked first if it changed.
+    if (!fresh &&
+        std::memcmp(a.filter, w->view().filter_copy, filter_bytes) != 0) {
+      w = cache.Replace(a.filter, cache_key, g, isa);
+    }
+    RunPass(a, isa, plan, &w->view(), false, parallel_for);
+    return;
+  }
   if (RunPass(a, isa, plan, &w->view(), !fresh, parallel_for)) {
     // The filter changed since it was packed: repack, recompute.
     w = cache.Replace(a.filter, cache_key, g, isa);

@@ -204,9 +204,10 @@ void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
                  const ParallelFor& parallel_for,
                  const int8_t* cache_key = nullptr);
 
-// Tests only: where the weights come from. 0: automatic (cached with several
-// M tiles, packed on the fly with one), 1: always cached, 2: always on the
-// fly. Not thread-safe with concurrent convolutions.
+// Tests only: where the weights come from. 0: automatic (cached; a filter
+// larger than PackedWeights::kCopyCheckMaxBytes with one M tile packed on
+// the fly), 1: always cached, 2: always on the fly. Not thread-safe with
+// concurrent convolutions.
 void SetWeightModeForTesting(int mode);
 
 }  // namespace cpu

@@ -45,8 +45,10 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
   // Winograd's U' is not the filter's bytes, so a call cannot verify it by
   // repacking a panel cheaply: the entry keeps the filter bytes it was
   // computed from (packed from that copy, never from the caller's buffer
-  // twice), and calls compare the filter with them.
-  const bool keep_copy = isa.format == kFormatWinogradI16;
+  // twice), and calls compare the filter with them. Small GEMM filters keep
+  // the copy as well: one memcmp checks them (packed_weights.h).
+  const bool keep_copy = isa.format == kFormatWinogradI16 ||
+                         k * co <= kCopyCheckMaxBytes;
   const size_t copy_bytes = keep_copy ? static_cast<size_t>(k * co) : 0;
   const size_t total = data_rounded + offset_bytes + copy_bytes;
 

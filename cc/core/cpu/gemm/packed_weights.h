@@ -24,6 +24,17 @@
 // with the computation; it needs no saved copy because it compares against
 // the packed panel, which the kernel loads anyway. No hash is trusted.
 //
+// Filters of at most kCopyCheckMaxBytes bytes (GEMM formats; Winograd
+// always) are different: the entry also keeps the filter bytes it was packed
+// from (PackedView::filter_copy), and a call that hits it compares the
+// filter with that copy in one memcmp before computing (gemm_driver.cc)
+// instead of repacking panels while computing. For such filters (in L2)
+// the compare costs a third of a packing (bench_core, Zen 4, one thread:
+// 154 KB 3 us against about 10 us), so small weight-heavy calls (batch 1,
+// one M tile) use the cache too instead of packing on the fly; larger
+// filters, which stream from L3 or memory, keep the panel check (a memcmp
+// reads twice the bytes of a packing there).
+//
 // Bound and eviction: at most kMaxEntries entries and kMaxBytes bytes of
 // packed data; inserting beyond either evicts least recently used entries
 // first. A packing larger than kMaxBytes alone is used for its call and not
@@ -55,6 +66,9 @@ class PackedWeights {
   PackedWeights(const PackedWeights&) = delete;
   PackedWeights& operator=(const PackedWeights&) = delete;
 
+  // Filters up to this size keep a copy of their bytes (header comment).
+  static constexpr int64_t kCopyCheckMaxBytes = int64_t{512} << 10;
+
   const PackedView& view() const { return view_; }
   size_t bytes() const { return bytes_; }
 
@@ -73,7 +87,9 @@ struct PackedWeightsCacheStats {
 // The process-wide cache (see the header comment).
 class PackedWeightsCache {
  public:
-  static constexpr int64_t kMaxEntries = 64;
+  // Enough for every GEMM layer of the large keras.applications models
+  // (DenseNet121: 120 convolutions), which now cache at batch 1 too.
+  static constexpr int64_t kMaxEntries = 256;
   static constexpr int64_t kMaxBytes = int64_t{256} << 20;  // 256 MiB
 
   static PackedWeightsCache& Global();
