@@ -3,12 +3,12 @@
 // Weights packed once per filter into a micro-kernel's layout (see gemm_kernels.h
 // for the layouts), and a process-wide cache of them.
 //
-// The driver (gemm_driver.cc) uses the cache when a call's output pixels
-// span several M tiles, so that each weight panel has several consumers.
-// With a single M tile (small images, batch 1) every panel has exactly one
-// consumer and is packed from the filter right before use instead: that
-// reads the filter once, which the check below must do anyway, and skips
-// reading a packed copy; such calls neither read nor fill the cache.
+// The driver (gemm_driver.cc) uses the cache for every call, but one: a
+// filter larger than kCopyCheckMaxBytes on a single M tile (batch 1) has
+// every panel used by exactly one consumer, so it is packed from the
+// filter right before use instead: that reads the filter once, which the
+// panel check below must do anyway, and skips reading a packed copy; such
+// calls neither read nor fill the cache.
 //
 // Cache key: (filter pointer, Kh, Kw, Ci, Co, layout); for one group of a
 // grouped convolution the pointer is the original filter's address plus the
