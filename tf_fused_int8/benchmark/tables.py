@@ -150,6 +150,9 @@ def models_table(rows, models):
     lines.append(f"{name}: {info['macs'] / 1e9:.2f} GMACs per image, "
                  f"{info['int8_regions']} int8 region(s), cosine(float, int8 "
                  f"logits) = {info['cosine']:.4f}")
+    for note in info.get("stays_float") or []:
+      lines.append(f"  {name}: " + (note if len(note) <= 300 else
+                                    note[:297] + "..."))
   return "\n".join(lines)
 
 
