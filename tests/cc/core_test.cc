@@ -298,6 +298,9 @@ void TestLayerShapes() {
       {1, 14, 14, 24, 1, 144, 1, false},
       {2, 7, 7, 576, 1, 160, 1, true},
       {1, 7, 7, 960, 1, 160, 1, false},
+      // Lopsided channel splits on 2 threads (per-block items).
+      {1, 14, 14, 576, 1, 96, 1, true},
+      {1, 14, 14, 384, 1, 96, 1, false},
   };
   int runs = 0;
   for (const L& l : layers) {

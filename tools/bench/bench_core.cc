@@ -7,8 +7,18 @@
 //
 //   bazel build //:bench_core && bazel-bin/bench_core N H W Ci K Co stride groups [path] [seconds] [padding]
 //   (Relu; path as TF_FUSED_INT8_CPU_KERNEL, default auto; padding same
-//   (default) or valid)
+//   (default) or valid). BENCH_CORE_FILTERS=R cycles through R distinct
+//   filters and outputs, as the layers of a model do (weights and outputs
+//   not in L2 at each call), instead of one hot filter. BENCH_CORE_THREADS=2
+//   runs the core's ParallelFor on a second thread that spins between calls
+//   and claims units from a shared counter, like cc/tf/pool_parallel_for.cc
+//   with its helpers hot (the whole model case), for plan experiments.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +28,57 @@
 
 #include "cc/core/conv_params.h"
 #include "cc/core/fused_conv.h"
+
+namespace {
+
+// One spinning helper thread: each ParallelFor call publishes [0, total)
+// and both threads claim units from an atomic counter until none is left.
+class SpinPool {
+ public:
+  SpinPool() : helper_([this] { Loop(); }) {}
+  ~SpinPool() {
+    stop_.store(true);
+    helper_.join();
+  }
+  void Run(int64_t total, const std::function<void(int64_t, int64_t)>& fn) {
+    fn_ = &fn;
+    total_ = total;
+    next_.store(0);
+    done_.store(0);
+    epoch_.fetch_add(1, std::memory_order_release);
+    Work();
+    while (done_.load(std::memory_order_acquire) < total) {
+    }
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      const int64_t b = next_.fetch_add(1, std::memory_order_relaxed);
+      if (b >= total_) return;
+      (*fn_)(b, b + 1);
+      done_.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+  void Loop() {
+    uint64_t seen = 0;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const uint64_t e = epoch_.load(std::memory_order_acquire);
+      if (e != seen) {
+        seen = e;
+        Work();
+      }
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<int64_t> next_{0}, done_{0};
+  int64_t total_ = 0;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  std::thread helper_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tf_fused_int8;  // NOLINT
@@ -54,22 +115,39 @@ int main(int argc, char** argv) {
   }
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> u8(-128, 127);
-  std::vector<int8_t> x(g.InputElements()), w(g.FilterElements()),
-      out(g.OutputElements());
+  const char* rotate_env = std::getenv("BENCH_CORE_FILTERS");
+  const int rotate = rotate_env ? std::max(1, std::atoi(rotate_env)) : 1;
+  std::vector<int8_t> x(g.InputElements());
+  std::vector<std::vector<int8_t>> ws(rotate, std::vector<int8_t>(g.FilterElements())),
+      outs(rotate, std::vector<int8_t>(g.OutputElements()));
   for (auto& v : x) v = static_cast<int8_t>(u8(rng));
-  for (auto& v : w) v = static_cast<int8_t>(u8(rng));
+  for (auto& w : ws) {
+    for (auto& v : w) v = static_cast<int8_t>(u8(rng));
+  }
   std::vector<float> bias(g.out_c, 1.0f), scale(g.out_c);
   for (auto& s : scale) s = 40.0f / (std::sqrt(float(g.ReductionDepth())) * 74 * 74);
   FusedConvArgs a;
   a.geo = g;
   a.input = x.data();
-  a.filter = w.data();
+  a.filter = ws[0].data();
   a.bias = bias.data();
   a.conv_input_scale = scale.data();
   a.per_channel_scale = true;
   a.activation = Activation::kRelu;
-  a.output = out.data();
-  err = RunFusedConv(a, path, ParallelFor());
+  a.output = outs[0].data();
+  ParallelFor pf;
+  std::unique_ptr<SpinPool> pool;
+  const char* threads_env = std::getenv("BENCH_CORE_THREADS");
+  if (threads_env != nullptr && std::atoi(threads_env) == 2) {
+    pool.reset(new SpinPool());
+    pf.num_threads = 2;
+    SpinPool* p = pool.get();
+    pf.run = [p](int64_t total, int64_t,
+                 const std::function<void(int64_t, int64_t)>& fn) {
+      p->Run(total, fn);
+    };
+  }
+  err = RunFusedConv(a, path, pf);
   if (!err.empty()) {
     std::fprintf(stderr, "%s\n", err.c_str());
     return 1;
@@ -79,7 +157,9 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   double dt = 0;
   do {
-    RunFusedConv(a, path, ParallelFor());
+    a.filter = ws[iters % rotate].data();
+    a.output = outs[iters % rotate].data();
+    RunFusedConv(a, path, pf);
     ++iters;
     dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } while (dt < seconds);

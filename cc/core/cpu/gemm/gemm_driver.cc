@@ -94,6 +94,7 @@ struct Plan {
   int64_t pixels, k, groups, kc, panels, lda, blocks;
   int64_t tile_rows, m_tiles, n_groups, blocks_per_group, items, units;
   bool on_the_fly;
+  bool per_block_items;  // one block an item, claimed one at a time
 };
 
 Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads) {
@@ -141,12 +142,37 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads) {
   p.m_tiles = CeilDiv(p.pixels, p.tile_rows);
   p.blocks_per_group = CeilDiv(p.blocks, n_groups);
   p.n_groups = CeilDiv(p.blocks, p.blocks_per_group);
+  // A channel split into groups of whole blocks can be lopsided (160
+  // channels on 2 threads: 128 : 32; 96: 64 : 32). When the widest group
+  // has over 1.25x the mean group's channels, every block is an item
+  // instead, with at least `threads` M tiles, and the items are claimed
+  // one at a time (units = items below). Measured (bench_core, a spinning
+  // helper thread, Zen 4, batch 1, 2 threads): 7x7x960 -> 160 34 -> 25 us,
+  // 7x7x576 -> 160 24 -> 19, 14x14x576 -> 96 38 -> 32, 14x14x384 -> 96
+  // 25-27 -> 20-21; splits within 1.25x stay as they are (7x7x160 -> 960,
+  // 8 : 7 blocks, took 25 -> 38 us as 30 small items; 7x7x960 -> 320,
+  // 3 : 2, unchanged either way).
+  p.per_block_items = false;
+  if (threads > 1 && p.n_groups > 1 &&
+      4 * std::min(p.blocks_per_group * isa.block, g.out_c) * p.n_groups >
+          5 * g.out_c) {
+    p.per_block_items = true;
+    p.blocks_per_group = 1;
+    p.n_groups = p.blocks;
+    if (p.m_tiles < threads) {
+      p.tile_rows = RoundUp(CeilDiv(p.pixels, threads), isa.mr);
+      p.m_tiles = CeilDiv(p.pixels, p.tile_rows);
+    }
+  }
   p.items = p.m_tiles * p.n_groups;
-  // Channel split: contiguous runs of items per thread. Otherwise equal
+  // Channel split: contiguous runs of items per thread (one item at a time
+  // for per-block items). Otherwise equal
   // units of whole tiles, a multiple of the thread count and at most 4 per
   // thread: Eigen's parallelFor (TF's pool) keeps one unit per task then,
   // instead of coarsening to a block count that does not divide evenly.
-  if (p.n_groups > 1) {
+  if (p.per_block_items) {
+    p.units = p.items;
+  } else if (p.n_groups > 1) {
     p.units = std::min<int64_t>(threads, p.items);
   } else {
     p.units = p.items;
