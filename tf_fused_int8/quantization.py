@@ -219,6 +219,37 @@ def _functional(model):
   return model
 
 
+def _new_inputs(model, tensor_of):
+  """keras.Input twins of the model's inputs (same structure, shapes,
+  dtypes and names), recorded in tensor_of[id(old)]."""
+
+  def new_input(t):
+    layer = t._keras_history.operation  # pylint: disable=protected-access
+    x = keras.Input(batch_shape=t.shape, dtype=t.dtype, sparse=t.sparse,
+                    name=layer.name)
+    tensor_of[id(t)] = x
+    return x
+
+  return keras.tree.map_structure(new_input, model.input)
+
+
+def _call_float_copy(node, clones, tensor_of, values):
+  """Calls the copy of the node's layer (made on its first call, weights set
+  after it is built; clones[id(layer)]) on `values` ({id(old input): new
+  tensor}) and records its outputs in tensor_of."""
+  op = node.operation
+  first_call = id(op) not in clones
+  if first_call:
+    clones[id(op)] = _clone_layer(op)
+  new_op = clones[id(op)]
+  args, kwargs = node.arguments.fill_in(values)
+  outputs = new_op(*args, **kwargs)
+  if first_call and new_op is not op and isinstance(op, keras.layers.Layer):
+    new_op.set_weights(op.get_weights())
+  for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
+    tensor_of[id(t)] = y
+
+
 def _separable_ok(node):
   """Whether a SeparableConv2D node can be split into its depthwise and
   pointwise convolutions: channels_last, float32, called on one NHWC
@@ -251,21 +282,13 @@ def _split_separable(model):
     return model
   names = _UniqueNames(l.name for l in model.layers)
   new_of, clones = {}, {}
-
-  def new_input(t):
-    layer = t._keras_history.operation  # pylint: disable=protected-access
-    x = keras.Input(batch_shape=t.shape, dtype=t.dtype, sparse=t.sparse,
-                    name=layer.name)
-    new_of[id(t)] = x
-    return x
-
-  inputs = keras.tree.map_structure(new_input, model.input)
+  inputs = _new_inputs(model, new_of)
   for node in nodes:
     if node.is_input:
       continue
     op = node.operation
-    first_call = id(op) not in clones
     if id(node) in split:
+      first_call = id(op) not in clones
       if first_call:
         dw = keras.layers.DepthwiseConv2D(
             op.kernel_size, strides=op.strides, padding=op.padding,
@@ -284,16 +307,8 @@ def _split_separable(model):
                        ([op.bias.numpy()] if op.use_bias else []))
       new_of[id(node.outputs[0])] = y
       continue
-    if first_call:
-      clones[id(op)] = _clone_layer(op)
-    new_op = clones[id(op)]
-    values = {id(t): new_of[id(t)] for t in node.input_tensors}
-    args, kwargs = node.arguments.fill_in(values)
-    outputs = new_op(*args, **kwargs)
-    if first_call and new_op is not op and isinstance(op, keras.layers.Layer):
-      new_op.set_weights(op.get_weights())
-    for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
-      new_of[id(t)] = y
+    _call_float_copy(node, clones, new_of,
+                     {id(t): new_of[id(t)] for t in node.input_tensors})
   outputs = keras.tree.map_structure(lambda t: new_of[id(t)], model.output)
   return keras.Model(inputs, outputs, name=model.name)
 
@@ -1392,14 +1407,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       counts["quantize"] += 1
     return int8_of[id(t)]
 
-  def new_input(t):
-    layer = t._keras_history.operation  # pylint: disable=protected-access
-    x = keras.Input(batch_shape=t.shape, dtype=t.dtype, sparse=t.sparse,
-                    name=layer.name)
-    float_of[id(t)] = x
-    return x
-
-  new_inputs = keras.tree.map_structure(new_input, src.input)
+  new_inputs = _new_inputs(src, float_of)
   qconv_names = set()
   # Conv2D layers also called as float layers keep their name there.
   float_convs = {id(n.operation) for n in graph.nodes
@@ -1495,17 +1503,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       int8_of[id(out)] = int8_op([get_int8(t) for t in node.input_tensors])
       counts["int8_concat"] += 1
       continue
-    new_op = clones.get(id(op))
-    first_call = new_op is None
-    if first_call:
-      new_op = clones[id(op)] = _clone_layer(op)
-    values = {id(t): get_float(t) for t in node.input_tensors}
-    args, kwargs = node.arguments.fill_in(values)
-    outputs = new_op(*args, **kwargs)
-    if first_call and new_op is not op and isinstance(op, keras.layers.Layer):
-      new_op.set_weights(op.get_weights())
-    for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
-      float_of[id(t)] = y
+    _call_float_copy(node, clones, float_of,
+                     {id(t): get_float(t) for t in node.input_tensors})
   new_outputs = keras.tree.map_structure(get_float, src.output)
   qmodel = keras.Model(new_inputs, new_outputs,
                        name=name or f"{model.name}_int8")
