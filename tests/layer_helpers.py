@@ -89,3 +89,34 @@ def assert_reloaded_model_agrees(original, reloaded, x, want):
   assert body[0].dtype == np.int8 and len(np.unique(body[0])) > 10
   np.testing.assert_array_equal(body[1], body[0])
   assert_float_close(reloaded(x).numpy(), want)
+
+
+def quantized_with_scales(model, x):
+  """(qmodel, scales): quantize_model on `x` with every QuantizationWarning
+  an error, and calibrate's scales for the same data."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  return qmodel, quantization.calibrate(model, x, verbose=0)
+
+
+def applications_model_quantized(builder, size, batch=8, seed=0, **kwargs):
+  """A keras.applications model (weights=None, Keras' initial weights, random
+  BatchNormalization statistics: set_bn), quantized on `batch` random
+  images in [-1, 1] with every QuantizationWarning an error. Returns
+  (model, qmodel, rng) with rng ready for test images."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
+  model = builder(weights=None, input_shape=(size, size, 3), **kwargs)
+  rng = np.random.default_rng(seed)
+  for layer in model.layers:
+    if isinstance(layer, keras.layers.BatchNormalization):
+      set_bn(layer, rng)
+  x = rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  return model, qmodel, rng

@@ -63,11 +63,7 @@ def dense_inception_model(seed=0):
 @pytest.fixture(scope="module")
 def quantized():
   model = dense_inception_model()
-  x = images(24)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
-  return model, qmodel, quantization.calibrate(model, x, verbose=0)
+  return (model,) + layer_helpers.quantized_with_scales(model, images(24))
 
 
 def test_concatenates_run_in_int8_with_shared_scales(quantized):

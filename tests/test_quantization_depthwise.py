@@ -555,16 +555,9 @@ def test_digits_mobilenet_v2_saves_and_exports(digits_mobilenet, tmp_path):
 # ------------------------------------------- keras.applications.MobileNetV2
 
 def test_keras_applications_mobilenet_v2_quantizes_end_to_end():
-  model = keras.applications.MobileNetV2(
-      input_shape=(32, 32, 3), alpha=0.35, weights=None, classes=10)
-  rng = np.random.default_rng(0)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
+  model, qmodel, rng = layer_helpers.applications_model_quantized(
+      keras.applications.MobileNetV2, 32, alpha=0.35, classes=10)
   x = rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
   float_kinds = [type(l).__name__ for l in qmodel.layers
                  if not isinstance(l, QFC)]
   # The global pooling runs in int8 (a 1x1 window here, 32 / 32); the

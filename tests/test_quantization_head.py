@@ -296,17 +296,9 @@ def test_int8_head_saves_and_exports(tmp_path):
 
 
 def test_keras_applications_mobilenet_v2_int8_to_the_logits():
-  model = keras.applications.MobileNetV2(
-      input_shape=(64, 64, 3), alpha=0.35, weights=None, classes=10,
+  model, qmodel, rng = layer_helpers.applications_model_quantized(
+      keras.applications.MobileNetV2, 64, alpha=0.35, classes=10,
       classifier_activation=None)
-  rng = np.random.default_rng(0)
-  for layer in model.layers:  # Keras' initial weights, random BN statistics
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
-  x = rng.uniform(-1, 1, (8, 64, 64, 3)).astype(np.float32)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert kinds.count("Quantize") == kinds.count("Dequantize") == 1, kinds
   assert type(qmodel.get_layer("predictions")) is QuantizedDense  # pylint: disable=unidiomatic-typecheck

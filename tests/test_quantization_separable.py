@@ -93,11 +93,8 @@ def test_split_model_computes_the_same_float_values():
 @pytest.fixture(scope="module")
 def quantized():
   model = xception_like()
-  x = images(24, shape=(20, 19, 3))
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
-  return model, qmodel, quantization.calibrate(model, x, verbose=0)
+  return (model,) + layer_helpers.quantized_with_scales(
+      model, images(24, shape=(20, 19, 3)))
 
 
 def test_separable_layers_become_two_fused_convolutions(quantized):
@@ -162,16 +159,9 @@ def test_separable_round_trip(quantized, tmp_path):
 
 
 def test_keras_applications_xception_is_one_int8_region():
-  model = keras.applications.Xception(weights=None, input_shape=(71, 71, 3),
-                                      classes=10, classifier_activation=None)
-  rng = np.random.default_rng(0)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
-  x = rng.uniform(-1, 1, (4, 71, 71, 3)).astype(np.float32)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  model, qmodel, rng = layer_helpers.applications_model_quantized(
+      keras.applications.Xception, 71, batch=4, classes=10,
+      classifier_activation=None)
   kinds = [type(l).__name__ for l in qmodel.layers]
   n_sep = sum(isinstance(l, L.SeparableConv2D) for l in model.layers)
   assert n_sep == 34
