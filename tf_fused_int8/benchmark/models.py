@@ -57,8 +57,9 @@ def conv_macs(model):
       kh, kw = layer.kernel_size
       ci = layer.input.shape[-1] // layer.groups
       total += h * w * co * kh * kw * ci
-    elif isinstance(layer, keras.layers.Dense):
-      total += layer.input.shape[-1] * layer.units
+    elif isinstance(layer, keras.layers.Dense):  # per row of its input
+      rows = int(np.prod([d for d in layer.input.shape[1:-1]]))
+      total += rows * layer.input.shape[-1] * layer.units
   return int(total)
 
 
