@@ -41,6 +41,7 @@
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_rows.h"
+#include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/epilogue_avx512.h"
 
@@ -151,7 +152,7 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
       }
     }
     for (int64_t p = 0; p < kBlock; ++p) {
-      const int64_t ch = c0 + BlockLaneChannel(kFormatZmmU8, kBlock, p);
+      const int64_t ch = c0 + ZmmU8LaneChannel(p);
       blk.scale[p] = d.scale[ch];
       blk.bias[p] = d.bias[ch];
     }

@@ -38,12 +38,6 @@ inline __mmask64 ByteMask(int64_t n) {
   return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
 }
 
-// gemm_kernels.h, kFormatZmmU8: lane position p = 16j + 4L + i holds channel
-// 16L + 4j + i of the block.
-constexpr int64_t LaneChannel(int64_t p) {
-  return 16 * ((p / 4) % 4) + 4 * (p / 16) + p % 4;
-}
-
 // ---------------------------------------------------------------- packing
 
 // One k-group of a block: filter rows k .. k + 3 (`rows`, ld apart; rows
@@ -364,7 +358,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       const int64_t base = t.rows / tiles, extra = t.rows % tiles;
       const int64_t vslice = ((vrows + tiles - 1) / tiles + 3) / 4 * 4;
       for (int64_t p = 0; p < kBlock; ++p) {
-        const int64_t c = n0 + (nz == 4 ? LaneChannel(p) : p);
+        const int64_t c = n0 + (nz == 4 ? ZmmU8LaneChannel(p) : p);
         const bool in = c < co;
         bc.scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
         bc.bias[p] = in ? ep.bias[c] : 0.0f;

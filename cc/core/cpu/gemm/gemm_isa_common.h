@@ -37,6 +37,13 @@ namespace {
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// gemm_kernels.h, kFormatZmmU8, a full 64-channel block: lane position
+// p = 16j + 4L + i holds channel 16L + 4j + i of the block (the same as
+// BlockLaneChannel, inline for the per-lane loops of the ISA units).
+constexpr int64_t ZmmU8LaneChannel(int64_t p) {
+  return 16 * ((p / 4) % 4) + 4 * (p / 16) + p % 4;
+}
+
 inline int32_t LoadU32(const uint8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
