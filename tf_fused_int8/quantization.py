@@ -688,19 +688,29 @@ def _concat_inputs(node):
   return ins
 
 
+def _pooled_input(node, cls):
+  """The input of a channels_last `cls` pooling node called on one NHWC
+  tensor of known height, width and channels, else None."""
+  op = node.operation
+  if type(op) is not cls:  # pylint: disable=unidiomatic-typecheck
+    return None
+  x = _single_tensor_call(node)
+  if (x is None or not _rank4_channels(x) or op.data_format != "channels_last"
+      or x.shape[1] is None or x.shape[2] is None):
+    return None
+  return x
+
+
 def _avg_pool_window(node):
   """((kh, kw), (sh, sw)) of a channels_last AveragePooling2D on one NHWC
   tensor of known size whose windows never reach into padding (valid, or
   same where same pads nothing): the average is then the sum over a full
   window / (kh * kw), a depthwise convolution. Else None (Keras divides a
   window that reaches into padding by its valid elements only)."""
+  x = _pooled_input(node, keras.layers.AveragePooling2D)
+  if x is None:
+    return None
   op = node.operation
-  if type(op) is not keras.layers.AveragePooling2D:  # pylint: disable=unidiomatic-typecheck
-    return None
-  x = _single_tensor_call(node)
-  if (x is None or not _rank4_channels(x) or op.data_format != "channels_last"
-      or x.shape[1] is None or x.shape[2] is None):
-    return None
   k, st = tuple(op.pool_size), tuple(op.strides)
   if op.padding == "same":
     for size, kk, ss in zip(x.shape[1:3], k, st):
@@ -713,14 +723,10 @@ def _global_pool_window(node):
   """((h, w), keepdims) of a channels_last GlobalAveragePooling2D of one
   [N, h, w, C] tensor of known size (the mean over the image is the sum
   over one h x w window / (h * w), a depthwise convolution), else None."""
-  op = node.operation
-  if type(op) is not keras.layers.GlobalAveragePooling2D:  # pylint: disable=unidiomatic-typecheck
+  x = _pooled_input(node, keras.layers.GlobalAveragePooling2D)
+  if x is None:
     return None
-  x = _single_tensor_call(node)
-  if (x is None or not _rank4_channels(x) or op.data_format != "channels_last"
-      or x.shape[1] is None or x.shape[2] is None):
-    return None
-  return (int(x.shape[1]), int(x.shape[2])), bool(op.keepdims)
+  return (int(x.shape[1]), int(x.shape[2])), bool(node.operation.keepdims)
 
 
 def _dense_ok(node):
