@@ -120,3 +120,18 @@ def applications_model_quantized(builder, size, batch=8, seed=0, **kwargs):
     warnings.simplefilter("error", quantization.QuantizationWarning)
     qmodel = quantization.quantize_model(model, x, verbose=0)
   return model, qmodel, rng
+
+
+def assert_keras_round_trip_exact(model, x, path, keys=None):
+  """model.save(path) + keras.models.load_model(path) gives the same bits
+  on x (for the output dict's `keys`, or the one output). Returns the
+  reloaded model."""
+  import keras  # pylint: disable=g-import-not-at-top
+  want = model(x)
+  model.save(path)
+  loaded = keras.models.load_model(path)
+  got = loaded(x)
+  for key in keys or [None]:
+    g, w = (got, want) if key is None else (got[key], want[key])
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=str(key))
+  return loaded

@@ -148,14 +148,9 @@ def test_separable_int8_graph_bit_exact_and_close_to_float(quantized):
 
 def test_separable_round_trip(quantized, tmp_path):
   _, qmodel, _ = quantized
-  x = images(3, seed=2, shape=(20, 19, 3))
-  want = qmodel(x)
-  path = str(tmp_path / "sep_int8.keras")
-  qmodel.save(path)
-  loaded = keras.models.load_model(path)
-  got = loaded(x)
-  for key in ("logits", "features"):
-    np.testing.assert_array_equal(got[key].numpy(), want[key].numpy())
+  layer_helpers.assert_keras_round_trip_exact(
+      qmodel, images(3, seed=2, shape=(20, 19, 3)),
+      str(tmp_path / "sep_int8.keras"), keys=("logits", "features"))
 
 
 def test_keras_applications_xception_is_one_int8_region():
