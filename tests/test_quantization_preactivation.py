@@ -172,3 +172,46 @@ def test_round_trips(quantized, tmp_path):
   out = served.serve(tf.constant(x))
   np.testing.assert_array_equal(out["features"].numpy(), want["features"].numpy())
   layer_helpers.assert_float_close(out["logits"].numpy(), want["logits"].numpy())
+
+
+def test_add_of_two_int8_tensors_runs_in_int8():
+  """An Add that no conv can take as its side input (both inputs ReLU'd
+  convs; a max-pooled tensor plus a concatenation) is the identity 1x1
+  depthwise QuantizedFusedConv2D of its first input with the second as
+  side input (filter 1 -> 127, conv_input_scale s_a / (127 s_out),
+  side_input_scale s_b / s_out), a ReLU after it fused."""
+  inp = keras.Input((10, 9, 3), name="image")
+  a = L.Conv2D(8, 3, padding="same", activation="relu", name="ca")(inp)
+  b = L.Conv2D(8, 1, activation="relu", name="cb")(inp)
+  s = L.ReLU(name="sum_relu")(L.Add(name="sum")([a, b]))
+  p = L.MaxPooling2D(3, 1, padding="same", name="pool")(s)
+  c = L.Concatenate(name="cat")([
+      L.Conv2D(4, 1, name="c1")(s), L.Conv2D(4, 3, padding="same", name="c2")(s)])
+  y = L.Add(name="mix")([p, c])
+  out = L.Conv2D(5, 1, name="out")(y)
+  model = keras.Model(inp, out)
+  randomize(model, np.random.default_rng(3))
+  x = images(24)
+  qmodel, scales = layer_helpers.quantized_with_scales(model, x)
+  kinds = {l.name: type(l).__name__ for l in qmodel.layers}
+  assert list(kinds.values()).count("Quantize") == 1, kinds  # one region
+  assert "Add" not in kinds.values() and "sum_relu" not in kinds
+  for name, first, second, relu in [("sum", "ca", "cb", "relu"),
+                                    ("mix", "pool", "cat", None)]:
+    layer = qmodel.get_layer(name)
+    assert isinstance(layer, QFC) and layer.use_side_input, name
+    assert layer.kernel_size == (1, 1) and layer.groups == 8
+    assert layer.activation == relu, name
+    kernel, bias, cis, sis = layer.get_weights()
+    assert (kernel == 127).all() and (bias == 0).all()
+    out_key = "sum_relu" if name == "sum" else name
+    s_a, s_b, s_out = (np.float64(np.float32(scales[k]))
+                       for k in (first if first != "pool" else "sum_relu",
+                                 second, out_key))
+    np.testing.assert_allclose(cis, s_a / (127 * s_out), rtol=1e-6)
+    np.testing.assert_allclose(sis, s_b / s_out, rtol=1e-6)
+  xt = images(4, seed=5)
+  # ca, cb, sum, c1, c2, mix, out.
+  assert check_layers_against_reference(qmodel, xt, min_unique=4) == 7
+  want, got = model(xt).numpy(), qmodel(xt).numpy()
+  assert np.abs(got - want).max() < 0.05 * np.abs(want).max()

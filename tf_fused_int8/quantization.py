@@ -503,12 +503,17 @@ def _bn_problem(node):
 class _Group:
   """One fused conv stack: [ZeroPadding2D +] Conv2D|DepthwiseConv2D [+ BN]
   [+ ReLU|ReLU6|ReLU(max_value=m)] [+ Add(side) [+ the same]]; or a
-  BatchNormalization [+ ReLU...] that follows no conv, or an unpadded
-  AveragePooling2D, each run as a depthwise convolution."""
+  BatchNormalization [+ ReLU...] that follows no conv, an unpadded
+  AveragePooling2D or an Add of two int8 tensors [+ ReLU...], each run as a
+  depthwise convolution."""
 
   def __init__(self, conv_node, bn_only=False, avg_pool=None,
-               global_pool=None, dense=False):
+               global_pool=None, dense=False, add_only=False):
     self.conv_node = conv_node
+    # add_only: conv_node is an Add of two int8 tensors that no conv takes
+    # as its side input: a 1x1 depthwise convolution with the filter 1 of
+    # its first input, the second as the side input.
+    self.add_only = add_only
     # bn_only: conv_node is a BatchNormalization that follows no conv: the
     # stack is BN [+ ReLU], run as a 1x1 depthwise convolution (filter
     # gamma / sigma per channel, bias beta - mean * gamma / sigma).
@@ -529,16 +534,17 @@ class _Group:
     self.dense = dense
     self.pad_node = None
     op = conv_node.operation
-    plain = bn_only or avg_pool or dense
+    plain = bn_only or avg_pool or dense or add_only
     self.padding = "valid" if plain else op.padding
-    self.strides = (1 if bn_only or dense else avg_pool[1] if avg_pool else
-                    op.strides)
+    self.strides = (1 if bn_only or dense or add_only else
+                    avg_pool[1] if avg_pool else op.strides)
     self.dilation_rate = 1 if plain else op.dilation_rate
     self.bn_node = None
     self.add_node = None
     self.side = None
     # None (linear), or the Relu's float bound (math.inf: unbounded).
-    self.relu_max = None if bn_only or avg_pool else _conv_relu_max(op)
+    self.relu_max = (None if bn_only or avg_pool or add_only else
+                     _conv_relu_max(op))
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -906,6 +912,24 @@ class _Plan:
           member.update(id(n) for n in g.members)
           int8_able.add(id(g.tail))
           continue
+      ins = self._int8_add_inputs(node)
+      if ins is not None and all(id(t) in int8_able for t in ins):
+        # An Add of two int8 tensors that no conv took as its side input
+        # (both ReLU'd, pooled, concatenated, ...): exact within the
+        # contract as the identity 1x1 depthwise convolution of the first
+        # (filter 1 -> 127, conv_input_scale s_a / (127 s_out)) with the
+        # second as its side input (side_input_scale s_b / s_out).
+        g = _Group(node, add_only=True)
+        g.input, g.side = ins
+        nxt = self.graph.sole_consumer(g.tail)
+        if nxt is not None and id(nxt) not in member:
+          g.relu_max = _relu_max(nxt)
+          if g.relu_max is not None:
+            g.extend(nxt)
+        self.groups.append(g)
+        member.update(id(n) for n in g.members)
+        int8_able.add(id(g.tail))
+        continue
       ins = _concat_inputs(node)
       if ins is not None and any(id(t) in int8_able for t in ins):
         out = node.outputs[0]
@@ -922,6 +946,21 @@ class _Plan:
     for key in parent:
       classes[find(key)].append(tensors[key])
     self.scale_classes = [c for c in classes.values() if len(c) > 1]
+
+  def _int8_add_inputs(self, node):
+    """The two NHWC input tensors of a plain two-input Add of equal shapes
+    (as _assign_adds accepts), else None."""
+    if type(node.operation) is not keras.layers.Add:  # pylint: disable=unidiomatic-typecheck
+      return None
+    args, kwargs = node.arguments.args, node.arguments.kwargs
+    ins = node.input_tensors
+    if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
+        not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
+        len(ins) != 2 or ins[0] is ins[1] or
+        not all(_rank4_channels(t) for t in ins) or
+        not self._same_shape(ins[0], ins[1])):
+      return None
+    return list(ins)
 
   def _chain(self, conv_node):
     g = _Group(conv_node)
@@ -1259,6 +1298,9 @@ def _group_weights(group):
   [Kh, Kw, 1, Ci * M] with G = Ci (output channel c * M + m, the order of
   DepthwiseConv2D's output, so its bias and a following BN apply as is)."""
   conv = group.conv_node.operation
+  if group.add_only:
+    channels = int(group.input.shape[-1])
+    return np.ones([1, 1, 1, channels]), np.zeros([channels]), channels
   if group.dense:
     kernel = np.asarray(conv.kernel.numpy(), np.float64)
     b = (np.asarray(conv.bias.numpy(), np.float64) if conv.use_bias else
@@ -1462,9 +1504,10 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       int8_of[id(group.tail)] = y
       counts["conv"] += 1
       counts["depthwise"] += (_is_depthwise(conv) or group.bn_only or
+                              group.add_only or
                               group.avg_pool is not None)
       counts["bn"] += group.bn_node is not None or group.bn_only
-      counts["add"] += group.add_node is not None
+      counts["add"] += group.add_node is not None or group.add_only
       continue
     if id(node) in plan.member_ids:
       continue  # part of a fused convolution, built at its last node
