@@ -676,6 +676,20 @@ class Int8Concatenate(_KeepsInputDtype, keras.layers.Concatenate):
   """Concatenate of int8 tensors that share one scale, in int8: a copy."""
 
 
+def _two_input_add(node):
+  """The two input tensors of an Add called on a list of two distinct
+  tensors (no other arguments), else None."""
+  if type(node.operation) is not keras.layers.Add:  # pylint: disable=unidiomatic-typecheck
+    return None
+  args, kwargs = node.arguments.args, node.arguments.kwargs
+  ins = node.input_tensors
+  if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
+      not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
+      len(ins) != 2 or ins[0] is ins[1]):
+    return None
+  return list(ins)
+
+
 def _concat_inputs(node):
   """The input tensors of a channel-axis Concatenate of NHWC tensors called
   on one list (at least two), else None."""
@@ -823,11 +837,7 @@ class _Plan:
           type(node.operation) is keras.layers.BatchNormalization and  # pylint: disable=unidiomatic-typecheck
           _bn_problem(node) is None):
         g = _Group(node, bn_only=True)
-        nxt = self.graph.sole_consumer(g.tail)
-        if nxt is not None and id(nxt) not in member:
-          g.relu_max = _relu_max(nxt)
-          if g.relu_max is not None:
-            g.extend(nxt)
+        self._fuse_relu(g, member)
         self.groups.append(g)
         member.update(id(n) for n in g.members)
     self._plan_int8_joins(member)
@@ -902,11 +912,8 @@ class _Plan:
           g = _Group(node, global_pool=pool)
         elif _dense_ok(node):
           g = _Group(node, dense=True)
-          nxt = self.graph.sole_consumer(g.tail)
-          if g.relu_max is None and nxt is not None and id(nxt) not in member:
-            g.relu_max = _relu_max(nxt)
-            if g.relu_max is not None:
-              g.extend(nxt)
+          if g.relu_max is None:
+            self._fuse_relu(g, member)
         if g is not None:
           self.groups.append(g)
           member.update(id(n) for n in g.members)
@@ -921,11 +928,7 @@ class _Plan:
         # second as its side input (side_input_scale s_b / s_out).
         g = _Group(node, add_only=True)
         g.input, g.side = ins
-        nxt = self.graph.sole_consumer(g.tail)
-        if nxt is not None and id(nxt) not in member:
-          g.relu_max = _relu_max(nxt)
-          if g.relu_max is not None:
-            g.extend(nxt)
+        self._fuse_relu(g, member)
         self.groups.append(g)
         member.update(id(n) for n in g.members)
         int8_able.add(id(g.tail))
@@ -947,20 +950,23 @@ class _Plan:
       classes[find(key)].append(tensors[key])
     self.scale_classes = [c for c in classes.values() if len(c) > 1]
 
+  def _fuse_relu(self, g, member):
+    """Extends g by the ReLU / ReLU6 / ReLU(max_value=m) that alone reads
+    its tail, if that is in no other group."""
+    nxt = self.graph.sole_consumer(g.tail)
+    if nxt is not None and id(nxt) not in member:
+      g.relu_max = _relu_max(nxt)
+      if g.relu_max is not None:
+        g.extend(nxt)
+
   def _int8_add_inputs(self, node):
-    """The two NHWC input tensors of a plain two-input Add of equal shapes
-    (as _assign_adds accepts), else None."""
-    if type(node.operation) is not keras.layers.Add:  # pylint: disable=unidiomatic-typecheck
-      return None
-    args, kwargs = node.arguments.args, node.arguments.kwargs
-    ins = node.input_tensors
-    if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
-        not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
-        len(ins) != 2 or ins[0] is ins[1] or
-        not all(_rank4_channels(t) for t in ins) or
+    """The two NHWC input tensors of a plain two-input Add of equal shapes,
+    else None."""
+    ins = _two_input_add(node)
+    if (ins is None or not all(_rank4_channels(t) for t in ins) or
         not self._same_shape(ins[0], ins[1])):
       return None
-    return list(ins)
+    return ins
 
   def _chain(self, conv_node):
     g = _Group(conv_node)
@@ -996,13 +1002,8 @@ class _Plan:
     by_tail = {id(g.tail): g for g in self.groups}
     level = self.graph.level
     for node in self.graph.nodes:
-      if type(node.operation) is not keras.layers.Add:  # pylint: disable=unidiomatic-typecheck
-        continue
-      args, kwargs = node.arguments.args, node.arguments.kwargs
-      ins = node.input_tensors
-      if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
-          not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
-          len(ins) != 2 or ins[0] is ins[1]):
+      ins = _two_input_add(node)
+      if ins is None:
         continue
       candidates = []
       for i, t in enumerate(ins):
