@@ -132,14 +132,6 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
     input = expanded.data();
   }
 
-  // Widened weights: int8 in the low 16 bits, zero high half (depthwise.h).
-  std::vector<int32_t> wide(static_cast<size_t>(taps * padded), 0);
-  for (int64_t t = 0; t < taps; ++t) {
-    for (int64_t c = 0; c < c_count; ++c) {
-      wide[t * padded + c] = static_cast<int32_t>(
-          static_cast<uint16_t>(static_cast<int16_t>(a.filter[t * c_count + c])));
-    }
-  }
   std::vector<float> scale(static_cast<size_t>(padded), 0.0f);
   std::vector<float> bias(static_cast<size_t>(padded), 0.0f);
   for (int64_t c = 0; c < c_count; ++c) {
@@ -154,11 +146,26 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   base.geo = &g;
   base.input = input;
   base.filter = a.filter;
-  base.wide = wide.data();
   base.scale = scale.data();
   base.bias = bias.data();
   base.channels = c_count;
   base.padded_c = padded;
+  // Widened weights: int8 in the low 16 bits, zero high half (depthwise.h),
+  // for the channels the row kernel reads them for ([wide_from, padded),
+  // padding lanes zero; a 3x3 call on AVX-512 with whole 64-channel blocks
+  // reads none: filling them all took 3-6% of a 7x7x960 or 14x14x576 / 2
+  // call, bench_core, Zen 4). Lanes below wide_from are never read.
+  const int64_t wide_from = prep != nullptr ? prep->wide_from(base) : 0;
+  std::unique_ptr<int32_t[]> wide(new int32_t[static_cast<size_t>(taps * padded)]);
+  for (int64_t t = 0; t < taps; ++t) {
+    int32_t* w = wide.get() + t * padded;
+    for (int64_t c = wide_from; c < c_count; ++c) {
+      w[c] = static_cast<int32_t>(
+          static_cast<uint16_t>(static_cast<int16_t>(a.filter[t * c_count + c])));
+    }
+    for (int64_t c = std::max(wide_from, c_count); c < padded; ++c) w[c] = 0;
+  }
+  base.wide = wide.get();
   std::unique_ptr<void, decltype(&std::free)> prepared(nullptr, &std::free);
   if (prep != nullptr) {
     const int64_t bytes = prep->bytes(base);

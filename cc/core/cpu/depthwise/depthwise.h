@@ -86,10 +86,14 @@ using DepthwiseRowsFn = void (*)(const DepthwiseRowArgs&);
 
 // A row kernel's per-call preparation (weights rearranged once for all rows
 // instead of once per ParallelFor unit): bytes(d) says how much it needs (0:
-// nothing), fill(d, p) writes it to p (64-byte aligned) before any row runs.
+// nothing), fill(d, p) writes it to p (64-byte aligned) before any row runs;
+// wide_from(d) is the first channel whose widened weights (d.wide) the row
+// kernel reads (the driver fills only those; channels below it come from
+// the preparation).
 struct DepthwisePrep {
   int64_t (*bytes)(const DepthwiseRowArgs& d);
   void (*fill)(const DepthwiseRowArgs& d, void* p);
+  int64_t (*wide_from)(const DepthwiseRowArgs& d);
 };
 
 // Row kernels, one per instruction set (depthwise_<isa>.cc); the portable

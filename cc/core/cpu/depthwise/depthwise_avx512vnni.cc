@@ -333,9 +333,16 @@ void PrepFill(const DepthwiseRowArgs& d, void* p) {
   PrepareBlocks(d, static_cast<Block3x3*>(p));
 }
 
+// Rows3x3 runs the one-tap-per-lane kernel (widened weights) only on the
+// channels past the last full 64-channel block.
+int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
+  return Use3x3Interior(d) ? d.channels / kBlock * kBlock : 0;
+}
+
 }  // namespace
 
-extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill};
+extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill,
+                                                       PrepWideFrom};
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
   if (Use3x3Interior(d)) {
