@@ -873,7 +873,6 @@ void TestChangedFilterIsRepacked() {
   // (128 tiles, 2 K panels); the last is at the copy-check size limit.
   const L layers[] = {{1, 6, 8, 3, 20}, {1, 7, 512, 3, 128}, {2, 9, 33, 5, 70},
                       {2, 16, 520, 3, 36}, {1, 1, 1280, 1, 400}};
-  int runs = 0;
   // Mode 1 (always cached): every change must be caught as a stale entry.
   // Mode 0 (automatic): some calls pack on the fly and never read the
   // cache, so only the results are checked.
@@ -912,12 +911,10 @@ void TestChangedFilterIsRepacked() {
       EXPECT(stale >= mode_runs, "always cached: stale repacks %ld < changes %d",
              long(stale), mode_runs);
     }
-    runs += mode_runs;
     std::printf("changed filters, weight mode %d: %d runs checked (%ld stale "
                 "repacks)\n", mode, mode_runs, long(stale));
   }
   cpu::SetWeightModeForTesting(0);
-  EXPECT(runs > 0, "no changed-filter runs");
 }
 
 // The cache stays within its entry bound and evicts least recently used.
