@@ -91,6 +91,14 @@ def assert_reloaded_model_agrees(original, reloaded, x, want):
   assert_float_close(reloaded(x).numpy(), want)
 
 
+def set_all_bn(model, rng):
+  """set_bn on every BatchNormalization layer of the model, in layer order."""
+  import keras  # pylint: disable=g-import-not-at-top
+  for layer in model.layers:
+    if isinstance(layer, keras.layers.BatchNormalization):
+      set_bn(layer, rng)
+
+
 def quantized_with_scales(model, x):
   """(qmodel, scales): quantize_model on `x` with every QuantizationWarning
   an error, and calibrate's scales for the same data."""
@@ -108,13 +116,10 @@ def applications_model_quantized(builder, size, batch=8, seed=0, **kwargs):
   images in [-1, 1] with every QuantizationWarning an error. Returns
   (model, qmodel, rng) with rng ready for test images."""
   import warnings  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
   from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
   model = builder(weights=None, input_shape=(size, size, 3), **kwargs)
   rng = np.random.default_rng(seed)
-  for layer in model.layers:
-    if isinstance(layer, keras.layers.BatchNormalization):
-      set_bn(layer, rng)
+  set_all_bn(model, rng)
   x = rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32)
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)
@@ -135,3 +140,22 @@ def assert_keras_round_trip_exact(model, x, path, keys=None):
     g, w = (got, want) if key is None else (got[key], want[key])
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=str(key))
   return loaded
+
+
+def assert_keras_and_saved_model_round_trip(qmodel, x, tmp_path):
+  """A quantized model with outputs {"features", "logits"}: the .keras round
+  trip gives the same bits for both; the exported SavedModel's serve gives
+  the features' bits and the logits up to float summation order. Returns
+  the reloaded .keras model."""
+  import os  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  want = qmodel(x)
+  again = assert_keras_round_trip_exact(
+      qmodel, x, os.path.join(tmp_path, "m.keras"), keys=("features", "logits"))
+  export = os.path.join(tmp_path, "sm")
+  qmodel.export(export, verbose=False)
+  served = tf.saved_model.load(export)  # kept alive: serve reads its variables
+  out = served.serve(tf.constant(x))
+  np.testing.assert_array_equal(out["features"].numpy(), want["features"].numpy())
+  assert_float_close(out["logits"].numpy(), want["logits"].numpy())
+  return again

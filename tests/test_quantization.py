@@ -314,9 +314,7 @@ def test_unsupported_layers_warn_and_stay_float():
   out = L.Dense(3, name="head")(L.Flatten(name="flat")(h))
   model = keras.Model(inp, out)
   rng = np.random.default_rng(2)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
+  layer_helpers.set_all_bn(model, rng)
   x = images(16, seed=4, shape=(8, 8, 3))
   with pytest.warns(quantization.QuantizationWarning) as record:
     qmodel = quantization.quantize_model(model, x, verbose=0)

@@ -17,7 +17,6 @@ import warnings
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import layer_helpers
 import tf_fused_int8
@@ -154,20 +153,9 @@ def test_float_only_or_other_axis_concatenates_stay_float():
 
 def test_round_trips(quantized, tmp_path):
   _, qmodel, _ = quantized
-  x = images(3, seed=5)
-  want = qmodel(x)
-  path = os.path.join(tmp_path, "m.keras")
-  qmodel.save(path)
-  again = keras.models.load_model(path)
+  again = layer_helpers.assert_keras_and_saved_model_round_trip(
+      qmodel, images(3, seed=5), tmp_path)
   assert isinstance(again.get_layer("i_concat"), quantization.Int8Concatenate)
-  for k in ("features", "logits"):
-    np.testing.assert_array_equal(again(x)[k].numpy(), want[k].numpy())
-  export = os.path.join(tmp_path, "sm")
-  qmodel.export(export, verbose=False)
-  served = tf.saved_model.load(export)
-  out = served.serve(tf.constant(x))
-  np.testing.assert_array_equal(out["features"].numpy(), want["features"].numpy())
-  layer_helpers.assert_float_close(out["logits"].numpy(), want["logits"].numpy())
 
 
 # ------------------------------------------- AveragePooling2D (transitions)

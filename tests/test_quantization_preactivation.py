@@ -11,13 +11,11 @@ model's outputs within quantization error, and .keras / SavedModel round
 trips.
 """
 
-import os
 import warnings
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import layer_helpers
 import tf_fused_int8
@@ -141,9 +139,7 @@ def test_batch_norm_used_twice_or_not_on_channels_stays_correct():
   out = L.Conv2D(4, 1, name="c3")(rows)
   model = keras.Model(inp, out)
   rng = np.random.default_rng(3)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
+  layer_helpers.set_all_bn(model, rng)
   x = images(16, seed=2, shape=(6, 6, 8))
   with pytest.warns(quantization.QuantizationWarning, match="'bn_rows'"):
     qmodel = quantization.quantize_model(model, x, verbose=0)
@@ -159,19 +155,8 @@ def test_batch_norm_used_twice_or_not_on_channels_stays_correct():
 
 def test_round_trips(quantized, tmp_path):
   _, qmodel = quantized
-  x = images(3, seed=5)
-  want = qmodel(x)
-  path = os.path.join(tmp_path, "m.keras")
-  qmodel.save(path)
-  again = keras.models.load_model(path)
-  for k in ("features", "logits"):
-    np.testing.assert_array_equal(again(x)[k].numpy(), want[k].numpy())
-  export = os.path.join(tmp_path, "sm")
-  qmodel.export(export, verbose=False)
-  served = tf.saved_model.load(export)
-  out = served.serve(tf.constant(x))
-  np.testing.assert_array_equal(out["features"].numpy(), want["features"].numpy())
-  layer_helpers.assert_float_close(out["logits"].numpy(), want["logits"].numpy())
+  layer_helpers.assert_keras_and_saved_model_round_trip(
+      qmodel, images(3, seed=5), tmp_path)
 
 
 def test_add_of_two_int8_tensors_runs_in_int8():

@@ -185,10 +185,7 @@ def test_relu_beside_a_residual_runs_in_int8():
     x = L.Add(name=f"b{b}_add")([y, x])
   out = L.GlobalAveragePooling2D(name="gap")(x)
   model = keras.Model(inp, [out, L.Flatten(name="raw_flat")(raw)])
-  rng = np.random.default_rng(4)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
+  layer_helpers.set_all_bn(model, np.random.default_rng(4))
   data = images(16, shape=(10, 9, 4))
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)
