@@ -134,9 +134,12 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 
 // ----------------------------------------------------------------- im2col
 
-// Im2ColSlice's copy policy (gemm_isa_common.h): u8 activations x ^ 0x80,
-// padding 0x80 (a zero activation), 64 bytes a vector.
-struct ZmmU8Copy {
+// Im2ColSlice's copy policy (gemm_isa_common.h): the A rows keep the int8
+// activations as they are (a plain copy), padding 0 (a zero activation), 64
+// bytes a vector. The micro-kernel turns each broadcast into VPDPBUSD's u8
+// operand (x ^ 0x80 = x + 128), so a pointwise layer's rows can be read
+// from the input itself (GemmTileZmm) with no copy at all.
+struct ZmmS8Copy {
   using Vec = __m512i;
   static constexpr int64_t kElemBytes = 1;
   static constexpr int64_t kStep = 64;
@@ -144,17 +147,13 @@ struct ZmmU8Copy {
   static Vec LoadPartial(const int8_t* src, int64_t n) {
     return _mm512_maskz_loadu_epi8(ByteMask(n), src);
   }
-  static void Store(uint8_t* dst, Vec v) {
-    _mm512_storeu_si512(
-        dst, _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))));
-  }
+  static void Store(uint8_t* dst, Vec v) { _mm512_storeu_si512(dst, v); }
   static void StorePad(uint8_t* dst) {
-    _mm512_storeu_si512(dst, _mm512_set1_epi8(static_cast<char>(0x80)));
+    _mm512_storeu_si512(dst, _mm512_setzero_si512());
   }
   static void Copy16(uint8_t* dst, const int8_t* src) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
-                     _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)),
-                                   _mm_set1_epi8(static_cast<char>(0x80))));
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
   }
 };
 
@@ -166,7 +165,7 @@ struct alignas(64) BlockConsts {
 };
 
 struct TileContext {
-  const uint8_t* a;
+  const uint8_t* a;  // the micro-tile's first A row (int8 activations)
   int64_t lda;
   const int8_t* panel;
   int64_t groups;
@@ -219,6 +218,7 @@ inline void MicroTile(const TileContext& t) {
   const uint8_t* a = t.a;
   const int8_t* b = t.panel;
   const int64_t lda = t.lda;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t g = 0; g < t.groups; ++g) {
     __m512i bv[NZ];
 #pragma GCC unroll 4
@@ -226,7 +226,9 @@ inline void MicroTile(const TileContext& t) {
     b += kGroupBytes;
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const __m512i av = _mm512_set1_epi32(LoadU32(a + i * lda));
+      // int8 x -> u8 x + 128 (the column offsets undo the +128).
+      const __m512i av =
+          _mm512_xor_si512(_mm512_set1_epi32(LoadU32(a + i * lda)), flip);
 #pragma GCC unroll 4
       for (int j = 0; j < NZ; ++j) {
         acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
@@ -330,8 +332,12 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   if (!cached) {
     for (int64_t i = 0; i < nblocks * kBlock; ++i) t.col_sums[i] = 0;
   }
+  // A pointwise layer whose rows hold whole groups (Ci % 4 == 0: no group
+  // straddles two pixels, and the last group ends at the input's end) reads
+  // its A rows from the input itself; the others gather them into t.a.
+  const bool direct = IsDirectGemm(*t.geo) && t.geo->in_c % 4 == 0;
   TileContext tc;
-  tc.lda = t.lda;
+  tc.lda = direct ? t.geo->in_c : t.lda;
   tc.bc = &bc;
   tc.ec = &ec;
   tc.ldo = co;
@@ -435,9 +441,14 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         // stores overlap the multiply; the rows are in L1 when used) and
         // reused from the A buffer by the other blocks. With one block they
         // are used once: a micro-tile's worth of scratch (L1) is enough.
-        uint8_t* a_rows = single_block ? t.a : t.a + r * t.lda;
-        if (b == 0) Im2ColSlice<ZmmU8Copy>(t, a_rows, r, h, 4 * g0, 4 * g1);
-        tc.a = a_rows;
+        if (direct) {
+          tc.a = reinterpret_cast<const uint8_t*>(t.input) +
+                 pixel * t.geo->in_c + 4 * g0;
+        } else {
+          uint8_t* a_rows = single_block ? t.a : t.a + r * t.lda;
+          if (b == 0) Im2ColSlice<ZmmS8Copy>(t, a_rows, r, h, 4 * g0, 4 * g1);
+          tc.a = a_rows;
+        }
         tc.partial = t.partial + r * partial_ld + b * kBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
         tc.out = t.output + pixel * co + n0;

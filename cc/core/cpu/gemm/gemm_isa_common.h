@@ -84,6 +84,14 @@ bool VerifyPanelRows(const GemmTileArgs& t, int64_t v0, int64_t v1,
   return stale;
 }
 
+// Whether the im2col rows are the input pixels themselves (1x1, stride 1,
+// no padding): a direct GEMM, A row m = input pixel m (Ci bytes).
+inline bool IsDirectGemm(const ConvGeometry& g) {
+  return g.filter_h == 1 && g.filter_w == 1 && g.stride_h == 1 &&
+         g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 &&
+         g.out_h == g.in_h && g.out_w == g.in_w;
+}
+
 // ----------------------------------------------------------------- im2col
 //
 // Im2ColSlice<Copy> gathers one K panel's slice [k0, k1) of the tile's
@@ -185,12 +193,8 @@ __attribute__((noinline)) void Im2ColSlice(const GemmTileArgs& t,
   k1 = Min(k1, k);
   if (k1 <= k0) return;
   const int8_t* end = t.input + g.batch * g.in_h * g.in_w * ci;
-  const bool pointwise = g.filter_h == 1 && kw == 1 && g.stride_h == 1 &&
-                         g.stride_w == 1 && g.pad_top == 0 &&
-                         g.pad_left == 0 && g.out_h == g.in_h &&
-                         g.out_w == g.in_w;
   const int64_t p0 = t.p0 + r0;
-  if (pointwise) {  // direct GEMM: the rows are the input pixels
+  if (IsDirectGemm(g)) {  // direct GEMM: the rows are the input pixels
     const int8_t* src = t.input + p0 * ci + k0;
     if (k0 == 0 && k1 == ci && t.lda == ci * el) {
       ConvertRun<Copy>(dst, src, rows * ci, end);
