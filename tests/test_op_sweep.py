@@ -91,6 +91,31 @@ def test_large_accumulators_round_to_nearest_even(path):
     op_harness.assert_same_bits(op_harness.run_op(case, inputs), want, path)
 
 
+# Few output pixels and a filter over 512 KiB: the GEMV of the AVX-512 VNNI
+# path (cc/core/cpu/gemm/gemm_kernels.h), e.g. a Dense head at batch 1 or 2.
+GEMV_CASES = [
+    testing.ConvCase(batch=1, height=1, width=1, in_channels=1280, kernel_h=1,
+                     kernel_w=1, out_channels=1000, activation="None"),
+    testing.ConvCase(batch=2, height=1, width=1, in_channels=2048, kernel_h=1,
+                     kernel_w=1, out_channels=300, side_input=True),
+    testing.ConvCase(batch=1, height=1, width=2, in_channels=64, kernel_h=3,
+                     kernel_w=3, out_channels=1000, per_channel_scale=False),
+]
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_few_pixel_large_filter_layers_match_reference(path):
+  for i, case in enumerate(GEMV_CASES):
+    assert case.batch * case.height * case.width <= 2
+    assert np.prod(case.filter_shape) > 512 * 1024
+    inputs = testing.make_inputs(case, seed=20 + i)
+    with op_harness.forced_kernel(path):
+      for use_function in (False, True):
+        op_harness.assert_same_bits(
+            op_harness.run_op(case, inputs, use_function=use_function),
+            op_harness.run_reference(case, inputs), f"{path} {case.name()}")
+
+
 def test_unknown_forced_path_is_a_clear_error():
   case = CASES[0]
   inputs = testing.make_inputs(case)

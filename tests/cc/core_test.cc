@@ -339,6 +339,70 @@ void TestLayerShapes() {
   std::printf("layer shapes: %d runs checked\n", runs);
 }
 
+// The GEMV (gemm_kernels.h: at most kGemvMaxRows output pixels, a filter
+// over the copy-check limit): a batch-1 and a batch-2 Dense head, a 3x3
+// layer with 2 padded output pixels (the im2col rows), channel tails of 1
+// and 8 past whole 256-channel units, K just past the limit, and operands
+// at the extremes (everything -128: |acc| = K * 2^14 > 2^24, so float32(acc)
+// rounds; -128 against 127; NaN / Inf scales and biases), with side input,
+// Relu and bounded outputs. Counts the GEMV calls, so that a change of the
+// rule that routes these shapes elsewhere is noticed.
+void TestGemv() {
+  std::mt19937 rng(4242);
+  struct L { int64_t n, h, w, ci, k, co; bool side; };
+  const L layers[] = {
+      {1, 1, 1, 1280, 1, 1000, false},  // MobileNetV2's head
+      {2, 1, 1, 2048, 1, 257, true},    // 4 blocks + 1 channel, 2 rows
+      {1, 1, 2, 64, 3, 1000, true},     // 3x3 SAME, 2 pixels: im2col rows
+      {1, 1, 1, 1025, 1, 512, false},   // K x Co just over 512 KiB
+      {2, 1, 1, 4100, 1, 136, true},    // long K, 2 blocks + 8 channels
+  };
+  const int64_t calls_before = cpu::GemvCallsForTesting();
+  int runs = 0;
+  for (const L& l : layers) {
+    for (int operands = 0; operands < 3; ++operands) {
+      Buffers b;
+      FusedConvArgs a = LayerCase(l.n, l.h, l.w, l.ci, l.k, l.co, 1, l.side,
+                                  &rng, &b);
+      EXPECT(a.geo.batch * a.geo.out_h * a.geo.out_w <= cpu::kGemvMaxRows &&
+                 a.geo.FilterElements() > cpu::PackedWeights::kCopyCheckMaxBytes,
+             "GEMV case shape");
+      if (operands > 0) {  // 1: everything -128; 2: -128 x 127, alternating
+        for (size_t i = 0; i < b.input.size(); ++i) {
+          b.input[i] = static_cast<int8_t>(operands == 1 || i % 2 ? -128 : 127);
+        }
+        for (auto& x : b.filter) x = -128;
+        const double max_acc = double(a.geo.ReductionDepth()) * 16384.0;
+        for (int64_t c = 0; c < l.co; ++c) {
+          b.scale[c] = float(254.0 / max_acc * double(c + 1) / double(l.co));
+          if (c % 3 == 1) b.scale[c] = -b.scale[c];
+        }
+        b.scale[1] = std::numeric_limits<float>::quiet_NaN();
+        b.scale[2] = std::numeric_limits<float>::infinity();
+        b.bias[3] = -std::numeric_limits<float>::infinity();
+        b.bias[4] = 0.5f;
+        a.activation = operands == 1 ? Activation::kRelu : Activation::kNone;
+        a.output_min = operands == 1 ? -128 : -100;
+        a.output_max = operands == 1 ? 127 : 90;
+      }
+      char what[112];
+      std::snprintf(what, sizeof(what), "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d",
+                    long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
+                    long(l.co), operands);
+      runs += CheckAllPaths(a, what);
+    }
+  }
+  const int64_t calls = cpu::GemvCallsForTesting() - calls_before;
+#if defined(__x86_64__)
+  // avx512vnni has the GEMV; each case runs it in weight mode 0 with three
+  // partitions.
+  const bool has_gemv = std::find(g_paths.begin(), g_paths.end(),
+                                  KernelPath::kAvx512Vnni) != g_paths.end();
+  EXPECT(!has_gemv || calls == 3 * 15, "GEMV calls: %ld, want %d", long(calls), 3 * 15);
+#endif
+  std::printf("gemv: %d runs checked (%ld GEMV calls)\n", runs, long(calls));
+}
+
 // Every output-channel count around the kernels' channel blocks (16 and 64
 // wide, narrow last blocks of 1-48 channels after full ones), for pointwise
 // and 3x3 layers, K within one panel and across several, with and without
@@ -1223,6 +1287,7 @@ int main() {
   TestExtremeOperands();
   TestSideInputFma();
   TestLayerShapes();
+  TestGemv();
   TestChannelTails();
   TestDepthwise3x3Blocks();
   TestWinogradEdges();

@@ -463,6 +463,140 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   return stale;
 }
 
+// ------------------------------------------------------------------- GEMV
+//
+// Few output pixels (gemm_kernels.h, GemvArgs): the [K, Co] filter is read
+// in place, one row of 64 channels per zmm, with no packing. VPDPBUSD's u8
+// operand is the weight row ^ 0x80 (w + 128) and its s8 operand is the
+// activation x_k in byte i of every dword (zero elsewhere), so lane d of
+// accumulator i gains x_k * (w[k][4d + i] + 128): four VPDPBUSDs per row
+// cover all 64 channels, with no interleaving of filter rows. Summed over k:
+//   acc_i[d] = sum_k x_k w[k][4d + i] + 128 * sum_k x_k,
+// so every lane starts at -128 * sum_k x_k (one value per pixel); int32
+// wraparound keeps this exact as in the GEMM (the true sum fits int32).
+// Channel 4d + i = 16L + 4j + i for dword d = 4L + j: a 4x4 dword transpose
+// per 128-bit lane turns acc_0..3 into Epilogue64's interleaved order.
+
+constexpr int64_t kGemvPrefetchRows = 16;
+
+// sum_k x_k of one row of k int8 activations.
+inline int32_t RowSum(const int8_t* x, int64_t k) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i s = _mm512_setzero_si512();
+  for (int64_t i = 0; i < k; i += 64) {
+    const __mmask64 m = ByteMask(k - i);
+    const __m512i u = _mm512_maskz_mov_epi8(
+        m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + i), flip));
+    s = _mm512_add_epi64(s, _mm512_sad_epu8(u, _mm512_setzero_si512()));
+  }
+  // sum (x + 128) - 128 k
+  return static_cast<int32_t>(_mm512_reduce_add_epi64(s) - 128 * k);
+}
+
+// R rows x NB blocks starting at block nb0 (all inside the call's blocks).
+template <int R, int NB>
+void GemvPass(const GemvArgs& t, int64_t nb0, int64_t nb_count,
+              const Epilogue512Consts& ec) {
+  const int64_t co = t.out_c;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i byte_mask[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) byte_mask[i] = _mm512_set1_epi32(0xff << (8 * i));
+  __mmask64 mask[NB];
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) {
+    const int64_t width = b < nb_count ? Min(kBlock, co - (nb0 + b) * kBlock) : 0;
+    mask[b] = ByteMask(width);
+  }
+  __m512i acc[R][NB][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const int32_t sum = RowSum(t.a + r * t.lda, t.k);
+    const __m512i init = _mm512_set1_epi32(
+        static_cast<int32_t>(0u - (static_cast<uint32_t>(sum) << 7)));
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) acc[r][b][i] = init;
+    }
+  }
+  const int8_t* w = t.filter + nb0 * kBlock;
+  // The pass reads a column strip of the filter (NB * 64 bytes of every
+  // row, co bytes apart), which the hardware prefetchers do not follow:
+  // each row's lines are prefetched kGemvPrefetchRows rows ahead.
+  const int64_t strip_lines = (Min(co - nb0 * kBlock, NB * kBlock) + 63) / 64 + 1;
+  for (int64_t k = 0; k < t.k; ++k, w += co) {
+    if (k + kGemvPrefetchRows < t.k) {
+      const int8_t* pf = w + kGemvPrefetchRows * co;
+      for (int64_t l = 0; l < strip_lines; ++l) {  // NB + 1 lines at most
+        _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * l), _MM_HINT_T0);
+      }
+    }
+    __m512i wv[NB];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b) {
+      wv[b] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask[b], w + b * kBlock), flip);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i x = _mm512_set1_epi8(t.a[r * t.lda + k]);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i xi = _mm512_and_si512(x, byte_mask[i]);
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; ++b) {
+          acc[r][b][i] = _mm512_dpbusd_epi32(acc[r][b][i], wv[b], xi);
+        }
+      }
+    }
+  }
+  const EpilogueArgs& ep = *t.ep;
+  // Compile-time indices only, so that the accumulators stay in registers.
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) {
+    if (b >= nb_count) break;
+    const int64_t n0 = (nb0 + b) * kBlock;
+    BlockConsts bc;
+    for (int64_t p = 0; p < kBlock; ++p) {
+      const int64_t c = n0 + ZmmU8LaneChannel(p);
+      const bool in = c < co;
+      bc.scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
+      bc.bias[p] = in ? ep.bias[c] : 0.0f;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i* a = acc[r][b];
+      const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]);
+      const __m512i t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+      const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]);
+      const __m512i t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+      Epilogue64(_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                 _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3),
+                 bc.scale, bc.bias, ep.side ? ep.side + r * co + n0 : nullptr,
+                 ec, mask[b], t.output + r * co + n0);
+    }
+  }
+}
+
+// Passes of NB blocks for R rows: 16 accumulators at most (R * NB * 4).
+template <int R, int NB>
+void GemvRows(const GemvArgs& t, const Epilogue512Consts& ec) {
+  for (int64_t nb = t.block_begin; nb < t.block_end; nb += NB) {
+    GemvPass<R, NB>(t, nb, Min(NB, t.block_end - nb), ec);
+  }
+}
+
+void GemvZmm(const GemvArgs& t) {
+  const EpilogueArgs& ep = *t.ep;
+  const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
+  static_assert(kGemvMaxRows == 2, "GemvZmm instantiates 1 and 2 rows");
+  if (t.rows == 1) {
+    GemvRows<1, 4>(t, ec);
+  } else {
+    GemvRows<2, 2>(t, ec);
+  }
+}
+
 }  // namespace
 
 extern const IsaKernels kAvx512VnniKernels = {
@@ -475,6 +609,8 @@ extern const IsaKernels kAvx512VnniKernels = {
     /*u8_activations=*/true,
     PanelZmm,
     GemmTileZmm,
+    /*lane_bytes=*/4,
+    GemvZmm,
 };
 
 }  // namespace cpu

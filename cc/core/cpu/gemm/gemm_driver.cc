@@ -45,6 +45,7 @@
 #include <new>
 
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/gemm/im2col.h"
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/fused_conv.h"
 
@@ -77,13 +78,15 @@ struct AlignedBuffer {
 };
 
 struct ThreadScratch {
-  AlignedBuffer a, partial, panel, sums;
+  AlignedBuffer a, partial, panel, sums, gemv;
 };
 
 thread_local ThreadScratch t_scratch;
 
-// Test hook (gemm_kernels.h): 0 automatic, 1 always cached, 2 always on the fly.
+// Test hooks (gemm_kernels.h): 0 automatic, 1 always cached, 2 always on
+// the fly; the GEMV calls so far.
 std::atomic<int> g_weight_mode{0};
+std::atomic<int64_t> g_gemv_calls{0};
 
 constexpr int64_t kAPanelBytes = 192 << 10;   // rows x one K panel of A
 constexpr int64_t kPartialBytes = 512 << 10;  // rows x item channels int32
@@ -193,12 +196,7 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads) {
   return p;
 }
 
-// Runs the items of one pass. `view` is null for on-the-fly weights.
-// Returns true if verification found the packed weights stale.
-bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
-             const PackedView* view, bool verify,
-             const ParallelFor& parallel_for) {
-  const ConvGeometry& g = a.geo;
+EpilogueArgs MakeEpilogueArgs(const FusedConvArgs& a) {
   EpilogueArgs ep;
   ep.scale = a.conv_input_scale;
   ep.per_channel_scale = a.per_channel_scale;
@@ -209,6 +207,63 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
   OutputBounds(a, &lo, &hi);
   ep.lo = static_cast<int8_t>(lo);
   ep.hi = static_cast<int8_t>(hi);
+  return ep;
+}
+
+// Few output pixels and a large filter (isa.gemv, gemm_kernels.h): the rows
+// are the input pixels (pointwise) or gathered by the portable im2col into
+// the caller's scratch (read by the helpers while the caller waits for
+// them); units of kGemvUnitBlocks channel blocks split across threads.
+// Measured (bench_core, Zen 4, 16 filters cycled, as in a model), GEMM ->
+// GEMV: 1x1x1280 -> 1000 (MobileNetV2's head) batch 1 279 -> 60 us on one
+// thread, batch 2 298 -> 95 (two threads 99 -> 45); 1x1x2048 -> 1000
+// (ResNet50's) 809 -> 220 us. Where it lost, it is not used: 3 or 4 rows
+// of a 3x3x512 -> 512 filter (GEMV 4 VPDPBUSDs per row and 16 channels, 9%
+// slower at 3 rows), and filters under the copy check (1152 -> 48: 2.8 ->
+// 6.5 us, the four accumulator chains of one block are latency-bound).
+constexpr int64_t kGemvUnitBlocks = 4;
+
+void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,
+             const ParallelFor& parallel_for) {
+  g_gemv_calls.fetch_add(1, std::memory_order_relaxed);
+  const ConvGeometry& g = a.geo;
+  const EpilogueArgs ep = MakeEpilogueArgs(a);
+  GemvArgs t;
+  t.rows = g.batch * g.out_h * g.out_w;
+  t.k = g.ReductionDepth();
+  if (IsPointwise(g)) {
+    t.a = a.input;
+    t.lda = g.in_c;
+  } else {
+    int8_t* rows = static_cast<int8_t*>(
+        t_scratch.gemv.Get(static_cast<size_t>(t.rows * t.k)));
+    Im2ColRows(a.input, g, 0, t.rows, rows, t.k);
+    t.a = rows;
+    t.lda = t.k;
+  }
+  t.filter = a.filter;
+  t.out_c = g.out_c;
+  t.ep = &ep;
+  t.output = a.output;
+  const int64_t blocks = CeilDiv(g.out_c, kGemvBlock);
+  const int64_t units = CeilDiv(blocks, kGemvUnitBlocks);
+  // Cost in cycles: about one VPDPBUSD per row, filter row and 16 channels.
+  const int64_t cost = t.k * t.rows * kGemvUnitBlocks * kGemvBlock / 16;
+  parallel_for(units, cost, [&](int64_t begin, int64_t end) {
+    GemvArgs u = t;
+    u.block_begin = begin * kGemvUnitBlocks;
+    u.block_end = std::min(blocks, end * kGemvUnitBlocks);
+    isa.gemv(u);
+  });
+}
+
+// Runs the items of one pass. `view` is null for on-the-fly weights.
+// Returns true if verification found the packed weights stale.
+bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
+             const PackedView* view, bool verify,
+             const ParallelFor& parallel_for) {
+  const ConvGeometry& g = a.geo;
+  const EpilogueArgs ep = MakeEpilogueArgs(a);
   std::atomic<bool> stale{false};
   const int64_t item_channels = plan.blocks_per_group * isa.block;
 
@@ -272,6 +327,7 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
 }  // namespace
 
 void SetWeightModeForTesting(int mode) { g_weight_mode.store(mode); }
+int64_t GemvCallsForTesting() { return g_gemv_calls.load(); }
 
 void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
                  const ParallelFor& parallel_for, const int8_t* cache_key) {
@@ -281,13 +337,18 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
     RunPortable(a, parallel_for);  // no products: bias-only epilogue
     return;
   }
+  const int mode = g_weight_mode.load(std::memory_order_relaxed);
+  const size_t filter_bytes = static_cast<size_t>(g.ReductionDepth() * g.out_c);
+  const bool copy_check =
+      static_cast<int64_t>(filter_bytes) <= PackedWeights::kCopyCheckMaxBytes;
+  if (isa.gemv != nullptr && mode == 0 && !copy_check &&
+      g.batch * g.out_h * g.out_w <= kGemvMaxRows) {
+    RunGemv(a, isa, parallel_for);
+    return;
+  }
   const int threads =
       parallel_for.run ? std::max(1, parallel_for.num_threads) : 1;
   const Plan plan = MakePlan(g, isa, threads);
-  const size_t filter_bytes = static_cast<size_t>(plan.k * g.out_c);
-  const bool copy_check =
-      static_cast<int64_t>(filter_bytes) <= PackedWeights::kCopyCheckMaxBytes;
-  const int mode = g_weight_mode.load(std::memory_order_relaxed);
   if (plan.on_the_fly && (!copy_check || mode == 2)) {
     RunPass(a, isa, plan, nullptr, false, parallel_for);
     return;

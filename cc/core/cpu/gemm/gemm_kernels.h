@@ -160,6 +160,26 @@ struct GemmTileArgs {
   int64_t out_c;
 };
 
+// A GEMV for few output pixels (M <= kGemvMaxRows: a Dense layer at batch
+// 1 or 2, say) and a filter too large for the cache's copy check
+// (PackedWeights::kCopyCheckMaxBytes), straight from the [K, Co] filter with
+// no packing, no cache and nothing to verify: the filter is read once per
+// call, which is all a GEMV needs. Blocks [block_begin, block_end) of 64
+// channels.
+constexpr int64_t kGemvMaxRows = 2;
+constexpr int64_t kGemvBlock = 64;
+struct GemvArgs {
+  const int8_t* a;  // [rows, k] int8 activations, lda apart (im2col rows)
+  int64_t lda;
+  int64_t rows;  // 1 .. kGemvMaxRows
+  int64_t k;
+  const int8_t* filter;  // [k, out_c]
+  int64_t out_c;
+  int64_t block_begin, block_end;
+  const EpilogueArgs* ep;
+  int8_t* output;  // [rows, out_c]
+};
+
 // One instruction set's kernels and tile parameters.
 struct IsaKernels {
   const char* name;
@@ -175,6 +195,8 @@ struct IsaKernels {
   // int16) everywhere but i8mm (8 int8). Last, with a default, so the x86
   // tables need not name it.
   int64_t lane_bytes = 4;
+  // The GEMV for M <= kGemvMaxRows, or nullptr (the GEMM then runs).
+  void (*gemv)(const GemvArgs&) = nullptr;
 };
 
 // Defined in the ISA translation units. Only the ones for the target CPU
@@ -204,11 +226,15 @@ void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
                  const ParallelFor& parallel_for,
                  const int8_t* cache_key = nullptr);
 
-// Tests only: where the weights come from. 0: automatic (cached; a filter
-// larger than PackedWeights::kCopyCheckMaxBytes with one M tile packed on
-// the fly), 1: always cached, 2: always on the fly. Not thread-safe with
-// concurrent convolutions.
+// Tests only: where the weights come from. 0: automatic (the GEMV for at
+// most kGemvMaxRows output pixels and a filter over kCopyCheckMaxBytes
+// where the ISA has one; else cached, a
+// filter larger than PackedWeights::kCopyCheckMaxBytes with one M tile
+// packed on the fly), 1: always cached, 2: always on the fly (1 and 2 never
+// take the GEMV). Not thread-safe with concurrent convolutions.
 void SetWeightModeForTesting(int mode);
+// Tests only: the GEMV calls so far (RunGemmConv calls that took isa.gemv).
+int64_t GemvCallsForTesting();
 
 }  // namespace cpu
 }  // namespace tf_fused_int8
