@@ -3,8 +3,10 @@
 // Self-scheduling, with helpers that stay hot between calls.
 //
 //  * Self-scheduling: a call's range is cut into units claimed one at a
-//    time from an atomic counter by the calling thread and by helper tasks
-//    on TF's pool; the caller returns as soon as every unit is done, whether
+//    time by the calling thread (from the front) and by helper tasks on
+//    TF's pool (from the back; the same split from one layer to the next
+//    keeps each thread on the rows it wrote: MobileNetV2 batch 1, 2 threads,
+//    TF session, Zen 4 VM, five alternated runs: 2.66-3.20 -> 2.24-3.00 ms); the caller returns as soon as every unit is done, whether
 //    or not a helper ever started (a late helper finds no unit left and only
 //    touches the shared, reference-counted state). A pool thread the OS
 //    cannot run right now (the other core busy) costs nothing: the caller
@@ -52,22 +54,51 @@ inline void CpuRelax() {
 }
 
 struct SharedRange {
-  std::atomic<int64_t> next{0};
+  // Unclaimed chunks (of `grain` units) [front, back), packed as
+  // front << 32 | back. The caller claims from the front and helpers from
+  // the back, so that from one call to the next the caller keeps the first
+  // units and the helper the last ones: a model's layers split their
+  // pixels the same way, so each thread mostly reads rows it wrote itself
+  // (in its own L2) instead of the other core's.
+  std::atomic<uint64_t> ends{0};
   std::atomic<int64_t> done{0};
   int64_t total = 0, grain = 1;
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   std::mutex mu;
   std::condition_variable cv;
 
-  bool HasUnits() const {
-    return next.load(std::memory_order_relaxed) < total;
+  void Init(int64_t units, int64_t chunk) {
+    total = units;
+    grain = chunk;
+    const uint64_t chunks = static_cast<uint64_t>((units + chunk - 1) / chunk);
+    ends.store(chunks, std::memory_order_relaxed);  // front 0, back chunks
   }
 
-  // Claims and runs units until none is left.
-  void Work() {
+  bool HasUnits() const {
+    const uint64_t e = ends.load(std::memory_order_relaxed);
+    return (e >> 32) < (e & 0xffffffffu);
+  }
+
+  // Claims one chunk from the front or the back; -1 when none is left.
+  int64_t Claim(bool from_front) {
+    uint64_t e = ends.load(std::memory_order_relaxed);
     for (;;) {
-      const int64_t b = next.fetch_add(grain, std::memory_order_relaxed);
-      if (b >= total) return;
+      const uint64_t front = e >> 32, back = e & 0xffffffffu;
+      if (front >= back) return -1;
+      const uint64_t next = from_front ? ((front + 1) << 32) | back
+                                       : (front << 32) | (back - 1);
+      if (ends.compare_exchange_weak(e, next, std::memory_order_relaxed)) {
+        return static_cast<int64_t>(from_front ? front : back - 1);
+      }
+    }
+  }
+
+  // Claims and runs chunks until none is left.
+  void Work(bool from_front) {
+    for (;;) {
+      const int64_t c = Claim(from_front);
+      if (c < 0) return;
+      const int64_t b = c * grain;
       const int64_t e = std::min(total, b + grain);
       (*fn)(b, e);
       if (done.fetch_add(e - b, std::memory_order_acq_rel) + (e - b) == total) {
@@ -136,7 +167,7 @@ class Helpers {
           seen = posted;
           std::shared_ptr<SharedRange> r = Take();
           if (r != nullptr) {
-            r->Work();
+            r->Work(/*from_front=*/false);
             deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
             seen = ~uint64_t{0};  // look again: more may be open
             continue;
@@ -183,9 +214,9 @@ ParallelFor PoolParallelFor(tensorflow::thread::ThreadPool* pool) {
       return;
     }
     auto range = std::make_shared<SharedRange>();
-    range->total = total;
-    // Units as the caller cut them, or about 8 a thread when there are many.
-    range->grain = std::max<int64_t>(1, total / (8 * int64_t{threads}));
+    // Units as the caller cut them, or about 8 a thread when there are many
+    // (chunk counts stay far below 2^32).
+    range->Init(total, std::max<int64_t>(1, total / (8 * int64_t{threads})));
     range->fn = &fn;
     const int64_t units = (total + range->grain - 1) / range->grain;
     const int want = static_cast<int>(std::min<int64_t>(threads - 1, units - 1));
@@ -194,7 +225,7 @@ ParallelFor PoolParallelFor(tensorflow::thread::ThreadPool* pool) {
     // Spinning helpers take the range at once; wake pool threads for the
     // rest (a helper woken needlessly finds nothing and spins out).
     helpers.Ensure(want, pool);
-    range->Work();
+    range->Work(/*from_front=*/true);
     helpers.Remove(range.get());
     // The last units may still be running on helpers: spin briefly, then
     // sleep until they finish.
