@@ -3,8 +3,10 @@
 // Weights packed once per filter into a micro-kernel's layout (see gemm_kernels.h
 // for the layouts), and a process-wide cache of them.
 //
-// The driver (gemm_driver.cc) uses the cache for every call, but one: a
-// filter larger than kCopyCheckMaxBytes on a single M tile (batch 1) has
+// The driver (gemm_driver.cc) uses the cache for every call, but two: the
+// GEMV (gemm_kernels.h: one or two output pixels and a filter larger than
+// kCopyCheckMaxBytes, where the ISA has one) reads the filter in place;
+// and a filter larger than kCopyCheckMaxBytes on a single M tile has
 // every panel used by exactly one consumer, so it is packed from the
 // filter right before use instead: that reads the filter once, which the
 // panel check below must do anyway, and skips reading a packed copy; such
