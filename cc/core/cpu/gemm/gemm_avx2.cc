@@ -34,6 +34,8 @@ extern const IsaKernels kAvx2Kernels = {
     /*u8_activations=*/false,
     PanelYmm<true>,
     GemmTileYmm<MaddPolicy>,
+    /*lane_bytes=*/4,
+    GemvYmm,
 };
 
 }  // namespace cpu

@@ -33,6 +33,8 @@ extern const IsaKernels kAvxVnniKernels = {
     /*u8_activations=*/true,
     PanelYmm<false>,
     GemmTileYmm<VnniPolicy>,
+    /*lane_bytes=*/4,
+    GemvYmm,
 };
 
 }  // namespace cpu

@@ -360,6 +360,112 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   return stale;
 }
 
+// ------------------------------------------------------------------- GEMV
+//
+// Few output pixels (gemm_kernels.h, GemvArgs) on 256-bit vectors: the
+// [K, Co] filter read in place, 16 channels of a row sign-extended to int16
+// (VPMOVSXBW) per ymm, and two exact VPMADDWDs per row and 16 channels: one
+// with the activation x_k in the low int16 of every dword (zero high: lane d
+// gains x_k * w[k][c + 2d], the even channels), one with it in the high
+// int16 (the odd channels). Signed x signed: no offset. A dword unpack and
+// a 128-bit permute put the even / odd sums in natural order for Epilogue16.
+// Same operation on the avx2 and avxvnni paths (VPMADDWD is AVX2).
+
+constexpr int64_t kGemvYmmPrefetchRows = 16;
+
+// 16 filter bytes from src sign-extended to int16; reads only `readable`
+// (1-15 near the filter's end) of them.
+inline __m256i LoadWeights16(const int8_t* src, int64_t readable) {
+  if (readable >= 16) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  }
+  alignas(16) int8_t tmp[16] = {0};
+  std::memcpy(tmp, src, static_cast<size_t>(readable));
+  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+}
+
+// R rows x NG groups of 16 channels from channel c0 (ng_count of them real).
+template <int R, int NG>
+void GemvYmmPass(const GemvArgs& t, int64_t c0, int64_t ng_count,
+                 const Epilogue256Consts& ec) {
+  const int64_t co = t.out_c;
+  const int8_t* filter_end = t.filter + t.k * co;
+  __m256i even[R][NG], odd[R][NG];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; ++g) even[r][g] = odd[r][g] = _mm256_setzero_si256();
+  }
+  const int64_t strip_lines = (Min(co - c0, NG * 16) + 63) / 64 + 1;
+  const int8_t* w = t.filter + c0;
+  for (int64_t k = 0; k < t.k; ++k, w += co) {
+    if (k + kGemvYmmPrefetchRows < t.k) {
+      const int8_t* pf = w + kGemvYmmPrefetchRows * co;
+      for (int64_t l = 0; l < strip_lines; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * l), _MM_HINT_T0);
+      }
+    }
+    __m256i wv[NG];
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; ++g) {
+      // Bytes past Co belong to the next row (results never stored) or,
+      // on the last row, are not read; groups past Co are not loaded.
+      wv[g] = g < ng_count ? LoadWeights16(w + 16 * g, filter_end - (w + 16 * g))
+                           : _mm256_setzero_si256();
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const int32_t x = static_cast<uint16_t>(static_cast<int16_t>(t.a[r * t.lda + k]));
+      const __m256i lo = _mm256_set1_epi32(x);
+      const __m256i hi = _mm256_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(x) << 16));
+#pragma GCC unroll 4
+      for (int g = 0; g < NG; ++g) {
+        even[r][g] = _mm256_add_epi32(even[r][g], _mm256_madd_epi16(wv[g], lo));
+        odd[r][g] = _mm256_add_epi32(odd[r][g], _mm256_madd_epi16(wv[g], hi));
+      }
+    }
+  }
+  const EpilogueArgs& ep = *t.ep;
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; ++g) {
+    if (g >= ng_count) break;
+    const int64_t n0 = c0 + 16 * g;
+    const int count = static_cast<int>(Min(16, co - n0));
+    alignas(32) float scale[16], bias[16];
+    for (int c = 0; c < 16; ++c) {
+      scale[c] = c < count ? ep.scale[ep.per_channel_scale ? n0 + c : 0] : 0.0f;
+      bias[c] = c < count ? ep.bias[n0 + c] : 0.0f;
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      // [e0 o0 e1 o1 | e4 o4 e5 o5] = channels [0-3 | 8-11], and [4-7 | 12-15].
+      const __m256i t0 = _mm256_unpacklo_epi32(even[r][g], odd[r][g]);
+      const __m256i t1 = _mm256_unpackhi_epi32(even[r][g], odd[r][g]);
+      Epilogue16(_mm256_permute2x128_si256(t0, t1, 0x20),
+                 _mm256_permute2x128_si256(t0, t1, 0x31), scale, bias,
+                 ep.side ? ep.side + r * co + n0 : nullptr, ec, count,
+                 t.output + r * co + n0);
+    }
+  }
+}
+
+inline void GemvYmm(const GemvArgs& t) {
+  const EpilogueArgs& ep = *t.ep;
+  const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
+  const int64_t c_begin = t.block_begin * kGemvBlock;
+  const int64_t c_end = Min(t.out_c, t.block_end * kGemvBlock);
+  static_assert(kGemvMaxRows == 2, "GemvYmm instantiates 1 and 2 rows");
+  const int64_t step = t.rows == 1 ? 64 : 32;
+  for (int64_t c = c_begin; c < c_end; c += step) {
+    const int64_t groups = (Min(step, c_end - c) + 15) / 16;
+    if (t.rows == 1) {
+      GemvYmmPass<1, 4>(t, c, groups, ec);
+    } else {
+      GemvYmmPass<2, 2>(t, c, groups, ec);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cpu
 }  // namespace tf_fused_int8
