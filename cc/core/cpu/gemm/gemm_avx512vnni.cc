@@ -164,6 +164,18 @@ struct alignas(64) BlockConsts {
   float bias[kBlock];
 };
 
+// The scales and biases of the block at channel n0 in its lane order
+// (interleaved, or natural for a narrow block); zero past Co.
+inline void FillBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
+                            bool interleaved, BlockConsts* bc) {
+  for (int64_t p = 0; p < kBlock; ++p) {
+    const int64_t c = n0 + (interleaved ? ZmmU8LaneChannel(p) : p);
+    const bool in = c < co;
+    bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
+    bc->bias[p] = in ? ep.bias[c] : 0.0f;
+  }
+}
+
 struct TileContext {
   const uint8_t* a;  // the micro-tile's first A row (int8 activations)
   int64_t lda;
@@ -363,12 +375,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       const int64_t tiles = (t.rows + mr - 1) / mr;
       const int64_t base = t.rows / tiles, extra = t.rows % tiles;
       const int64_t vslice = ((vrows + tiles - 1) / tiles + 3) / 4 * 4;
-      for (int64_t p = 0; p < kBlock; ++p) {
-        const int64_t c = n0 + (nz == 4 ? ZmmU8LaneChannel(p) : p);
-        const bool in = c < co;
-        bc.scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
-        bc.bias[p] = in ? ep.bias[c] : 0.0f;
-      }
+      FillBlockConsts(ep, n0, co, nz == 4, &bc);
       tc.mask = ByteMask(width);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
@@ -557,12 +564,7 @@ void GemvPass(const GemvArgs& t, int64_t nb0, int64_t nb_count,
     if (b >= nb_count) break;
     const int64_t n0 = (nb0 + b) * kBlock;
     BlockConsts bc;
-    for (int64_t p = 0; p < kBlock; ++p) {
-      const int64_t c = n0 + ZmmU8LaneChannel(p);
-      const bool in = c < co;
-      bc.scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
-      bc.bias[p] = in ? ep.bias[c] : 0.0f;
-    }
+    FillBlockConsts(ep, n0, co, /*interleaved=*/true, &bc);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512i* a = acc[r][b];

@@ -218,9 +218,10 @@ EpilogueArgs MakeEpilogueArgs(const FusedConvArgs& a) {
 // GEMV: 1x1x1280 -> 1000 (MobileNetV2's head) batch 1 279 -> 60 us on one
 // thread, batch 2 298 -> 95 (two threads 99 -> 45); 1x1x2048 -> 1000
 // (ResNet50's) 809 -> 220 us. Where it lost, it is not used: 3 or 4 rows
-// of a 3x3x512 -> 512 filter (GEMV 4 VPDPBUSDs per row and 16 channels, 9%
-// slower at 3 rows), and filters under the copy check (1152 -> 48: 2.8 ->
-// 6.5 us, the four accumulator chains of one block are latency-bound).
+// of a 3x3x512 -> 512 filter (the GEMV issues 4x the VPDPBUSDs of the
+// packed GEMM: 9% slower at 3 rows), and filters under the copy check
+// (1152 -> 48: 2.8 -> 6.5 us, the four accumulator chains of one block are
+// latency-bound).
 constexpr int64_t kGemvUnitBlocks = 4;
 
 void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,

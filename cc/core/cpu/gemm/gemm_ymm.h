@@ -129,6 +129,18 @@ struct alignas(32) YmmBlockConsts {
   float bias[kYmmBlock];
 };
 
+// The scales and biases of the 16 channels from n0 (natural order), zero
+// past Co.
+inline void FillYmmBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
+                               YmmBlockConsts* bc) {
+  for (int64_t p = 0; p < kYmmBlock; ++p) {
+    const int64_t c = n0 + p;
+    const bool in = c < co;
+    bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
+    bc->bias[p] = in ? ep.bias[c] : 0.0f;
+  }
+}
+
 struct YmmTileContext {
   const uint8_t* a;
   int64_t lda;
@@ -270,12 +282,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       const int64_t nb = t.block_begin + b;
       const int64_t n0 = nb * kYmmBlock;
       const int64_t valid = Min(kYmmBlock, co - n0);
-      for (int64_t p = 0; p < kYmmBlock; ++p) {
-        const int64_t c = n0 + p;
-        const bool in = c < co;
-        bc.scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
-        bc.bias[p] = in ? ep.bias[c] : 0.0f;
-      }
+      FillYmmBlockConsts(ep, n0, co, &bc);
       tc.count = static_cast<int>(valid);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
@@ -431,18 +438,15 @@ void GemvYmmPass(const GemvArgs& t, int64_t c0, int64_t ng_count,
     if (g >= ng_count) break;
     const int64_t n0 = c0 + 16 * g;
     const int count = static_cast<int>(Min(16, co - n0));
-    alignas(32) float scale[16], bias[16];
-    for (int c = 0; c < 16; ++c) {
-      scale[c] = c < count ? ep.scale[ep.per_channel_scale ? n0 + c : 0] : 0.0f;
-      bias[c] = c < count ? ep.bias[n0 + c] : 0.0f;
-    }
+    YmmBlockConsts bc;
+    FillYmmBlockConsts(ep, n0, co, &bc);
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
       // [e0 o0 e1 o1 | e4 o4 e5 o5] = channels [0-3 | 8-11], and [4-7 | 12-15].
       const __m256i t0 = _mm256_unpacklo_epi32(even[r][g], odd[r][g]);
       const __m256i t1 = _mm256_unpackhi_epi32(even[r][g], odd[r][g]);
       Epilogue16(_mm256_permute2x128_si256(t0, t1, 0x20),
-                 _mm256_permute2x128_si256(t0, t1, 0x31), scale, bias,
+                 _mm256_permute2x128_si256(t0, t1, 0x31), bc.scale, bc.bias,
                  ep.side ? ep.side + r * co + n0 : nullptr, ec, count,
                  t.output + r * co + n0);
     }
