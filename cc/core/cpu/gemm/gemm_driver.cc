@@ -18,7 +18,10 @@
 //    weight-heavy layers.
 //  * pointwise convolutions (1x1, stride 1, no padding) are a direct GEMM:
 //    the rows are the input pixels themselves, only converted to the
-//    kernel's operand form (a contiguous XOR / widening pass, no gather).
+//    kernel's operand form (a contiguous XOR / widening pass, no gather),
+//    or on avx512vnni read in place.
+//  * one or two output pixels with a large filter run the ISA's GEMV
+//    (RunGemv below) instead.
 //  * weights: packed once per filter and cached (packed_weights.h). A
 //    filter of at most kCopyCheckMaxBytes is checked against the copy of
 //    its bytes the entry keeps (one memcmp before computing); a larger one

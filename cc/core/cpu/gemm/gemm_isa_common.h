@@ -85,7 +85,8 @@ bool VerifyPanelRows(const GemmTileArgs& t, int64_t v0, int64_t v1,
 }
 
 // Whether the im2col rows are the input pixels themselves (1x1, stride 1,
-// no padding): a direct GEMM, A row m = input pixel m (Ci bytes).
+// no padding): a direct GEMM, A row m = input pixel m (Ci bytes). The same
+// test as im2col.h's IsPointwise, kept here for the reason at the top.
 inline bool IsDirectGemm(const ConvGeometry& g) {
   return g.filter_h == 1 && g.filter_w == 1 && g.stride_h == 1 &&
          g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 &&
@@ -103,9 +104,9 @@ inline bool IsDirectGemm(const ConvGeometry& g) {
 //   Vec LoadPartial(src, n)  n < kStep input bytes, the rest zero (reads
 //                         only those n)
 //   Store(dst, v)         converts v to kStep A elements at dst (x ^ 0x80
-//                         for u8, sign extension for int16)
+//                         for u8, as is for int8, sign extension for int16)
 //   StorePad(dst)         kStep elements of padding, i.e. a zero activation
-//                         (0x80 for u8, int16 0)
+//                         (0x80 for u8, 0 for int8, int16 0)
 // Pieces are written front to back in whole vectors that may run past the
 // piece: the overrun lands on elements written later (the rest of the row,
 // the next row) or in the buffer's slack (kIm2ColSlack). Elements past K

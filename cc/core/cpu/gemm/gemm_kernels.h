@@ -16,9 +16,11 @@
 // store of C.
 //
 // Operand forms:
-//  * VNNI paths (avx512vnni, avxvnni): A is uint8 (int8 XOR 0x80 = x + 128,
-//    padding 0x80 = a zero activation), B is int8; VPDPBUSD sums four u8*s8
-//    products per int32 lane. The +128 shift is undone exactly by starting
+//  * VNNI paths (avx512vnni, avxvnni): VPDPBUSD's A operand is uint8 (int8
+//    XOR 0x80 = x + 128, a zero activation 0x80), B is int8; VPDPBUSD sums
+//    four u8*s8 products per int32 lane. avxvnni stores A in that form;
+//    avx512vnni stores the int8 activations (padding 0) and flips each
+//    broadcast, so its pointwise rows are the input itself. The +128 shift is undone exactly by starting
 //    every accumulator at -128 * sum_k B[k][c] (precomputed at pack time, or
 //    accumulated with VPDPBUSD while packing on the fly).
 //    int32 wraparound makes this exact even where the shifted sum itself
@@ -227,11 +229,11 @@ void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
                  const int8_t* cache_key = nullptr);
 
 // Tests only: where the weights come from. 0: automatic (the GEMV for at
-// most kGemvMaxRows output pixels and a filter over kCopyCheckMaxBytes
-// where the ISA has one; else cached, a
-// filter larger than PackedWeights::kCopyCheckMaxBytes with one M tile
-// packed on the fly), 1: always cached, 2: always on the fly (1 and 2 never
-// take the GEMV). Not thread-safe with concurrent convolutions.
+// most kGemvMaxRows output pixels and a filter larger than
+// PackedWeights::kCopyCheckMaxBytes where the ISA has one; otherwise
+// cached, except such a large filter with one M tile, packed on the fly),
+// 1: always cached, 2: always on the fly (1 and 2 never take the GEMV). Not
+// thread-safe with concurrent convolutions.
 void SetWeightModeForTesting(int mode);
 // Tests only: the GEMV calls so far (RunGemmConv calls that took isa.gemv).
 int64_t GemvCallsForTesting();
