@@ -500,10 +500,11 @@ inline int32_t RowSum(const int8_t* x, int64_t k) {
   return static_cast<int32_t>(_mm512_reduce_add_epi64(s) - 128 * k);
 }
 
-// R rows x NB blocks starting at block nb0 (all inside the call's blocks).
+// R rows x NB blocks starting at block nb0 (all inside the call's blocks);
+// init[r]: row r's starting accumulator, -128 * sum_k x_k.
 template <int R, int NB>
 void GemvPass(const GemvArgs& t, int64_t nb0, int64_t nb_count,
-              const Epilogue512Consts& ec) {
+              const Epilogue512Consts& ec, const int32_t* init) {
   const int64_t co = t.out_c;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i byte_mask[4];
@@ -518,13 +519,11 @@ void GemvPass(const GemvArgs& t, int64_t nb0, int64_t nb_count,
   __m512i acc[R][NB][4];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    const int32_t sum = RowSum(t.a + r * t.lda, t.k);
-    const __m512i init = _mm512_set1_epi32(
-        static_cast<int32_t>(0u - (static_cast<uint32_t>(sum) << 7)));
+    const __m512i start = _mm512_set1_epi32(init[r]);
 #pragma GCC unroll 4
     for (int b = 0; b < NB; ++b) {
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) acc[r][b][i] = init;
+      for (int i = 0; i < 4; ++i) acc[r][b][i] = start;
     }
   }
   const int8_t* w = t.filter + nb0 * kBlock;
@@ -582,9 +581,10 @@ void GemvPass(const GemvArgs& t, int64_t nb0, int64_t nb_count,
 
 // Passes of NB blocks for R rows: 16 accumulators at most (R * NB * 4).
 template <int R, int NB>
-void GemvRows(const GemvArgs& t, const Epilogue512Consts& ec) {
+void GemvRows(const GemvArgs& t, const Epilogue512Consts& ec,
+              const int32_t* init) {
   for (int64_t nb = t.block_begin; nb < t.block_end; nb += NB) {
-    GemvPass<R, NB>(t, nb, Min(NB, t.block_end - nb), ec);
+    GemvPass<R, NB>(t, nb, Min(NB, t.block_end - nb), ec, init);
   }
 }
 
@@ -592,10 +592,16 @@ void GemvZmm(const GemvArgs& t) {
   const EpilogueArgs& ep = *t.ep;
   const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
   static_assert(kGemvMaxRows == 2, "GemvZmm instantiates 1 and 2 rows");
+  // Once per call, not per pass.
+  int32_t init[kGemvMaxRows];
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const int32_t sum = RowSum(t.a + r * t.lda, t.k);
+    init[r] = static_cast<int32_t>(0u - (static_cast<uint32_t>(sum) << 7));
+  }
   if (t.rows == 1) {
-    GemvRows<1, 4>(t, ec);
+    GemvRows<1, 4>(t, ec, init);
   } else {
-    GemvRows<2, 2>(t, ec);
+    GemvRows<2, 2>(t, ec, init);
   }
 }
 
