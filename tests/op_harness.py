@@ -89,18 +89,25 @@ def unavailable_paths():
   return [p for p in X86_ISA_PATHS + ARM_ISA_PATHS if p not in expected_paths()]
 
 
-def run_op(case, inputs, dtype=tf.int8, use_function=False):
-  """Our op on `inputs` (numpy), returns numpy int8."""
+def run_op(case, inputs, dtype=tf.int8, use_function=False, variables=False):
+  """Our op on `inputs` (numpy), returns numpy int8. variables=True passes
+  filter, bias and conv_input_scale as tf.Variables (the op then runs
+  ResourceFusedInt8Conv2DBiasActivation, which reads them in the kernel)."""
   def cast(a):
     if a is None:
       return None
     t = tf.constant(a)
     return tf.bitcast(t, tf.qint8) if dtype == tf.qint8 else t
 
+  filter, bias = cast(inputs["filter"]), inputs["bias"]
+  scale = inputs["conv_input_scale"]
+  if variables:
+    filter, bias = tf.Variable(filter), tf.Variable(np.float32(bias))
+    scale = tf.Variable(np.float32(scale))
   args = dict(
-      conv_input=cast(inputs["conv_input"]), filter=cast(inputs["filter"]),
-      bias=inputs["bias"], strides=case.strides, padding=case.padding,
-      conv_input_scale=inputs["conv_input_scale"],
+      conv_input=cast(inputs["conv_input"]), filter=filter,
+      bias=bias, strides=case.strides, padding=case.padding,
+      conv_input_scale=scale,
       side_input_scale=inputs["side_input_scale"],
       side_input=cast(inputs["side_input"]), activation_mode=case.activation,
       dilations=case.dilations)

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:__array__ implementation:DeprecationWarning")
 
 QFC = tf_fused_int8.QuantizedFusedConv2D
-OP_NAME = "FusedInt8Conv2DBiasActivation"
+# What the Keras layers run (their variables read in the kernel).
+OP_NAME = "ResourceFusedInt8Conv2DBiasActivation"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -217,7 +218,7 @@ def test_fresh_process_without_import_names_the_op(exported):
   if res["error"] is None:
     pytest.skip("the op is registered without importing tf_fused_int8 here "
                 "(installed as a TF plugin?)")
-  assert OP_NAME in res["error"], res["error"]
+  assert f"'{OP_NAME}'" in res["error"], res["error"]
   assert "not registered" in res["error"], res["error"]
   # Keras names the class and its registered name, which holds the package.
   assert "tf_fused_int8>QuantizedFusedConv2D" in res["keras_error"], (

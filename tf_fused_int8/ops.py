@@ -11,7 +11,14 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from tensorflow.python.framework import auto_control_deps_utils
+from tensorflow.python.ops import resource_variable_ops
 from tf_fused_int8 import _loader
+
+# The op only reads its variables: automatic control dependencies in a
+# tf.function need not order it after other reads of the same variables.
+auto_control_deps_utils.register_read_only_resource_op(
+    "ResourceFusedInt8Conv2DBiasActivation")
 
 _PADDINGS = ("SAME", "VALID", "EXPLICIT")
 _ACTIVATIONS = ("Relu", "None")
@@ -112,6 +119,19 @@ def _eager_constant(value, dtype):
   return t
 
 
+def _cpu_variable(value, dtype):
+  """Whether `value` is a resource variable of `dtype` that the CPU kernel of
+  ResourceFusedInt8Conv2DBiasActivation can read: not placed on another
+  device (the op has no GPU kernel; a GPU variable is read as a tensor)."""
+  if not isinstance(value, resource_variable_ops.BaseResourceVariable):
+    return False
+  if value.dtype != dtype:
+    return False
+  device = value.device
+  return not device or tf.DeviceSpec.from_string(device).device_type in (
+      None, "CPU")
+
+
 def _empty_side_input(dtype, eager):
   if eager:
     key = ("empty", dtype)
@@ -166,6 +186,10 @@ def fused_conv2d_bias_activation(conv_input,
       (required). Pads may be asymmetric and larger than the filter; batch
       and depth pads must be 0.
     conv_input_scale: float32 scalar or [Co] (per output channel).
+      When filter, bias and conv_input_scale are all tf.Variables on the CPU
+      and data_format is NHWC (as in the Keras layers), the op reads them itself
+      (ResourceFusedInt8Conv2DBiasActivation: the same bits, one graph node
+      instead of one more per variable read).
     side_input_scale: float32 scalar; 0 disables the side input.
     side_input: None/empty, or a tensor of the output's shape and dtype.
     activation_mode: "Relu" or "None" (None is accepted too).
@@ -202,14 +226,26 @@ def fused_conv2d_bias_activation(conv_input,
     if conv_input.dtype not in (tf.int8, tf.qint8):
       raise TypeError(
           f"conv_input must be int8 or qint8, got {conv_input.dtype.name}")
-    filter = tf.convert_to_tensor(filter, dtype=conv_input.dtype, name="filter")
-    bias = tf.convert_to_tensor(bias, dtype=tf.float32, name="bias")
+    # Resource variables on the CPU (what the Keras layers hold): the kernel
+    # reads them itself, one graph node instead of one ReadVariableOp each.
+    # NHWC only: NCHW_VECT_C is the GPU kernel's layout, and the resource op
+    # has no GPU kernel (it would pull such a call onto the CPU).
+    from_variables = (data_format == "NHWC" and
+                      _cpu_variable(filter, conv_input.dtype) and
+                      _cpu_variable(bias, tf.float32) and
+                      _cpu_variable(conv_input_scale, tf.float32))
+    if not from_variables:
+      filter = tf.convert_to_tensor(filter, dtype=conv_input.dtype,
+                                    name="filter")
+      bias = tf.convert_to_tensor(bias, dtype=tf.float32, name="bias")
+      if eager:
+        conv_input_scale = _eager_constant(conv_input_scale, tf.float32)
+      else:
+        conv_input_scale = tf.convert_to_tensor(
+            conv_input_scale, dtype=tf.float32, name="conv_input_scale")
     if eager:
-      conv_input_scale = _eager_constant(conv_input_scale, tf.float32)
       side_input_scale = _eager_constant(side_input_scale, tf.float32)
     else:
-      conv_input_scale = tf.convert_to_tensor(
-          conv_input_scale, dtype=tf.float32, name="conv_input_scale")
       side_input_scale = tf.convert_to_tensor(
           side_input_scale, dtype=tf.float32, name="side_input_scale")
     if side_input is None:
@@ -217,7 +253,13 @@ def fused_conv2d_bias_activation(conv_input,
     else:
       side_input = tf.convert_to_tensor(
           side_input, dtype=conv_input.dtype, name="side_input")
-    return ops.fused_int8_conv2d_bias_activation(
+    if from_variables:
+      op = ops.resource_fused_int8_conv2d_bias_activation
+      filter, bias, conv_input_scale = (
+          filter.handle, bias.handle, conv_input_scale.handle)
+    else:
+      op = ops.fused_int8_conv2d_bias_activation
+    return op(
         conv_input=conv_input,
         filter=filter,
         bias=bias,

@@ -186,14 +186,48 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
   return absl::OkStatus();
 }
 
-absl::Status ValidateConvInputs(tensorflow::OpKernelContext* ctx,
-                                const ConvAttrs& attrs, ValidatedConv* out) {
-  const Tensor& input = ctx->input(0);
-  const Tensor& filter = ctx->input(1);
-  const Tensor& bias = ctx->input(2);
-  const Tensor& side_input = ctx->input(3);
-  const Tensor& scale = ctx->input(4);
-  const Tensor& side_scale = ctx->input(5);
+ConvInputs ConvInputsFromContext(tensorflow::OpKernelContext* ctx) {
+  ConvInputs in;
+  in.input = &ctx->input(0);
+  in.filter = &ctx->input(1);
+  in.bias = &ctx->input(2);
+  in.side_input = &ctx->input(3);
+  in.conv_input_scale = &ctx->input(4);
+  in.side_input_scale = &ctx->input(5);
+  return in;
+}
+
+absl::Status ValidateConvInputs(const ConvInputs& in, const ConvAttrs& attrs,
+                                ValidatedConv* out) {
+  const Tensor& input = *in.input;
+  const Tensor& filter = *in.filter;
+  const Tensor& bias = *in.bias;
+  const Tensor& side_input = *in.side_input;
+  const Tensor& scale = *in.conv_input_scale;
+  const Tensor& side_scale = *in.side_input_scale;
+
+  // The op's type attr makes these equal for tensor inputs; a resource
+  // variable can hold any dtype.
+  const tensorflow::DataType t = input.dtype();
+  if (t != tensorflow::DT_INT8 && t != tensorflow::DT_QINT8) {
+    return absl::InvalidArgumentError(
+        "conv_input must be int8 or qint8, got " + tensorflow::DataTypeString(t));
+  }
+  if (filter.dtype() != t || side_input.dtype() != t) {
+    return absl::InvalidArgumentError(
+        "filter and side_input must have conv_input's dtype " +
+        tensorflow::DataTypeString(t) + ", got filter " +
+        tensorflow::DataTypeString(filter.dtype()) + " and side_input " +
+        tensorflow::DataTypeString(side_input.dtype()));
+  }
+  if (bias.dtype() != tensorflow::DT_FLOAT || scale.dtype() != tensorflow::DT_FLOAT ||
+      side_scale.dtype() != tensorflow::DT_FLOAT) {
+    return absl::InvalidArgumentError(
+        "bias, conv_input_scale and side_input_scale must be float32, got " +
+        tensorflow::DataTypeString(bias.dtype()) + ", " +
+        tensorflow::DataTypeString(scale.dtype()) + " and " +
+        tensorflow::DataTypeString(side_scale.dtype()));
+  }
 
   ConvGeometry& g = out->geo;
   g = ConvGeometry();

@@ -42,10 +42,26 @@ struct ValidatedConv {
   float side_input_scale = 0.0f;
 };
 
-// Validates inputs 0..5 against `attrs`. side_input_scale must be readable on
-// the host (host memory on GPU).
-absl::Status ValidateConvInputs(tensorflow::OpKernelContext* ctx,
-                                const ConvAttrs& attrs, ValidatedConv* out);
+// The op's six inputs, in its input order. For FusedInt8Conv2DBiasActivation
+// they are the op's inputs 0..5; ResourceFusedInt8Conv2DBiasActivation reads
+// filter, bias and conv_input_scale from its resource variables first.
+struct ConvInputs {
+  const tensorflow::Tensor* input = nullptr;
+  const tensorflow::Tensor* filter = nullptr;
+  const tensorflow::Tensor* bias = nullptr;
+  const tensorflow::Tensor* side_input = nullptr;
+  const tensorflow::Tensor* conv_input_scale = nullptr;
+  const tensorflow::Tensor* side_input_scale = nullptr;
+};
+
+// ConvInputs of an op whose inputs 0..5 are all tensors.
+ConvInputs ConvInputsFromContext(tensorflow::OpKernelContext* ctx);
+
+// Validates the inputs against `attrs` (including every dtype: filter and
+// side_input must have conv_input's, the rest float32). side_input_scale must
+// be readable on the host (host memory on GPU).
+absl::Status ValidateConvInputs(const ConvInputs& in, const ConvAttrs& attrs,
+                                ValidatedConv* out);
 
 }  // namespace tf_fused_int8
 

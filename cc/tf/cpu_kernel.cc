@@ -5,7 +5,14 @@
 // pool as its parallel-for. NHWC/HWIO runs in place; NCHW_VECT_C/OIHW_VECT_I
 // (a graph exported for the GPU) is converted to NHWC/HWIO in temporary
 // buffers and back, so it gives the same bits as on the GPU.
+//
+// ResourceFusedInt8Conv2DBiasActivation (what the Keras layers run) reads its
+// filter, bias and conv_input_scale from resource variables here, as
+// ReadVariableOp would, and then computes exactly like the tensor op: one
+// graph node per layer instead of four (in a tf.function each node costs
+// about 1-2 us of TF's executor; MobileNetV2 has 54 layers).
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -16,6 +23,8 @@
 #include "cc/tf/pool_parallel_for.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
@@ -36,6 +45,71 @@ int8_t* MutableInt8Data(Tensor* t) {
   return reinterpret_cast<int8_t*>(const_cast<char*>(t->tensor_data().data()));
 }
 
+// Validates `in` and runs the convolution into a newly allocated output 0.
+void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
+                      const ConvInputs& in) {
+  ValidatedConv v;
+  OP_REQUIRES_OK(ctx, ValidateConvInputs(in, attrs, &v));
+  Tensor* output = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(0, v.output_shape, &output));
+  if (v.output_shape.num_elements() == 0) return;
+  const ConvGeometry& g = v.geo;
+
+  FusedConvArgs args;
+  args.geo = g;
+  args.bias = in.bias->flat<float>().data();
+  args.conv_input_scale = in.conv_input_scale->flat<float>().data();
+  args.per_channel_scale = v.per_channel_scale;
+  args.side_input_scale = v.side_input_scale;
+  args.activation = attrs.activation;
+  args.output_min = attrs.output_min;
+  args.output_max = attrs.output_max;
+
+  Tensor input_nhwc, filter_hwio, side_nhwc, output_nhwc;
+  if (!attrs.vect) {
+    args.input = Int8Data(*in.input);
+    args.filter = Int8Data(*in.filter);
+    args.side_input = v.has_side_input ? Int8Data(*in.side_input) : nullptr;
+    args.output = MutableInt8Data(output);
+  } else {
+    auto temp = [ctx](TensorShape shape, Tensor* t) {
+      return ctx->allocate_temp(tensorflow::DT_INT8, shape, t);
+    };
+    OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.in_h, g.in_w, g.in_c}), &input_nhwc));
+    // The filter's input depth is the group's (in_c / groups, a multiple
+    // of 4 here because both depths are).
+    const int64_t filter_in_c = g.GroupInC();
+    OP_REQUIRES_OK(ctx, temp(TensorShape({g.filter_h, g.filter_w, filter_in_c, g.out_c}),
+                             &filter_hwio));
+    OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
+                             &output_nhwc));
+    NchwVectCToNhwc(Int8Data(*in.input), g.batch, g.in_c, g.in_h, g.in_w, 4,
+                    g.in_c, MutableInt8Data(&input_nhwc));
+    OihwVectIToHwio(Int8Data(*in.filter), g.out_c, filter_in_c, g.filter_h,
+                    g.filter_w, 4, filter_in_c, MutableInt8Data(&filter_hwio));
+    args.input = Int8Data(input_nhwc);
+    args.filter = Int8Data(filter_hwio);
+    if (v.has_side_input) {
+      OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
+                               &side_nhwc));
+      NchwVectCToNhwc(Int8Data(*in.side_input), g.batch, g.out_c, g.out_h, g.out_w, 4,
+                      g.out_c, MutableInt8Data(&side_nhwc));
+      args.side_input = Int8Data(side_nhwc);
+    }
+    args.output = MutableInt8Data(&output_nhwc);
+  }
+
+  const ParallelFor parallel_for =
+      PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
+  const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
+  OP_REQUIRES(ctx, err.empty(), absl::InvalidArgumentError(err));
+
+  if (attrs.vect) {
+    NhwcToNchwVectC(Int8Data(output_nhwc), g.batch, g.out_h, g.out_w, g.out_c, 4,
+                    MutableInt8Data(output));
+  }
+}
+
 class FusedInt8ConvCpuOp : public OpKernel {
  public:
   explicit FusedInt8ConvCpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -43,66 +117,64 @@ class FusedInt8ConvCpuOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    ValidatedConv v;
-    OP_REQUIRES_OK(ctx, ValidateConvInputs(ctx, attrs_, &v));
-    Tensor* output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, v.output_shape, &output));
-    if (v.output_shape.num_elements() == 0) return;
-    const ConvGeometry& g = v.geo;
+    ComputeFusedConv(ctx, attrs_, ConvInputsFromContext(ctx));
+  }
 
-    FusedConvArgs args;
-    args.geo = g;
-    args.bias = ctx->input(2).flat<float>().data();
-    args.conv_input_scale = ctx->input(4).flat<float>().data();
-    args.per_channel_scale = v.per_channel_scale;
-    args.side_input_scale = v.side_input_scale;
-    args.activation = attrs_.activation;
-    args.output_min = attrs_.output_min;
-    args.output_max = attrs_.output_max;
+ private:
+  ConvAttrs attrs_;
+};
 
-    Tensor input_nhwc, filter_hwio, side_nhwc, output_nhwc;
-    if (!attrs_.vect) {
-      args.input = Int8Data(ctx->input(0));
-      args.filter = Int8Data(ctx->input(1));
-      args.side_input = v.has_side_input ? Int8Data(ctx->input(3)) : nullptr;
-      args.output = MutableInt8Data(output);
-    } else {
-      auto temp = [ctx](TensorShape shape, Tensor* t) {
-        return ctx->allocate_temp(tensorflow::DT_INT8, shape, t);
-      };
-      OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.in_h, g.in_w, g.in_c}), &input_nhwc));
-      // The filter's input depth is the group's (in_c / groups, a multiple
-      // of 4 here because both depths are).
-      const int64_t filter_in_c = g.GroupInC();
-      OP_REQUIRES_OK(ctx, temp(TensorShape({g.filter_h, g.filter_w, filter_in_c, g.out_c}),
-                               &filter_hwio));
-      OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
-                               &output_nhwc));
-      NchwVectCToNhwc(Int8Data(ctx->input(0)), g.batch, g.in_c, g.in_h, g.in_w, 4,
-                      g.in_c, MutableInt8Data(&input_nhwc));
-      OihwVectIToHwio(Int8Data(ctx->input(1)), g.out_c, filter_in_c, g.filter_h,
-                      g.filter_w, 4, filter_in_c, MutableInt8Data(&filter_hwio));
-      args.input = Int8Data(input_nhwc);
-      args.filter = Int8Data(filter_hwio);
-      if (v.has_side_input) {
-        OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
-                                 &side_nhwc));
-        NchwVectCToNhwc(Int8Data(ctx->input(3)), g.batch, g.out_c, g.out_h, g.out_w, 4,
-                        g.out_c, MutableInt8Data(&side_nhwc));
-        args.side_input = Int8Data(side_nhwc);
-      }
-      args.output = MutableInt8Data(&output_nhwc);
-    }
+// The value of the resource variable that input `index` (named `name`)
+// refers to, as ReadVariableOp reads it: the variable's buffer, shared (an
+// assignment while we run replaces or copies it, never writes into it),
+// or a copy where the variable is in copy-on-read mode.
+absl::Status ReadVariableInput(OpKernelContext* ctx, int index, const char* name,
+                               Tensor* value) {
+  tensorflow::core::RefCountPtr<tensorflow::Var> var;
+  const absl::Status found =
+      tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, index), &var);
+  if (!found.ok()) {
+    return absl::FailedPreconditionError(
+        std::string(name) + " must be a resource variable that exists: " +
+        std::string(found.message()));
+  }
+  tensorflow::tf_shared_lock lock(*var->mu());
+  if (!var->is_initialized) {
+    return absl::FailedPreconditionError(
+        std::string(name) + " is an uninitialized resource variable");
+  }
+  const Tensor& t = *var->tensor();
+  if (!var->copy_on_read_mode.load()) {
+    *value = t;
+    return absl::OkStatus();
+  }
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(t.dtype(), t.shape(), value));
+  const auto src = t.tensor_data();
+  if (!src.empty()) {
+    std::memcpy(const_cast<char*>(value->tensor_data().data()), src.data(), src.size());
+  }
+  return absl::OkStatus();
+}
 
-    const ParallelFor parallel_for =
-        PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
-    const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
-    OP_REQUIRES(ctx, err.empty(), absl::InvalidArgumentError(err));
+class ResourceFusedInt8ConvCpuOp : public OpKernel {
+ public:
+  explicit ResourceFusedInt8ConvCpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ParseConvAttrs(ctx, &attrs_));
+  }
 
-    if (attrs_.vect) {
-      NhwcToNchwVectC(Int8Data(output_nhwc), g.batch, g.out_h, g.out_w, g.out_c, 4,
-                      MutableInt8Data(output));
-    }
+  void Compute(OpKernelContext* ctx) override {
+    Tensor filter, bias, scale;
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 1, "filter", &filter));
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 2, "bias", &bias));
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 4, "conv_input_scale", &scale));
+    ConvInputs in;
+    in.input = &ctx->input(0);
+    in.filter = &filter;
+    in.bias = &bias;
+    in.side_input = &ctx->input(3);
+    in.conv_input_scale = &scale;
+    in.side_input_scale = &ctx->input(5);
+    ComputeFusedConv(ctx, attrs_, in);
   }
 
  private:
@@ -119,5 +191,13 @@ REGISTER_KERNEL_BUILDER(Name("FusedInt8Conv2DBiasActivation")
                             .Device(tensorflow::DEVICE_CPU)
                             .TypeConstraint<tensorflow::qint8>("T"),
                         FusedInt8ConvCpuOp);
+REGISTER_KERNEL_BUILDER(Name("ResourceFusedInt8Conv2DBiasActivation")
+                            .Device(tensorflow::DEVICE_CPU)
+                            .TypeConstraint<int8_t>("T"),
+                        ResourceFusedInt8ConvCpuOp);
+REGISTER_KERNEL_BUILDER(Name("ResourceFusedInt8Conv2DBiasActivation")
+                            .Device(tensorflow::DEVICE_CPU)
+                            .TypeConstraint<tensorflow::qint8>("T"),
+                        ResourceFusedInt8ConvCpuOp);
 
 }  // namespace tf_fused_int8

@@ -102,7 +102,7 @@ class FusedInt8ConvGpuOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     ValidatedConv v;
-    OP_REQUIRES_OK(ctx, ValidateConvInputs(ctx, attrs_, &v));
+    OP_REQUIRES_OK(ctx, ValidateConvInputs(ConvInputsFromContext(ctx), attrs_, &v));
     const ConvGeometry& g = v.geo;
     const TensorShape& out_shape = v.output_shape;
     const Tensor& input = ctx->input(0);

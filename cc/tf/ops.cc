@@ -55,7 +55,10 @@ absl::Status MergeNamed(InferenceContext* c, DimensionHandle a, DimensionHandle 
   return c->Merge(a, b, out);
 }
 
-absl::Status FusedInt8ConvShape(InferenceContext* c) {
+// The shape function of both ops, given the shapes of filter, bias and
+// conv_input_scale (input tensors, or what their resource variables hold).
+absl::Status FusedInt8ConvShapeFrom(InferenceContext* c, ShapeHandle filter_in,
+                                    ShapeHandle bias_in, ShapeHandle scale_in) {
   std::string data_format, filter_format, padding_name;
   TF_RETURN_IF_ERROR(c->GetAttr("data_format", &data_format));
   TF_RETURN_IF_ERROR(c->GetAttr("filter_format", &filter_format));
@@ -128,10 +131,10 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
         "conv_input must be rank " + std::to_string(rank) + " (" + data_format +
         "), got shape " + c->DebugString(c->input(0)));
   }
-  if (!c->WithRank(c->input(1), rank, &filter).ok()) {
+  if (!c->WithRank(filter_in, rank, &filter).ok()) {
     return absl::InvalidArgumentError(
         "filter must be rank " + std::to_string(rank) + " (" + filter_format +
-        "), got shape " + c->DebugString(c->input(1)));
+        "), got shape " + c->DebugString(filter_in));
   }
   DimensionHandle batch = c->Dim(input, 0);
   DimensionHandle in_h = c->Dim(input, h_dim);
@@ -150,7 +153,7 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
       return absl::InvalidArgumentError(
           "NCHW_VECT_C conv_input and OIHW_VECT_I filter must have 4 in their "
           "last dimension, got " + c->DebugString(c->input(0)) + " and " +
-          c->DebugString(c->input(1)));
+          c->DebugString(filter_in));
     }
     TF_RETURN_IF_ERROR(c->Multiply(c->Dim(input, 1), 4, &in_c));
     TF_RETURN_IF_ERROR(c->Multiply(c->Dim(filter, 1), 4, &filter_in_c));
@@ -173,9 +176,9 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
   }
 
   ShapeHandle bias;
-  if (!c->WithRank(c->input(2), 1, &bias).ok()) {
+  if (!c->WithRank(bias_in, 1, &bias).ok()) {
     return absl::InvalidArgumentError("bias must be rank 1 [output depth], got " +
-                                      c->DebugString(c->input(2)));
+                                      c->DebugString(bias_in));
   }
   TF_RETURN_IF_ERROR(MergeNamed(c, c->Dim(bias, 0), out_c, "bias length",
                                 "filter output depth", &out_c));
@@ -192,10 +195,10 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
   }
 
   ShapeHandle scale;
-  if (!c->WithRankAtMost(c->input(4), 1, &scale).ok()) {
+  if (!c->WithRankAtMost(scale_in, 1, &scale).ok()) {
     return absl::InvalidArgumentError(
         "conv_input_scale must be a scalar or a vector of length 1 or output "
-        "depth, got " + c->DebugString(c->input(4)));
+        "depth, got " + c->DebugString(scale_in));
   }
   if (c->RankKnown(scale) && c->Rank(scale) == 1) {
     DimensionHandle len = c->Dim(scale, 0);
@@ -257,6 +260,42 @@ absl::Status FusedInt8ConvShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+absl::Status FusedInt8ConvShape(InferenceContext* c) {
+  return FusedInt8ConvShapeFrom(c, c->input(1), c->input(2), c->input(4));
+}
+
+// The shape a resource variable input holds, from the handle's shape-and-type
+// data where the graph has it (a variable created with a known shape), else
+// unknown. A known dtype other than `want` fails, naming the input.
+absl::Status VariableShape(InferenceContext* c, int index, const char* name,
+                           tensorflow::DataType want, ShapeHandle* shape) {
+  const auto* data = c->input_handle_shapes_and_types(index);
+  if (data == nullptr || data->size() != 1) {
+    *shape = c->UnknownShape();
+    return absl::OkStatus();
+  }
+  const auto& held = (*data)[0];
+  if (held.dtype != tensorflow::DT_INVALID && held.dtype != want) {
+    return absl::InvalidArgumentError(
+        std::string(name) + " must be a resource variable of " +
+        tensorflow::DataTypeString(want) + ", got one of " +
+        tensorflow::DataTypeString(held.dtype));
+  }
+  *shape = held.shape;
+  return absl::OkStatus();
+}
+
+absl::Status ResourceFusedInt8ConvShape(InferenceContext* c) {
+  tensorflow::DataType t;
+  TF_RETURN_IF_ERROR(c->GetAttr("T", &t));
+  ShapeHandle filter, bias, scale;
+  TF_RETURN_IF_ERROR(VariableShape(c, 1, "filter", t, &filter));
+  TF_RETURN_IF_ERROR(VariableShape(c, 2, "bias", tensorflow::DT_FLOAT, &bias));
+  TF_RETURN_IF_ERROR(
+      VariableShape(c, 4, "conv_input_scale", tensorflow::DT_FLOAT, &scale));
+  return FusedInt8ConvShapeFrom(c, filter, bias, scale);
+}
+
 }  // namespace
 
 REGISTER_OP("FusedInt8Conv2DBiasActivation")
@@ -299,6 +338,32 @@ TF's depthwise_conv2d channel order).
 padding EXPLICIT takes explicit_paddings: 8 non-negative values, a
 [before, after] pair per dimension in data_format order (0 for batch and
 depth), as in tf.nn.conv2d.
+)doc");
+
+REGISTER_OP("ResourceFusedInt8Conv2DBiasActivation")
+    .Input("conv_input: T")
+    .Input("filter: resource")
+    .Input("bias: resource")
+    .Input("side_input: T")
+    .Input("conv_input_scale: resource")
+    .Input("side_input_scale: float")
+    .Output("output: T")
+    .Attr("T: {int8, qint8}")
+    .Attr("strides: list(int)")
+    .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")
+    .Attr("explicit_paddings: list(int) = []")
+    .Attr("data_format: {'NHWC', 'NCHW_VECT_C'} = 'NHWC'")
+    .Attr("filter_format: {'HWIO', 'OIHW_VECT_I'} = 'HWIO'")
+    .Attr("activation_mode: {'Relu', 'None'} = 'Relu'")
+    .Attr("dilations: list(int) = [1, 1, 1, 1]")
+    .Attr("output_min: int = -128")
+    .Attr("output_max: int = 127")
+    .SetShapeFn(ResourceFusedInt8ConvShape)
+    .Doc(R"doc(
+FusedInt8Conv2DBiasActivation with filter, bias and conv_input_scale read
+from resource variables (of dtype T, float32 and float32) in the kernel: the
+same result bit for bit, in one graph node instead of one per variable read.
+CPU only. What the Keras layers run when their variables live on the CPU.
 )doc");
 
 REGISTER_OP("FusedInt8Quantize")

@@ -1,0 +1,283 @@
+"""ResourceFusedInt8Conv2DBiasActivation: the op that reads filter, bias and
+conv_input_scale from resource variables in its kernel (what the Keras layers
+run, one graph node per layer instead of one more per variable read).
+
+Bit for bit against the numpy reference on the sweep (int8 and qint8, eager
+and tf.function, every CPU path); what the graphs hold; variables changed
+between calls, in place, sparsely and inside the same tf.function; every
+kernel validation error through variables; variables that are not variables,
+uninitialized or of the wrong dtype refused with a named error."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
+
+import op_harness
+import reference
+import test_validation
+import tf_fused_int8
+from tf_fused_int8 import testing
+
+OPS = tf_fused_int8.load_ops()
+RAW = OPS.resource_fused_int8_conv2d_bias_activation
+CASES = testing.sweep_cases(seed=3)
+
+
+def op_types(fn, *args):
+  graph = fn.get_concrete_function(*args).graph.as_graph_def()
+  return collections.Counter(n.op for n in graph.node)
+
+
+@pytest.mark.parametrize("use_function", [False, True], ids=["eager", "function"])
+@pytest.mark.parametrize("dtype", [tf.int8, tf.qint8], ids=["int8", "qint8"])
+def test_variables_match_reference_on_sweep(dtype, use_function):
+  for i, case in enumerate(CASES):
+    inputs = testing.make_inputs(case, seed=100 + i)
+    want = op_harness.run_reference(case, inputs)
+    got = op_harness.run_op(case, inputs, dtype=dtype,
+                            use_function=use_function, variables=True)
+    op_harness.assert_same_bits(got, want, case.name())
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_every_path_reads_variables(path):
+  for i, case in enumerate(CASES[:12]):
+    inputs = testing.make_inputs(case, seed=200 + i)
+    want = op_harness.run_reference(case, inputs)
+    with op_harness.forced_kernel(path):
+      got = op_harness.run_op(case, inputs, variables=True)
+    op_harness.assert_same_bits(got, want, f"{path} {case.name()}")
+
+
+def _layer(use_side_input=False, **kwargs):
+  rng = np.random.default_rng(0)
+  kernel = rng.normal(size=(3, 3, 8, 16)).astype(np.float32)
+  bias = rng.normal(size=16).astype(np.float32)
+  return tf_fused_int8.QuantizedFusedConv2D.from_float_weights(
+      kernel, bias, input_scale=0.05, output_scale=0.1,
+      side_input_scale=0.2 if use_side_input else None, padding="same",
+      activation="relu", **kwargs)
+
+
+def test_layers_run_one_node_per_convolution():
+  x = tf.constant(np.random.default_rng(1).integers(
+      -128, 128, (2, 7, 7, 8)).astype(np.int8))
+  plain = _layer()
+  types = op_types(tf.function(plain), x)
+  assert types["ResourceFusedInt8Conv2DBiasActivation"] == 1, types
+  assert types["FusedInt8Conv2DBiasActivation"] == 0, types
+  assert types["ReadVariableOp"] == 0, types
+
+  side = _layer(use_side_input=True)
+  s = tf.constant(np.random.default_rng(2).integers(
+      -128, 128, (2, 7, 7, 16)).astype(np.int8))
+  fn = tf.function(lambda a, b: side(a, side_input=b))
+  types = op_types(fn, x, s)
+  assert types["ResourceFusedInt8Conv2DBiasActivation"] == 1, types
+  # side_input_scale stays a float input: its one read.
+  assert types["ReadVariableOp"] == 1, types
+
+  # Same bits as the reference, eagerly and in the function.
+  k, b, cs, ss = [w for w in side.get_weights()]
+  want = reference.fused_conv2d_reference(
+      x.numpy(), k, b, side_input=s.numpy(), conv_input_scale=cs,
+      side_input_scale=ss, padding="SAME", activation="Relu")
+  op_harness.assert_same_bits(fn(x, s).numpy(), want, "function")
+  op_harness.assert_same_bits(side(x, side_input=s).numpy(), want, "eager")
+
+  dense = tf_fused_int8.QuantizedDense.from_float_weights(
+      np.ones((8, 4), np.float32), input_scale=0.1, output_scale=0.1)
+  rows = tf.constant(np.ones((3, 8), np.int8))
+  types = op_types(tf.function(dense), rows)
+  assert types["ResourceFusedInt8Conv2DBiasActivation"] == 1, types
+  assert types["ReadVariableOp"] == 0, types
+
+
+def test_other_arguments_run_the_tensor_op():
+  """Only filter, bias and conv_input_scale all CPU variables of the right
+  dtypes take the resource op; anything else reads them as tensors."""
+  x = tf.constant(np.ones((1, 4, 4, 8), np.int8))
+  vf = tf.Variable(np.ones((1, 1, 8, 4), np.int8))
+  vb = tf.Variable(np.zeros(4, np.float32))
+  vs = tf.Variable(np.float32(0.5))
+  for args in [(vf, np.zeros(4, np.float32), vs), (vf, vb, 0.5),
+               (tf.constant(np.ones((1, 1, 8, 4), np.int8)), vb, vs),
+               # A float64 bias variable is converted, as any tensor.
+               (vf, tf.Variable(np.zeros(4, np.float64)), vs)]:
+    if isinstance(args[1], tf.Variable) and args[1].dtype == tf.float64:
+      # convert_to_tensor refuses a float64 variable for a float32 input
+      with pytest.raises((ValueError, TypeError)):
+        tf_fused_int8.fused_conv2d_bias_activation(
+            x, args[0], args[1], padding="VALID", conv_input_scale=args[2])
+      continue
+    fn = tf.function(lambda: tf_fused_int8.fused_conv2d_bias_activation(
+        x, args[0], args[1], padding="VALID", conv_input_scale=args[2]))
+    types = op_types(fn)
+    assert types["FusedInt8Conv2DBiasActivation"] == 1, types
+    assert types["ResourceFusedInt8Conv2DBiasActivation"] == 0, types
+    np.testing.assert_array_equal(fn().numpy(), np.full((1, 4, 4, 4), 4, np.int8))
+
+  # NCHW_VECT_C (the GPU kernel's layout) keeps the tensor op, so a GPU can
+  # still take it.
+  x5 = tf.constant(np.ones((1, 2, 4, 4, 4), np.int8))
+  vf5 = tf.Variable(np.ones((4, 2, 1, 1, 4), np.int8))
+  fn = tf.function(lambda: tf_fused_int8.fused_conv2d_bias_activation(
+      x5, vf5, vb, padding="VALID", conv_input_scale=vs,
+      data_format="NCHW_VECT_C"))
+  types = op_types(fn)
+  assert types["FusedInt8Conv2DBiasActivation"] == 1, types
+  np.testing.assert_array_equal(fn().numpy(), np.full((1, 1, 4, 4, 4), 4, np.int8))
+
+
+def _conv(x, f, b, s):
+  return tf_fused_int8.fused_conv2d_bias_activation(
+      x, f, b, padding="SAME", conv_input_scale=s, activation_mode="None")
+
+
+def _want(x, f, b, s):
+  return reference.fused_conv2d_reference(
+      np.asarray(x), np.asarray(f), np.asarray(b), conv_input_scale=np.asarray(s),
+      padding="SAME", activation="None")
+
+
+# A small filter (verified against its cached packing by a compare) and one
+# over 512 KiB (verified by re-packing).
+@pytest.mark.parametrize("shape", [(3, 3, 16, 8), (3, 3, 256, 256)],
+                         ids=["small", "large"])
+def test_variable_updates_are_seen(shape):
+  rng = np.random.default_rng(3)
+  co = shape[3]
+  x = rng.integers(-128, 128, (1, 5, 5, shape[2])).astype(np.int8)
+  f0 = rng.integers(-128, 128, shape).astype(np.int8)
+  vf = tf.Variable(f0)
+  vb = tf.Variable(rng.normal(size=co).astype(np.float32))
+  vs = tf.Variable(np.full(co, 1e-3, np.float32))
+  fn = tf.function(lambda a: _conv(a, vf, vb, vs))
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "first")
+
+  # assign: a whole new value.
+  f1 = rng.integers(-128, 128, shape).astype(np.int8)
+  vf.assign(f1)
+  vb.assign(rng.normal(size=co).astype(np.float32))
+  vs.assign(np.full(co, 2e-3, np.float32))
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f1, vb.numpy(), vs.numpy()), "assign")
+  op_harness.assert_same_bits(_conv(x, vf, vb, vs).numpy(),
+                              _want(x, f1, vb.numpy(), vs.numpy()), "assign, eager")
+
+  # assign_add: updated in place in the variable's buffer.
+  vf.assign_add(np.ones(shape, np.int8))
+  f2 = (f1.astype(np.int16) + 1).astype(np.int8)  # wraps as int8 addition does
+  assert np.array_equal(vf.numpy(), f2)
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f2, vb.numpy(), vs.numpy()), "assign_add")
+
+  # A sparse update puts the variable in copy-on-read mode.
+  vf.scatter_nd_update([[0, 0, 0, 0]], np.array([-128], np.int8))
+  f3 = f2.copy()
+  f3[0, 0, 0, 0] = -128
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f3, vb.numpy(), vs.numpy()), "scatter")
+
+
+def test_assign_then_convolve_in_one_function():
+  """Automatic control dependencies order the read after the assignment."""
+  rng = np.random.default_rng(4)
+  x = rng.integers(-128, 128, (2, 6, 6, 8)).astype(np.int8)
+  vf = tf.Variable(np.zeros((3, 3, 8, 8), np.int8))
+  vb = tf.Variable(np.zeros(8, np.float32))
+  vs = tf.Variable(np.float32(0.01))
+
+  @tf.function
+  def fn(a, f, b):
+    before = _conv(a, vf, vb, vs)
+    vf.assign(f)
+    vb.assign(b)
+    return before, _conv(a, vf, vb, vs)
+
+  f = rng.integers(-128, 128, (3, 3, 8, 8)).astype(np.int8)
+  b = rng.normal(size=8).astype(np.float32) * 10
+  before, after = fn(x, f, b)
+  op_harness.assert_same_bits(before.numpy(), _want(x, np.zeros_like(f), np.zeros(8, np.float32), vs.numpy()), "before")
+  op_harness.assert_same_bits(after.numpy(), _want(x, f, b, vs.numpy()), "after")
+
+
+def _variables(args):
+  """test_validation's good() arguments with filter, bias and
+  conv_input_scale as variables."""
+  args = dict(args)
+  for name in ("filter", "bias", "conv_input_scale"):
+    args[name] = tf.Variable(args[name]).handle
+  return args
+
+
+def test_good_call_works():
+  out = RAW(**_variables(test_validation.good())).numpy()
+  assert out.shape == (2, 6, 6, 4)
+  assert out[0, 2, 2, 0] == 14
+
+
+@pytest.mark.parametrize("what,over,error,match", test_validation.ERRORS,
+                         ids=[e[0] for e in test_validation.ERRORS])
+def test_kernel_rejects_through_variables(what, over, error, match):
+  del what
+  with pytest.raises(error, match=match):
+    RAW(**_variables(test_validation.good(**over)))
+
+
+WRONG_VARIABLES = [
+    ("float filter", "filter", np.ones((3, 3, 3, 4), np.float32),
+     "filter and side_input must have conv_input's dtype int8, got filter float"),
+    ("int32 bias", "bias", np.zeros(4, np.int32),
+     "bias, conv_input_scale and side_input_scale must be float32, got int32"),
+    ("float64 scale", "conv_input_scale", np.float64(0.5),
+     "must be float32, got float, double"),
+]
+
+
+@pytest.mark.parametrize("what,name,value,match", WRONG_VARIABLES,
+                         ids=[w[0] for w in WRONG_VARIABLES])
+def test_wrong_variable_dtypes_are_refused(what, name, value, match):
+  del what
+  args = _variables(test_validation.good())
+  args[name] = tf.Variable(value).handle
+  # Eagerly, in the kernel.
+  with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+    RAW(**args)
+  # In a graph, the shape function knows the variable's dtype already.
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                     match=f"{name} must be a resource variable of"):
+    tf.function(lambda: RAW(**args))()
+
+
+def test_uninitialized_variable_is_refused():
+  args = _variables(test_validation.good())
+  v = resource_variable_ops.UninitializedVariable(shape=[3, 3, 3, 4], dtype=tf.int8)
+  args["filter"] = v.handle
+  with pytest.raises(tf.errors.FailedPreconditionError,
+                     match="filter is an uninitialized resource variable"):
+    RAW(**args)
+
+
+def test_a_resource_that_is_not_a_variable_is_refused():
+  args = _variables(test_validation.good())
+  args["bias"] = tf.raw_ops.MutexV2()
+  with pytest.raises(tf.errors.FailedPreconditionError,
+                     match="bias must be a resource variable that exists"):
+    RAW(**args)
+
+
+def test_shape_function_uses_the_variables_shapes():
+  args = _variables(test_validation.good())
+
+  @tf.function
+  def fn():
+    out = RAW(**args)
+    assert out.shape.as_list() == [2, 6, 6, 4], out.shape
+    return out
+
+  fn()
+  args["bias"] = tf.Variable(np.zeros(3, np.float32)).handle
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                     match="bias length"):
+    tf.function(lambda: RAW(**args))()
