@@ -281,3 +281,38 @@ def test_shape_function_uses_the_variables_shapes():
   with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
                      match="bias length"):
     tf.function(lambda: RAW(**args))()
+
+
+def test_function_graph_lists_the_variables_and_freezes_to_the_tensor_op():
+  """The function graph records the variables the op reads (as a
+  ReadVariableOp would), and TF's freezing turns the op into
+  FusedInt8Conv2DBiasActivation on constants, with the same bits."""
+  from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  first, second = _layer(), _layer(use_side_input=True)
+  inp = keras.Input((7, 7, 8), dtype="int8")
+  model = keras.Model(inp, second(inp, side_input=first(inp)))
+  rng = np.random.default_rng(5)
+  x = tf.constant(rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8))
+  want = model(x).numpy()
+
+  fn = tf.function(model).get_concrete_function(x)
+  listed = {id(v) for v in fn.graph.variables}
+  for layer in (first, second):
+    for w in layer.weights:
+      assert id(w.value) in listed, w.path
+  frozen = convert_to_constants.convert_variables_to_constants_v2(fn)
+  graph_def = frozen.graph.as_graph_def()
+  types = collections.Counter(n.op for n in graph_def.node)
+  assert types["ResourceFusedInt8Conv2DBiasActivation"] == 0, types
+  assert types["FusedInt8Conv2DBiasActivation"] == 2, types
+  assert types["ReadVariableOp"] == 0, types
+  op_harness.assert_same_bits(frozen(x)[0].numpy(), want, "frozen")
+
+  # The frozen GraphDef in a TF1 Session, as graph tools run it.
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.graph_util.import_graph_def(graph_def, name="")
+  with tf.compat.v1.Session(graph=graph) as sess:
+    got = sess.run(frozen.outputs[0].name, {frozen.inputs[0].name: x.numpy()})
+  op_harness.assert_same_bits(got, want, "session")

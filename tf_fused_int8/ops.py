@@ -13,12 +13,15 @@ import tensorflow as tf
 
 from tensorflow.python.framework import auto_control_deps_utils
 from tensorflow.python.ops import resource_variable_ops
+from tf_fused_int8 import _freeze
 from tf_fused_int8 import _loader
 
 # The op only reads its variables: automatic control dependencies in a
 # tf.function need not order it after other reads of the same variables.
 auto_control_deps_utils.register_read_only_resource_op(
     "ResourceFusedInt8Conv2DBiasActivation")
+# Frozen graphs (convert_variables_to_constants_v2) get the tensor op.
+_freeze.install()
 
 _PADDINGS = ("SAME", "VALID", "EXPLICIT")
 _ACTIVATIONS = ("Relu", "None")
@@ -255,6 +258,11 @@ def fused_conv2d_bias_activation(conv_input,
           side_input, dtype=conv_input.dtype, name="side_input")
     if from_variables:
       op = ops.resource_fused_int8_conv2d_bias_activation
+      # As a ReadVariableOp would: the function graph lists the variables it
+      # uses (freezing and concrete_function.variables rely on it) and a
+      # GradientTape watches the trainable ones.
+      for v in (filter, bias, conv_input_scale):
+        resource_variable_ops.variable_accessed(v)
       filter, bias, conv_input_scale = (
           filter.handle, bias.handle, conv_input_scale.handle)
     else:
