@@ -9,6 +9,7 @@ kernel validation error through variables; variables that are not variables,
 uninitialized or of the wrong dtype refused with a named error."""
 
 import collections
+import ctypes
 
 import numpy as np
 import pytest
@@ -19,10 +20,20 @@ import op_harness
 import reference
 import test_validation
 import tf_fused_int8
+from tf_fused_int8 import _loader
 from tf_fused_int8 import testing
 
 OPS = tf_fused_int8.load_ops()
 RAW = OPS.resource_fused_int8_conv2d_bias_activation
+_LIB = ctypes.CDLL(_loader.library_path())
+
+
+def pinned_hits():
+  """The packed-weights cache's pinned hits: calls that used a packing of
+  a variable's buffer unchecked (packed_weights.h)."""
+  out = (ctypes.c_int64 * 7)()
+  _LIB.tf_fused_int8_packed_weights_stats(out)
+  return out[4]
 CASES = testing.sweep_cases(seed=3)
 
 
@@ -87,6 +98,10 @@ def test_layers_run_one_node_per_convolution():
       side_input_scale=ss, padding="SAME", activation="Relu")
   op_harness.assert_same_bits(fn(x, s).numpy(), want, "function")
   op_harness.assert_same_bits(side(x, side_input=s).numpy(), want, "eager")
+  # Their filters are variables' buffers: used pinned, unchecked.
+  hits = pinned_hits()
+  op_harness.assert_same_bits(fn(x, s).numpy(), want, "function, again")
+  assert pinned_hits() > hits
 
   dense = tf_fused_int8.QuantizedDense.from_float_weights(
       np.ones((8, 4), np.float32), input_scale=0.1, output_scale=0.1)
@@ -143,20 +158,28 @@ def _want(x, f, b, s):
       padding="SAME", activation="None")
 
 
-# A small filter (verified against its cached packing by a compare) and one
-# over 512 KiB (verified by re-packing).
+# A small filter (checked against a copy by a memcmp) and one over 512 KiB
+# (checked while computing) when unpinned; pinned (the variable's buffer,
+# held by the cache) both are used unchecked, and every kind of write must
+# still be seen: TF copies a variable's buffer before writing while the
+# cache holds it.
 @pytest.mark.parametrize("shape", [(3, 3, 16, 8), (3, 3, 256, 256)],
                          ids=["small", "large"])
 def test_variable_updates_are_seen(shape):
   rng = np.random.default_rng(3)
   co = shape[3]
-  x = rng.integers(-128, 128, (1, 5, 5, shape[2])).astype(np.int8)
+  # Enough pixels for several M tiles: the cached (pinned) packing, not the
+  # on-the-fly one of a single tile.
+  x = rng.integers(-128, 128, (2, 12, 12, shape[2])).astype(np.int8)
   f0 = rng.integers(-128, 128, shape).astype(np.int8)
   vf = tf.Variable(f0)
   vb = tf.Variable(rng.normal(size=co).astype(np.float32))
   vs = tf.Variable(np.full(co, 1e-3, np.float32))
   fn = tf.function(lambda a: _conv(a, vf, vb, vs))
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "first")
+  hits = pinned_hits()
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "again")
+  assert pinned_hits() > hits, "the variable's filter was not used pinned"
 
   # assign: a whole new value.
   f1 = rng.integers(-128, 128, shape).astype(np.int8)
@@ -173,11 +196,25 @@ def test_variable_updates_are_seen(shape):
   assert np.array_equal(vf.numpy(), f2)
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f2, vb.numpy(), vs.numpy()), "assign_add")
 
+  # assign_sub and a sliced assignment: the other in-place writers.
+  vf.assign_sub(np.full(shape, 3, np.int8))
+  f2 = (f2.astype(np.int16) - 3).astype(np.int8)
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f2, vb.numpy(), vs.numpy()), "assign_sub")
+  vf[1:2].assign(np.full((1,) + shape[1:], 7, np.int8))
+  f2[1:2] = 7
+  assert np.array_equal(vf.numpy(), f2)
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f2, vb.numpy(), vs.numpy()), "slice assign")
+
   # A sparse update puts the variable in copy-on-read mode.
   vf.scatter_nd_update([[0, 0, 0, 0]], np.array([-128], np.int8))
   f3 = f2.copy()
   f3[0, 0, 0, 0] = -128
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f3, vb.numpy(), vs.numpy()), "scatter")
+  vf.scatter_nd_add([[0, 0, 1, 1]], np.array([5], np.int8))
+  f3[0, 0, 1, 1] = (np.int16(f3[0, 0, 1, 1]) + 5).astype(np.int8)
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f3, vb.numpy(), vs.numpy()), "scatter add")
+  vf.assign(f0)  # whole assignment in copy-on-read mode
+  op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "assign again")
 
 
 def test_assign_then_convolve_in_one_function():

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace tf_fused_int8 {
@@ -73,7 +74,8 @@ inline void OutputBounds(Activation activation, int32_t output_min,
   *hi = h;
 }
 
-// Everything a kernel needs for one call. Plain pointers, no ownership.
+// Everything a kernel needs for one call. Plain pointers, no ownership
+// (filter_pin aside).
 struct FusedConvArgs {
   ConvGeometry geo;
   const int8_t* input = nullptr;       // [N, H, W, Ci]
@@ -89,6 +91,13 @@ struct FusedConvArgs {
   // OutputBounds above).
   int32_t output_min = -128, output_max = 127;
   int8_t* output = nullptr;  // [N, Ho, Wo, Co]
+  // Optional. Non-null: the caller promises that the filter's bytes do not
+  // change while this object lives (which also keeps the buffer allocated,
+  // so its address names these bytes only): the buffer of a TF resource
+  // variable, which TF copies before writing while anything else holds it.
+  // A cached packing of a pinned filter keeps the pin, and later calls that
+  // pass a pin for it skip the check against the filter (packed_weights.h).
+  std::shared_ptr<const void> filter_pin;
 
   // Side input takes part only when given and its scale is non-zero.
   bool HasSideInput() const {

@@ -1,11 +1,14 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // Plain C entry points of the op library for tools that reach it with
-// ctypes (the benchmark: tf_fused_int8/benchmark/workers/impl_ours.py). They use
+// ctypes (the benchmark: tf_fused_int8/benchmark/workers/impl_ours.py; the
+// tests: the packed-weights cache's counters). They use
 // only the TF-free core; they live here, in the always-linked binding,
 // so that the linker keeps them in _fused_int8_ops.so.
+#include <cstdint>
 #include <string>
 
+#include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/peak/peak.h"
 #include "cc/core/fused_conv.h"
 
@@ -45,6 +48,17 @@ __attribute__((visibility("default"))) const char* tf_fused_int8_kernel_path() {
       tf_fused_int8::ResolveKernelPath(tf_fused_int8::KernelPath::kAuto, &path);
   result = err.empty() ? tf_fused_int8::KernelPathName(path) : "error: " + err;
   return result.c_str();
+}
+
+// The packed-weights cache's counters, for tests (ctypes): out[0..6] =
+// hits, misses, stale, evictions, pinned_hits, entries, bytes.
+__attribute__((visibility("default"))) void tf_fused_int8_packed_weights_stats(
+    int64_t* out) {
+  const tf_fused_int8::cpu::PackedWeightsCacheStats s =
+      tf_fused_int8::cpu::PackedWeightsCache::Global().Stats();
+  const int64_t v[] = {s.hits, s.misses, s.stale, s.evictions,
+                       s.pinned_hits, s.entries, s.bytes};
+  for (int i = 0; i < 7; ++i) out[i] = v[i];
 }
 
 }  // extern "C"

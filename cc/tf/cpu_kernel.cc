@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "cc/core/conv_params.h"
@@ -46,8 +47,10 @@ int8_t* MutableInt8Data(Tensor* t) {
 }
 
 // Validates `in` and runs the convolution into a newly allocated output 0.
+// filter_pin: FusedConvArgs::filter_pin for an NHWC call (may be null).
 void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
-                      const ConvInputs& in) {
+                      const ConvInputs& in,
+                      std::shared_ptr<const void> filter_pin = nullptr) {
   ValidatedConv v;
   OP_REQUIRES_OK(ctx, ValidateConvInputs(in, attrs, &v));
   Tensor* output = nullptr;
@@ -69,6 +72,7 @@ void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
   if (!attrs.vect) {
     args.input = Int8Data(*in.input);
     args.filter = Int8Data(*in.filter);
+    args.filter_pin = std::move(filter_pin);
     args.side_input = v.has_side_input ? Int8Data(*in.side_input) : nullptr;
     args.output = MutableInt8Data(output);
   } else {
@@ -125,11 +129,13 @@ class FusedInt8ConvCpuOp : public OpKernel {
 };
 
 // The value of the resource variable that input `index` (named `name`)
-// refers to, as ReadVariableOp reads it: the variable's buffer, shared (an
-// assignment while we run replaces or copies it, never writes into it),
-// or a copy where the variable is in copy-on-read mode.
+// refers to, as ReadVariableOp reads it: the variable's buffer, shared
+// (*shared = true: while anything else holds it, TF's variable ops copy it
+// before writing, so it never changes under a reference), or a copy where
+// the variable is in copy-on-read mode (*shared = false).
 absl::Status ReadVariableInput(OpKernelContext* ctx, int index, const char* name,
-                               Tensor* value) {
+                               Tensor* value, bool* shared) {
+  *shared = false;
   tensorflow::core::RefCountPtr<tensorflow::Var> var;
   const absl::Status found =
       tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, index), &var);
@@ -146,6 +152,7 @@ absl::Status ReadVariableInput(OpKernelContext* ctx, int index, const char* name
   const Tensor& t = *var->tensor();
   if (!var->copy_on_read_mode.load()) {
     *value = t;
+    *shared = true;
     return absl::OkStatus();
   }
   TF_RETURN_IF_ERROR(ctx->allocate_temp(t.dtype(), t.shape(), value));
@@ -164,9 +171,10 @@ class ResourceFusedInt8ConvCpuOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     Tensor filter, bias, scale;
-    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 1, "filter", &filter));
-    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 2, "bias", &bias));
-    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 4, "conv_input_scale", &scale));
+    bool filter_shared = false, unused = false;
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 1, "filter", &filter, &filter_shared));
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 2, "bias", &bias, &unused));
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 4, "conv_input_scale", &scale, &unused));
     ConvInputs in;
     in.input = &ctx->input(0);
     in.filter = &filter;
@@ -174,7 +182,15 @@ class ResourceFusedInt8ConvCpuOp : public OpKernel {
     in.side_input = &ctx->input(3);
     in.conv_input_scale = &scale;
     in.side_input_scale = &ctx->input(5);
-    ComputeFusedConv(ctx, attrs_, in);
+    // The variable's own buffer, pinned by a reference for the packed
+    // weights cache: while the cache holds it, TF copies the variable on
+    // every write (AssignVariableOp, the in-place updates, the sparse ones
+    // through copy-on-read mode), so these bytes stay as they are and the
+    // cached packing needs no check. Not a copy-on-read copy: a fresh buffer
+    // each call, it would only fill the cache.
+    std::shared_ptr<const void> pin;
+    if (filter_shared && !attrs_.vect) pin = std::make_shared<const Tensor>(filter);
+    ComputeFusedConv(ctx, attrs_, in, std::move(pin));
   }
 
  private:

@@ -988,6 +988,93 @@ void TestChangedFilterIsRepacked() {
   cpu::SetWeightModeForTesting(0);
 }
 
+// Pinned filters (FusedConvArgs::filter_pin): a pinned call on a pinned
+// entry uses it unchecked; every other mix is checked or repacked, so a
+// changed filter is never served stale; the entry keeps the pin alive and
+// counts a pinned filter without a copy against the byte bound.
+void TestPinnedFilters() {
+  cpu::PackedWeightsCache& cache = cpu::PackedWeightsCache::Global();
+  struct L { int64_t h, ci, k, co; };
+  // A small filter (memcmp-checked), one over the copy-check limit
+  // (panel-checked), a Winograd-eligible 3x3.
+  const L layers[] = {{6, 16, 3, 24}, {3, 1280, 1, 480}, {16, 64, 3, 64}};
+  cpu::SetWeightModeForTesting(1);  // always through the cache
+  int runs = 0;
+  for (const L& l : layers) {
+    for (KernelPath p : g_paths) {
+      if (p == KernelPath::kPortable || p == KernelPath::kReference) continue;
+      std::mt19937 rng(13 + runs);
+      Buffers b;
+      FusedConvArgs a = LayerCase(1, l.h, l.h, l.ci, l.k, l.co, 1, false, &rng, &b);
+      std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
+      auto check = [&](const char* what) {
+        a.output = got.data();
+        EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
+        FusedConvArgs r = a;
+        r.output = want.data();
+        RunReference(r);
+        EXPECT(got == want, "pinned filters: %s, path %s co=%ld", what,
+               KernelPathName(p), long(l.co));
+      };
+      cache.Clear();
+      // 1. Unpinned entry, then a pinned call after the bytes changed: the
+      // pinned call must not trust the unpinned entry.
+      check("unpinned first");
+      b.filter[b.filter.size() / 2] ^= 0x55;
+      bool* deleted = new bool(false);
+      a.filter_pin = std::shared_ptr<const void>(deleted, [](const bool* d) {
+        *const_cast<bool*>(d) = true;  // observed below, then leaked (tiny)
+      });
+      check("pinned after unpinned, bytes changed");
+      // 2. Pinned entry, pinned call: a hit used unchecked.
+      const cpu::PackedWeightsCacheStats before = cache.Stats();
+      check("pinned hit");
+      EXPECT(cache.Stats().pinned_hits == before.pinned_hits + 1,
+             "pinned call on pinned entry not a pinned hit (path %s co=%ld)",
+             KernelPathName(p), long(l.co));
+      // 3. Pinned entry, unpinned call after the bytes changed (the caller
+      // broke no promise: it made none): checked, repacked.
+      std::shared_ptr<const void> pin = a.filter_pin;
+      a.filter_pin = nullptr;
+      b.filter[0] ^= 0x33;
+      check("unpinned after pinned, bytes changed");
+      // 4. The entry keeps the pin alive while it holds it; Clear drops it.
+      a.filter_pin = pin;
+      check("pinned again");
+      a.filter_pin = nullptr;
+      pin = nullptr;
+      EXPECT(!*deleted, "the cache dropped a pin it still uses");
+      cache.Clear();
+      EXPECT(*deleted, "the cache kept a pin after Clear");
+      ++runs;
+    }
+  }
+  // 5. A pinned filter without a copy counts against the byte bound.
+  {
+    std::mt19937 rng(5);
+    Buffers b;
+    FusedConvArgs a = LayerCase(1, 3, 3, 1280, 1, 480, 1, false, &rng, &b);
+    std::vector<int8_t> out(a.geo.OutputElements());
+    a.output = out.data();
+    cache.Clear();
+    RunFusedConv(a, g_paths.back(), ParallelFor());
+    const int64_t unpinned = cache.Stats().bytes;
+    cache.Clear();
+    a.filter_pin = std::make_shared<int>(0);
+    RunFusedConv(a, g_paths.back(), ParallelFor());
+    const int64_t pinned = cache.Stats().bytes;
+    if (g_paths.back() != KernelPath::kPortable &&
+        g_paths.back() != KernelPath::kReference) {
+      EXPECT(pinned == unpinned + int64_t(b.filter.size()),
+             "pinned bytes %ld, unpinned %ld, filter %ld", long(pinned),
+             long(unpinned), long(b.filter.size()));
+    }
+    cache.Clear();
+  }
+  cpu::SetWeightModeForTesting(0);
+  std::printf("pinned filters: %d layer/path runs checked\n", runs);
+}
+
 // The cache stays within its entry bound and evicts least recently used.
 void TestCacheBound() {
   cpu::PackedWeightsCache& cache = cpu::PackedWeightsCache::Global();
@@ -1301,6 +1388,7 @@ int main() {
   TestWinogradEligibility();
   TestChangedFilterIsRepacked();
   TestCacheBound();
+  TestPinnedFilters();
   if (testing::ExpectFailures()) {
     std::printf("%d failures\n", testing::ExpectFailures());
     return 1;

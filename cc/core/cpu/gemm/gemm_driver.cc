@@ -28,7 +28,9 @@
 //    is verified against the filter while computing, and with a single M
 //    tile (every weight panel has one consumer) it is instead packed from
 //    the filter right before use (one read of the filter; no packed copy to
-//    read, nothing to verify, no cache entry).
+//    read, nothing to verify, no cache entry). A pinned filter
+//    (FusedConvArgs::filter_pin: a TF variable's buffer) is neither checked
+//    nor packed on the fly: its cached packing is used as it is.
 //  * threads: with many M tiles each item is one tile over all channels and
 //    the caller's ParallelFor balances them; with few (small images, batch
 //    1) the channels are split too and each thread gets a contiguous run of
@@ -353,26 +355,30 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   const int threads =
       parallel_for.run ? std::max(1, parallel_for.num_threads) : 1;
   const Plan plan = MakePlan(g, isa, threads);
-  if (plan.on_the_fly && (!copy_check || mode == 2)) {
+  // A pinned filter uses its cached packing unchecked, which beats packing
+  // it again on the fly.
+  if (plan.on_the_fly &&
+      (mode == 2 || (!copy_check && a.filter_pin == nullptr))) {
     RunPass(a, isa, plan, nullptr, false, parallel_for);
     return;
   }
   PackedWeightsCache& cache = PackedWeightsCache::Global();
   bool fresh = false;
-  std::shared_ptr<const PackedWeights> w = cache.Get(a.filter, cache_key, g, isa, &fresh);
+  std::shared_ptr<const PackedWeights> w =
+      cache.Get(a.filter, cache_key, g, isa, a.filter_pin, &fresh);
   if (w->view().filter_copy != nullptr) {
     // A small filter: one memcmp against the bytes it was packed from
     // (packed_weights.h); repacked first if it changed.
     if (!fresh &&
         std::memcmp(a.filter, w->view().filter_copy, filter_bytes) != 0) {
-      w = cache.Replace(a.filter, cache_key, g, isa);
+      w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
     }
     RunPass(a, isa, plan, &w->view(), false, parallel_for);
     return;
   }
   if (RunPass(a, isa, plan, &w->view(), !fresh, parallel_for)) {
     // The filter changed since it was packed: repack, recompute.
-    w = cache.Replace(a.filter, cache_key, g, isa);
+    w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
     RunPass(a, isa, plan, &w->view(), false, parallel_for);
   }
 }

@@ -129,6 +129,8 @@ struct PackedWeightsCache::Impl {
   struct Entry {
     Key key;
     std::shared_ptr<const PackedWeights> weights;
+    std::shared_ptr<const void> pin;  // see the header comment
+    int64_t bytes;  // counted against kMaxBytes
   };
   mutable std::mutex mu;
   std::list<Entry> lru;  // most recently used first
@@ -143,20 +145,25 @@ struct PackedWeightsCache::Impl {
     return lru.end();
   }
   void Erase(std::list<Entry>::iterator it) {
-    bytes -= static_cast<int64_t>(it->weights->bytes());
+    bytes -= it->bytes;
     lru.erase(it);
   }
-  void Insert(const Key& key, std::shared_ptr<const PackedWeights> w) {
+  void Insert(const Key& key, std::shared_ptr<const PackedWeights> w,
+              std::shared_ptr<const void> pin, int64_t pin_bytes) {
     auto old = Find(key);
     if (old != lru.end()) Erase(old);
-    const int64_t size = static_cast<int64_t>(w->bytes());
+    // A pinned filter without a copy in the entry is memory the entry keeps.
+    const int64_t size = static_cast<int64_t>(w->bytes()) +
+                         (pin != nullptr && w->view().filter_copy == nullptr
+                              ? pin_bytes
+                              : 0);
     if (size > kMaxBytes) return;  // used by its call only
     while (!lru.empty() && (static_cast<int64_t>(lru.size()) >= kMaxEntries ||
                             bytes + size > kMaxBytes)) {
       Erase(std::prev(lru.end()));
       ++stats.evictions;
     }
-    lru.push_front(Entry{key, std::move(w)});
+    lru.push_front(Entry{key, std::move(w), std::move(pin), size});
     bytes += size;
   }
 };
@@ -170,17 +177,27 @@ PackedWeightsCache& PackedWeightsCache::Global() {
   return *cache;
 }
 
+namespace {
+int64_t FilterBytes(const ConvGeometry& g) {
+  return g.filter_h * g.filter_w * g.in_c * g.out_c;
+}
+}  // namespace
+
 std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
     const int8_t* filter, const int8_t* key_address, const ConvGeometry& g,
-    const IsaKernels& isa, bool* fresh) {
+    const IsaKernels& isa, const std::shared_ptr<const void>& pin, bool* fresh) {
   const Key key = MakeKey(key_address, g, isa);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->Find(key);
-    if (it != impl_->lru.end()) {
+    // A pinned call does not trust an entry packed without a pin: repack.
+    if (it != impl_->lru.end() && (pin == nullptr || it->pin != nullptr)) {
       impl_->lru.splice(impl_->lru.begin(), impl_->lru, it);
       ++impl_->stats.hits;
-      *fresh = false;
+      // Both pinned: the entry's pin has kept these bytes unchanged and at
+      // this address since they were packed.
+      *fresh = pin != nullptr;
+      if (*fresh) ++impl_->stats.pinned_hits;
       return it->weights;
     }
     ++impl_->stats.misses;
@@ -188,7 +205,7 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
   std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->Insert(key, w);
+    impl_->Insert(key, w, pin, FilterBytes(g));
   }
   *fresh = true;
   return w;
@@ -196,11 +213,11 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
 
 std::shared_ptr<const PackedWeights> PackedWeightsCache::Replace(
     const int8_t* filter, const int8_t* key_address, const ConvGeometry& g,
-    const IsaKernels& isa) {
+    const IsaKernels& isa, const std::shared_ptr<const void>& pin) {
   std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
   std::lock_guard<std::mutex> lock(impl_->mu);
   ++impl_->stats.stale;
-  impl_->Insert(MakeKey(key_address, g, isa), w);
+  impl_->Insert(MakeKey(key_address, g, isa), w, pin, FilterBytes(g));
   return w;
 }
 

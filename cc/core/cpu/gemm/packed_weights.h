@@ -10,7 +10,7 @@
 // every panel used by exactly one consumer, so it is packed from the
 // filter right before use instead: that reads the filter once, which the
 // panel check below must do anyway, and skips reading a packed copy; such
-// calls neither read nor fill the cache.
+// calls neither read nor fill the cache (unless pinned: see below).
 //
 // Cache key: (filter pointer, Kh, Kw, Ci, Co, layout); for one group of a
 // grouped convolution the pointer is the original filter's address plus the
@@ -36,6 +36,16 @@
 // one M tile) use the cache too instead of packing on the fly; larger
 // filters, which stream from L3 or memory, keep the panel check (a memcmp
 // reads twice the bytes of a packing there).
+//
+// Pinned filters (FusedConvArgs::filter_pin, the TF resource op's variable
+// buffers): a call that passes a pin promises the filter's bytes cannot
+// change while the pin lives. The entry keeps the pin, so the buffer stays
+// allocated and its address names those bytes only; a later call that
+// passes a pin for the same key then uses the entry with no check at all
+// (no memcmp, no panel check). A pinned call that finds an entry packed
+// without a pin repacks it under its pin (the bytes may have changed since);
+// an unpinned call that finds a pinned entry checks it as usual. The pinned
+// buffer's bytes count towards kMaxBytes (for a filter without a copy).
 //
 // Bound and eviction: at most kMaxEntries entries and kMaxBytes bytes of
 // packed data; inserting beyond either evicts least recently used entries
@@ -82,7 +92,8 @@ class PackedWeights {
 };
 
 struct PackedWeightsCacheStats {
-  int64_t hits = 0, misses = 0, stale = 0, evictions = 0;
+  // pinned_hits: hits of a pinned call on a pinned entry (used unchecked).
+  int64_t hits = 0, misses = 0, stale = 0, evictions = 0, pinned_hits = 0;
   int64_t entries = 0, bytes = 0;
 };
 
@@ -96,21 +107,26 @@ class PackedWeightsCache {
 
   static PackedWeightsCache& Global();
 
-  // Returns packed weights for the filter. *fresh is true when they were
-  // packed by this call from the current filter bytes (no check needed),
-  // false for a cache hit that the caller must verify while computing.
+  // Returns packed weights for the filter. *fresh is true when no check
+  // is needed: packed by this call from the current filter bytes, or a
+  // pinned entry found by a call passing `pin` (header comment); false for
+  // a cache hit that the caller must verify while computing.
   // key_address is the filter's identity in the key: the filter itself,
   // or for one group of a grouped filter copied out (grouped.h) the
-  // original filter's address plus the group index.
+  // original filter's address plus the group index. `pin` is the call's
+  // FusedConvArgs::filter_pin (may be null).
   std::shared_ptr<const PackedWeights> Get(const int8_t* filter,
                                            const int8_t* key_address,
                                            const ConvGeometry& g,
-                                           const IsaKernels& isa, bool* fresh);
+                                           const IsaKernels& isa,
+                                           const std::shared_ptr<const void>& pin,
+                                           bool* fresh);
   // Repacks after a failed verification and replaces the entry.
   std::shared_ptr<const PackedWeights> Replace(const int8_t* filter,
                                                const int8_t* key_address,
                                                const ConvGeometry& g,
-                                               const IsaKernels& isa);
+                                               const IsaKernels& isa,
+                                               const std::shared_ptr<const void>& pin);
   void Clear();
   PackedWeightsCacheStats Stats() const;
 

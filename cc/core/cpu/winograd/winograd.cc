@@ -233,10 +233,10 @@ void RunWinograd(const FusedConvArgs& a, const WinogradKernels& k,
   PackedWeightsCache& cache = PackedWeightsCache::Global();
   bool fresh = false;
   std::shared_ptr<const PackedWeights> w =
-      cache.Get(a.filter, cache_key, g, *k.packing, &fresh);
+      cache.Get(a.filter, cache_key, g, *k.packing, a.filter_pin, &fresh);
   if (RunPass(a, k, plan, w->view(), !fresh, parallel_for)) {
     // The filter changed since it was packed: repack, recompute.
-    w = cache.Replace(a.filter, cache_key, g, *k.packing);
+    w = cache.Replace(a.filter, cache_key, g, *k.packing, a.filter_pin);
     RunPass(a, k, plan, w->view(), false, parallel_for);
   }
 }
