@@ -298,6 +298,20 @@ absl::Status ResourceFusedInt8ConvShape(InferenceContext* c) {
 
 }  // namespace
 
+// The attrs of both convolution ops, identical by construction: freezing
+// turns one op into the other by renaming it (tf_fused_int8/_freeze.py).
+#define FUSED_INT8_CONV_ATTRS                                   \
+  .Attr("T: {int8, qint8}")                                     \
+      .Attr("strides: list(int)")                               \
+      .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")           \
+      .Attr("explicit_paddings: list(int) = []")                \
+      .Attr("data_format: {'NHWC', 'NCHW_VECT_C'} = 'NHWC'")    \
+      .Attr("filter_format: {'HWIO', 'OIHW_VECT_I'} = 'HWIO'")  \
+      .Attr("activation_mode: {'Relu', 'None'} = 'Relu'")       \
+      .Attr("dilations: list(int) = [1, 1, 1, 1]")              \
+      .Attr("output_min: int = -128")                           \
+      .Attr("output_max: int = 127")
+
 REGISTER_OP("FusedInt8Conv2DBiasActivation")
     .Input("conv_input: T")
     .Input("filter: T")
@@ -306,16 +320,7 @@ REGISTER_OP("FusedInt8Conv2DBiasActivation")
     .Input("conv_input_scale: float")
     .Input("side_input_scale: float")
     .Output("output: T")
-    .Attr("T: {int8, qint8}")
-    .Attr("strides: list(int)")
-    .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")
-    .Attr("explicit_paddings: list(int) = []")
-    .Attr("data_format: {'NHWC', 'NCHW_VECT_C'} = 'NHWC'")
-    .Attr("filter_format: {'HWIO', 'OIHW_VECT_I'} = 'HWIO'")
-    .Attr("activation_mode: {'Relu', 'None'} = 'Relu'")
-    .Attr("dilations: list(int) = [1, 1, 1, 1]")
-    .Attr("output_min: int = -128")
-    .Attr("output_max: int = 127")
+    FUSED_INT8_CONV_ATTRS
     .SetShapeFn(FusedInt8ConvShape)
     .Doc(R"doc(
 Fused int8 convolution: conv2d + scale + side input + bias + activation.
@@ -348,16 +353,7 @@ REGISTER_OP("ResourceFusedInt8Conv2DBiasActivation")
     .Input("conv_input_scale: resource")
     .Input("side_input_scale: float")
     .Output("output: T")
-    .Attr("T: {int8, qint8}")
-    .Attr("strides: list(int)")
-    .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")
-    .Attr("explicit_paddings: list(int) = []")
-    .Attr("data_format: {'NHWC', 'NCHW_VECT_C'} = 'NHWC'")
-    .Attr("filter_format: {'HWIO', 'OIHW_VECT_I'} = 'HWIO'")
-    .Attr("activation_mode: {'Relu', 'None'} = 'Relu'")
-    .Attr("dilations: list(int) = [1, 1, 1, 1]")
-    .Attr("output_min: int = -128")
-    .Attr("output_max: int = 127")
+    FUSED_INT8_CONV_ATTRS
     .SetShapeFn(ResourceFusedInt8ConvShape)
     .Doc(R"doc(
 FusedInt8Conv2DBiasActivation with filter, bias and conv_input_scale read
