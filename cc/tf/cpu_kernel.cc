@@ -9,8 +9,10 @@
 // ResourceFusedInt8Conv2DBiasActivation (what the Keras layers run) reads its
 // filter, bias and conv_input_scale from resource variables here, as
 // ReadVariableOp would, and then computes exactly like the tensor op: one
-// graph node per layer instead of four (in a tf.function each node costs
-// about 1-2 us of TF's executor; MobileNetV2 has 54 layers).
+// graph node per layer instead of four (measured alone in a tf.function on
+// the Zen 4 VM, a ReadVariableOp costs about 0.8 us per call; an eager call
+// of the op with variables 147 -> 75 us). The filter variable's buffer is
+// pinned for the packed-weights cache (see ResourceFusedInt8ConvCpuOp).
 #include <cstdint>
 #include <cstring>
 #include <functional>
