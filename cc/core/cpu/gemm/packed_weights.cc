@@ -177,12 +177,6 @@ PackedWeightsCache& PackedWeightsCache::Global() {
   return *cache;
 }
 
-namespace {
-int64_t FilterBytes(const ConvGeometry& g) {
-  return g.filter_h * g.filter_w * g.in_c * g.out_c;
-}
-}  // namespace
-
 std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
     const int8_t* filter, const int8_t* key_address, const ConvGeometry& g,
     const IsaKernels& isa, const std::shared_ptr<const void>& pin, bool* fresh) {
@@ -205,7 +199,7 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
   std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->Insert(key, w, pin, FilterBytes(g));
+    impl_->Insert(key, w, pin, g.FilterElements());
   }
   *fresh = true;
   return w;
@@ -217,7 +211,7 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Replace(
   std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
   std::lock_guard<std::mutex> lock(impl_->mu);
   ++impl_->stats.stale;
-  impl_->Insert(MakeKey(key_address, g, isa), w, pin, FilterBytes(g));
+  impl_->Insert(MakeKey(key_address, g, isa), w, pin, g.FilterElements());
   return w;
 }
 
