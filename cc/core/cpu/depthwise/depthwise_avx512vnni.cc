@@ -33,7 +33,14 @@
 // block, like the borders, the 16-channel one. Measured back to back
 // (tools/bench/bench_core, one thread, Zen 4, which runs a zmm instruction
 // as two 256-bit halves): 56x56x128 s1 156 -> 124 us, 28x28x128 44 -> 33 us,
-// 56x56x192 245 -> 196 us; stride 2 (112x112x96) about 2x.
+// 56x56x192 245 -> 196 us; stride 2 (112x112x96) about 2x. Then blocks
+// outer and rows inner (L1 reuse, Rows3x3), the full interior pairs
+// specialized and the epilogue inlined by value (no accumulator spills),
+// old and new binaries alternated three times, one thread, Zen 4 VM:
+// 14x14x576 34-50 -> 28-29 us, 56x56x144 143-160 -> 124-132 us, 28x28x192
+// 46-51 -> 39-57 us, 7x7x960 15-19 -> 15 us. The same loop order in the
+// 16-channel kernel (depthwise_rows.h) changed nothing on the AVX2 path,
+// which is bound by its PMADDWDs there.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -47,6 +54,7 @@
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -175,9 +183,12 @@ struct Interior3x3 {
                             _mm512_set1_epi8(static_cast<char>(0x80)));
   }
 
-  void Store(const __m512i acc[4], int64_t ox) const {
+  // By value and inlined: GCC 12 made it a call taking the accumulators
+  // through the stack (with a vzeroupper per pixel).
+  __attribute__((always_inline)) void Store(__m512i a0, __m512i a1, __m512i a2,
+                                            __m512i a3, int64_t ox) const {
     const int64_t o = ox * d->channels + c0;
-    Epilogue64(acc[0], acc[1], acc[2], acc[3], blk->scale, blk->bias,
+    Epilogue64(a0, a1, a2, a3, blk->scale, blk->bias,
                side_row != nullptr ? side_row + o : nullptr, *k,
                ~__mmask64{0}, out_row + o);
   }
@@ -189,8 +200,14 @@ struct Interior3x3 {
   // the row's correction -128 * (w0 + w1 + w2) takes them off again: the
   // padding counts exactly zero, as in the reference. Unchecked pairs read
   // every column from the image.
-  template <int kS, bool kChecked>
-  void Pair(int64_t ox, bool two) const {
+  // kTwo: the pair has both pixels; kFullRows: all three filter rows lie
+  // inside the image (ky0 = 0, ky1 = 3). With both known at compile time
+  // the filter-row loop unrolls and the eight accumulators stay in
+  // registers; the general form spilled them to the stack (GCC 12), and
+  // the full interior pairs are nearly all of a layer's work.
+  template <int kS, bool kChecked, bool kTwo, bool kFullRows>
+  __attribute__((always_inline)) void Pair(int64_t ox) const {
+    constexpr bool two = kTwo;
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int64_t ix0 = ox * kS - g.pad_left;
@@ -202,8 +219,11 @@ struct Interior3x3 {
     };
     // The +128 undone for the valid filter rows.
     __m512i acc0[4], acc1[4];
+    const int64_t ky_begin = kFullRows ? 0 : ky0;
+    const int64_t ky_end = kFullRows ? 3 : ky1;
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      if (ky1 - ky0 == 3) {
+      if (kFullRows || ky1 - ky0 == 3) {
         acc0[j] = blk->corr_all[j];
       } else {
         acc0[j] = _mm512_setzero_si512();
@@ -213,7 +233,8 @@ struct Interior3x3 {
       }
       acc1[j] = acc0[j];
     }
-    for (int64_t ky = ky0; ky < ky1; ++ky) {
+#pragma GCC unroll 3
+    for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
       // An offset, not a pointer: ix0 may be negative, and a column outside
       // the image is neither addressed nor read.
       const int64_t row_off = ((iy0 + ky) * g.in_w + ix0) * cc + c0;
@@ -239,8 +260,8 @@ struct Interior3x3 {
         }
       }
     }
-    Store(acc0, ox);
-    if (two) Store(acc1, ox + 1);
+    Store(acc0[0], acc0[1], acc0[2], acc0[3], ox);
+    if (two) Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
   }
 
   // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
@@ -253,9 +274,17 @@ struct Interior3x3 {
       const int64_t ix0 = ox * kS - g.pad_left;
       const int64_t last = ix0 + (two ? kS + 2 : 2);
       if (ix0 >= 0 && last < g.in_w) {
-        Pair<kS, false>(ox, two);
+        if (!two) {
+          Pair<kS, false, false, false>(ox);
+        } else if (ky0 == 0 && ky1 == 3) {
+          Pair<kS, false, true, true>(ox);
+        } else {
+          Pair<kS, false, true, false>(ox);
+        }
+      } else if (two) {
+        Pair<kS, true, true, false>(ox);
       } else {
-        Pair<kS, true>(ox, two);
+        Pair<kS, true, false, false>(ox);
       }
     }
   }
@@ -297,23 +326,29 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     in.shuffle_e[j] = _mm512_load_si512(idx);
   }
   const int64_t c_split = nblocks * kBlock;
-  for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-    const int64_t n = r / g.out_h, oy = r % g.out_h;
-    // The channels past the last full 64-channel block: the one-tap-per-lane
-    // kernel, borders included.
-    if (c_split < cc) {
+  // The channels past the last full 64-channel block: the one-tap-per-lane
+  // kernel, borders included.
+  if (c_split < cc) {
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
       Rows16::Row(d, k, run_full, run_part, r, 0, g.out_w, c_split);
     }
-    in.image = d.input + n * g.in_h * g.in_w * cc;
-    in.iy0 = oy * g.stride_h - g.pad_top;
-    in.ky0 = d.ky_range[2 * oy];
-    in.ky1 = d.ky_range[2 * oy + 1];
-    in.out_row = d.output + r * g.out_w * cc;
-    in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-    // Every column of the full blocks, borders too (checked loads there).
-    for (int64_t bi = 0; bi < nblocks; ++bi) {
-      in.blk = &blocks[bi];
-      in.c0 = bi * kBlock;
+  }
+  // Blocks outer, rows inner: a block's weights (2-4 KiB) and the three
+  // input rows of its 64 channels stay in L1 from one output row to the
+  // next. Rows outer cycled every block's weights (3.8 KiB each; 34 KiB for
+  // 576 channels) and 3 full input rows through the 32 KiB L1 per row.
+  for (int64_t bi = 0; bi < nblocks; ++bi) {
+    in.blk = &blocks[bi];
+    in.c0 = bi * kBlock;
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      const int64_t n = r / g.out_h, oy = r % g.out_h;
+      in.image = d.input + n * g.in_h * g.in_w * cc;
+      in.iy0 = oy * g.stride_h - g.pad_top;
+      in.ky0 = d.ky_range[2 * oy];
+      in.ky1 = d.ky_range[2 * oy + 1];
+      in.out_row = d.output + r * g.out_w * cc;
+      in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+      // Every column, borders too (checked loads there).
       if (g.stride_w == 1) {
         in.Run<1>(0, g.out_w);
       } else {
