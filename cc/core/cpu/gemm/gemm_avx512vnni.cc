@@ -4,10 +4,14 @@
 // channels (24 zmm accumulators, 4 zmm of weights, 1 broadcast), weights in
 // kFormatZmmU8 (gemm_kernels.h), epilogue fused into the store
 // (cc/core/epilogue_avx512.h). A narrow last block (<= 48 channels) runs
-// NZ = 1-3 zmm per row with micro-tiles of kMrNarrow[NZ] rows (16, 12, 8:
-// 16-24 accumulators), so that Co = 16 does not issue 4x the VPDPBUSDs it
+// NZ = 1-3 zmm per row with micro-tiles of kMrNarrow[NZ] rows (8, 12, 8:
+// 8-24 accumulators), so that Co = 16 does not issue 4x the VPDPBUSDs it
 // needs (MobileNetV2's 32 -> 16 pointwise layer: 1.9x faster, measured on
-// Zen 4 with tools/bench). Built with -mavx512f -mavx512bw -mavx512dq
+// Zen 4 with tools/bench). NZ = 1 had 16 rows: their 16 row offsets did
+// not fit the general registers (GCC 12 kept some in xmm and on the
+// stack inside the k loop); 8 rows ran 112x112x32 -> 16 in 60-62 us
+// instead of 67-69 (bench_core, one thread, Zen 4, alternated), and 10 or
+// 12 rows for NZ = 2 changed nothing. Built with -mavx512f -mavx512bw -mavx512dq
 // -mavx512vl -mavx512vnni -mfma -ffp-contract=off; everything but the
 // IsaKernels table has internal linkage.
 #include <immintrin.h>
@@ -32,7 +36,7 @@ constexpr int64_t kGroupBytes = kBlock * 4;  // one k-group of a block
 constexpr int kMr = 6;                       // micro-tile rows (4 zmm)
 constexpr int64_t kKcGroups = 96;            // K panel: 96 * 256 B = 24 KiB
 // Micro-tile rows for NZ zmm per row (narrow blocks: NZ * rows <= 24).
-constexpr int kMrNarrow[5] = {0, 16, 12, 8, kMr};
+constexpr int kMrNarrow[5] = {0, 8, 12, 8, kMr};
 
 inline __mmask64 ByteMask(int64_t n) {
   return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
