@@ -15,6 +15,8 @@ import tensorflow as tf
 import tf_fused_int8
 from tf_fused_int8 import _loader
 
+import op_harness
+
 
 def numpy_quantize(x, scale):
   """The contract of the op in numpy (float32 division, rint = half to even)."""
@@ -103,6 +105,30 @@ def test_other_input_dtypes_are_cast_to_float32(dtype):
   x = tf.cast(tf.constant(np.linspace(-40, 40, 97, dtype=np.float32)), dtype)
   want = numpy_quantize(tf.cast(x, tf.float32).numpy(), 0.25)
   np.testing.assert_array_equal(tf_fused_int8.quantize_to_int8(x, 0.25).numpy(), want)
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_every_cpu_path(path):
+  """Each path's vector body (cc/core/cpu/quantize/: SSE2 baseline, AVX2,
+  AVX-512), lengths around its vector widths, forced the way
+  TF_FUSED_INT8_CPU_KERNEL forces the convolutions."""
+  with op_harness.forced_kernel(path):
+    for scale in (0.0123456, 0.5):
+      for n in (1, 31, 32, 33, 63, 64, 65, 129, 8192 + 37, 150528):
+        x = mixed_values(n, scale, seed=n)
+        np.testing.assert_array_equal(
+            tf_fused_int8.quantize_to_int8(x, scale).numpy(), numpy_quantize(x, scale),
+            err_msg=f"{path} n={n} scale={scale}")
+
+
+@pytest.mark.parametrize("path", op_harness.unavailable_paths()[:2])
+def test_forced_path_this_cpu_lacks_still_quantizes(path):
+  """The convolutions reject a forced path this CPU lacks; the quantize op
+  runs its baseline loop (the same bits) rather than failing."""
+  x = mixed_values(1000, 0.25, seed=3)
+  with op_harness.forced_kernel(path):
+    got = tf_fused_int8.quantize_to_int8(x, 0.25).numpy()
+  np.testing.assert_array_equal(got, numpy_quantize(x, 0.25))
 
 
 def test_same_bits_on_one_and_many_threads():

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cc/core/cpu/quantize/quantize_kernels.h"
+#include "cc/core/fused_conv.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -28,8 +31,32 @@ inline int8_t QuantizeOne(float x, float scale) {
   return static_cast<int8_t>(static_cast<int32_t>(v));
 }
 
-void QuantizeRange(const float* x, int64_t n, float scale, int8_t* q) {
-  int64_t i = 0;
+using VectorBody = int64_t (*)(const float*, int64_t, float, int8_t*);
+
+// The vector body of a CPU path (cc/core/cpu/quantize/), or null for the
+// SSE2 / portable loop below. All give the same bits.
+VectorBody BodyFor(KernelPath path) {
+#if defined(__x86_64__)
+  switch (path) {
+    case KernelPath::kAvx512Vnni:
+      return cpu::QuantizeAvx512;
+    case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
+    case KernelPath::kAvxVnni:
+      return cpu::QuantizeAvx2;
+    default:
+      return nullptr;
+  }
+#else
+  (void)path;
+  return nullptr;
+#endif
+}
+
+void QuantizeRange(VectorBody body, const float* x, int64_t n, float scale,
+                   int8_t* q) {
+  int64_t i = body != nullptr ? body(x, n, scale, q) : 0;
 #if defined(__SSE2__)
   // SSE2 is the x86-64 baseline: 16 elements per step. NaN lanes are zeroed
   // first (CMPORDPS mask), then clipped (MAXPS/MINPS never see a NaN), and
@@ -64,12 +91,25 @@ bool ValidQuantizeScale(float scale) {
 
 void QuantizeFloatToInt8(const float* x, int64_t n, float scale, int8_t* q,
                          const ParallelFor& parallel_for) {
+  // The convolutions' path (TF_FUSED_INT8_CPU_KERNEL or the best this CPU
+  // has); a forced path this CPU lacks, which the convolutions reject, falls
+  // back here to the baseline loop (the same bits).
+  KernelPath path = KernelPath::kPortable;
+  if (!ResolveKernelPath(KernelPath::kAuto, &path).empty()) {
+    path = KernelPath::kPortable;
+  }
+  QuantizeFloatToInt8(x, n, scale, q, parallel_for, path);
+}
+
+void QuantizeFloatToInt8(const float* x, int64_t n, float scale, int8_t* q,
+                         const ParallelFor& parallel_for, KernelPath path) {
   if (n <= 0) return;
+  const VectorBody body = KernelPathSupported(path) ? BodyFor(path) : nullptr;
   const int64_t units = (n + kUnit - 1) / kUnit;
   parallel_for(units, kUnit, [&](int64_t begin, int64_t end) {
     const int64_t b = begin * kUnit;
     const int64_t e = std::min(n, end * kUnit);
-    QuantizeRange(x + b, e - b, scale, q + b);
+    QuantizeRange(body, x + b, e - b, scale, q + b);
   });
 }
 

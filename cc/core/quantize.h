@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cc/core/conv_params.h"
+#include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
 
@@ -21,8 +22,13 @@ namespace tf_fused_int8 {
 bool ValidQuantizeScale(float scale);
 
 // q[i] for i in [0, n). Elements are independent: `parallel_for` splits n.
+// On the CPU path that TF_FUSED_INT8_CPU_KERNEL forces, or the best this
+// CPU has (the convolutions' choice); every path gives the same bits.
 void QuantizeFloatToInt8(const float* x, int64_t n, float scale, int8_t* q,
                          const ParallelFor& parallel_for);
+// On a given path (tests); an unsupported one runs the baseline loop.
+void QuantizeFloatToInt8(const float* x, int64_t n, float scale, int8_t* q,
+                         const ParallelFor& parallel_for, KernelPath path);
 
 // The same, one element, written the obvious way (the test's reference).
 int8_t QuantizeOneReference(float x, float scale);

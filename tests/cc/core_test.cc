@@ -1281,8 +1281,17 @@ namespace {
 // an independent rounding) and against hand-derived values: exact ties
 // (power-of-two scales make x / scale exact), the clip edges, NaN / Inf /
 // signed zeros / denormals / FLT_MAX, non-power-of-two scales, and lengths
-// around the 8192-element work unit under three partitions.
-void TestQuantize() {
+// around the 8192-element work unit under three partitions; on each CPU
+// path's vector body (cc/core/cpu/quantize/) and through the default entry.
+void TestQuantizeOn(const KernelPath* path) {
+  auto quantize = [path](const float* x, int64_t n, float scale, int8_t* q,
+                         const ParallelFor& pf) {
+    if (path == nullptr) {
+      QuantizeFloatToInt8(x, n, scale, q, pf);
+    } else {
+      QuantizeFloatToInt8(x, n, scale, q, pf, *path);
+    }
+  };
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   struct Fixed { float x, scale; int want; };
@@ -1299,7 +1308,7 @@ void TestQuantize() {
   };
   for (const Fixed& f : fixed) {
     int8_t q = 99;
-    QuantizeFloatToInt8(&f.x, 1, f.scale, &q, ParallelFor());
+    quantize(&f.x, 1, f.scale, &q, ParallelFor());
     EXPECT(q == f.want, "quantize(%g / %g) = %d, want %d", f.x, f.scale, q, f.want);
     EXPECT(QuantizeOneReference(f.x, f.scale) == f.want, "reference(%g / %g)", f.x,
            f.scale);
@@ -1308,14 +1317,37 @@ void TestQuantize() {
   for (int k = -140; k <= 140; ++k) {
     const float x = (static_cast<float>(k) + 0.5f) * 0.125f;
     int8_t q = 99;
-    QuantizeFloatToInt8(&x, 1, 0.125f, &q, ParallelFor());
+    quantize(&x, 1, 0.125f, &q, ParallelFor());
     const int even = (k % 2 == 0) ? k : k + 1;
     const int want = std::max(-128, std::min(127, even));
     EXPECT(q == want, "tie %d + 0.5: got %d, want %d", k, q, want);
   }
+  // The same fixed values and ties in one array, so that the vector bodies
+  // (not only the one-element tail) meet each of them.
+  {
+    std::vector<float> xs;
+    std::vector<int> want;
+    for (int rep = 0; rep < 3; ++rep) {
+      for (const Fixed& f : fixed) {
+        if (f.scale != 1.0f) continue;  // one scale per call
+        xs.push_back(f.x);
+        want.push_back(f.want);
+      }
+      for (int k = -140; k <= 140; ++k) {
+        xs.push_back(static_cast<float>(k) + 0.5f);
+        const int even = (k % 2 == 0) ? k : k + 1;
+        want.push_back(std::max(-128, std::min(127, even)));
+      }
+    }
+    std::vector<int8_t> q(xs.size(), 99);
+    quantize(xs.data(), static_cast<int64_t>(xs.size()), 1.0f, q.data(), ParallelFor());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      EXPECT(q[i] == want[i], "vector quantize(%g) = %d, want %d", xs[i], q[i], want[i]);
+    }
+  }
   std::mt19937 rng(7);
   const float scales[] = {1.0f / 127.5f, 0.0078125f, 0.0123456f, 3.0f, 1e-20f};
-  const int64_t lengths[] = {0, 1, 7, 8191, 8192, 8193, 3 * 8192 + 5, 100003};
+  const int64_t lengths[] = {0, 1, 7, 15, 31, 33, 63, 64, 65, 127, 8191, 8192, 8193, 3 * 8192 + 5, 100003};
   const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2), OddParallelFor(3)};
   for (float scale : scales) {
     for (int64_t n : lengths) {
@@ -1334,7 +1366,7 @@ void TestQuantize() {
       }
       for (const ParallelFor& pf : pfs) {
         std::vector<int8_t> q(static_cast<size_t>(n) + 1, 99);
-        QuantizeFloatToInt8(x.data(), n, scale, q.data(), pf);
+        quantize(x.data(), n, scale, q.data(), pf);
         int bad = 0;
         for (int64_t i = 0; i < n; ++i) {
           const size_t u = static_cast<size_t>(i);
@@ -1353,7 +1385,18 @@ void TestQuantize() {
   EXPECT(!ValidQuantizeScale(0.0f) && !ValidQuantizeScale(-1.0f) &&
              !ValidQuantizeScale(inf) && !ValidQuantizeScale(nan),
          "invalid scales");
-  std::printf("quantize: checked\n");
+}
+
+void TestQuantize() {
+  TestQuantizeOn(nullptr);
+  int paths = 1;
+  for (KernelPath p : {KernelPath::kPortable, KernelPath::kAvx2, KernelPath::kAvxVnni,
+                       KernelPath::kAvx512Vnni, KernelPath::kNeon}) {
+    if (!KernelPathSupported(p)) continue;
+    TestQuantizeOn(&p);
+    ++paths;
+  }
+  std::printf("quantize: checked on %d entries\n", paths);
 }
 
 }  // namespace
