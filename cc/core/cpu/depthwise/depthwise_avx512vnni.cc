@@ -193,7 +193,7 @@ struct Interior3x3 {
                ~__mmask64{0}, out_row + o);
   }
 
-  // Pixels ox and (if two) ox + 1, stride kS. kChecked: some input column
+  // Pixels ox and (if kTwo) ox + 1, stride kS. kChecked: some input column
   // of the pair may lie outside the image (a border pixel, its window partly
   // in the padding): such a column is the vector of zero activations, which
   // after the +128 is 0x80 in every byte, so that its taps add 128 * w and
@@ -207,7 +207,6 @@ struct Interior3x3 {
   // the full interior pairs are nearly all of a layer's work.
   template <int kS, bool kChecked, bool kTwo, bool kFullRows>
   __attribute__((always_inline)) void Pair(int64_t ox) const {
-    constexpr bool two = kTwo;
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int64_t ix0 = ox * kS - g.pad_left;
@@ -242,13 +241,13 @@ struct Interior3x3 {
                     x2 = column(row_off, 2);
       // The fourth pixel meets zero weights for ox: a single pixel reuses x2
       // instead of reading a column that may lie past the image.
-      const __m512i x3 = two ? column(row_off, 3) : x2;
+      const __m512i x3 = kTwo ? column(row_off, 3) : x2;
       __m512i u[4];
       Interleave4(x0, x1, x2, x3, u);
       for (int j = 0; j < 4; ++j) {
         acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
       }
-      if (two) {
+      if constexpr (kTwo) {
         __m512i e[4];
         if (kS == 2) {
           const __m512i x4 = column(row_off, 4);
@@ -261,7 +260,7 @@ struct Interior3x3 {
       }
     }
     Store(acc0[0], acc0[1], acc0[2], acc0[3], ox);
-    if (two) Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
+    if constexpr (kTwo) Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
   }
 
   // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
