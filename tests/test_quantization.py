@@ -466,6 +466,43 @@ def test_quantized_model_saves_exports_and_reloads(digits, tmp_path):
 
 # --------------------------------------------- int8 pooling (ResNet's stem)
 
+def test_zero_padding_with_other_readers_is_not_folded():
+  """A ZeroPadding2D read by a pooling and by something else stays a layer
+  of its own (its padded tensor is needed); the pooling then pads nothing,
+  and both results are the reference's bit for bit."""
+  inp = keras.Input((9, 9, 3), name="image")
+  h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
+  padded = L.ZeroPadding2D(1, name="pad")(h)
+  p = L.MaxPooling2D(3, strides=2, name="pool")(padded)
+  g = L.GlobalMaxPooling2D(name="gmp")(padded)
+  out = L.Conv2D(4, 3, padding="same", activation="relu", name="c2")(p)
+  model = keras.Model(inp, [out, g])
+  randomize(model, np.random.default_rng(5))
+  x = images(4, seed=9, shape=(9, 9, 3))
+  qmodel = quantization.quantize_model(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert "Int8ZeroPadding2D" in kinds, kinds
+  assert qmodel.get_layer("pool").zero_padding is None
+  c1 = qmodel.get_layer("c1")
+  s_in = qmodel.get_layer("image_quantize").scale
+  xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
+  k, b, s = c1.get_weights()
+  h1 = reference.fused_conv2d_reference(xq, k, b, conv_input_scale=s,
+                                        padding="SAME", activation="Relu")
+  hp = np.pad(h1, ((0, 0), (1, 1), (1, 1), (0, 0)))
+  pooled = tf.nn.max_pool2d(tf.constant(hp.astype(np.float32)), 3, 2,
+                            "VALID").numpy().astype(np.int8)
+  k, b, s = qmodel.get_layer("c2").get_weights()
+  want = reference.fused_conv2d_reference(pooled, k, b, conv_input_scale=s,
+                                          padding="SAME", activation="Relu")
+  got, got_max = qmodel(x)
+  s2 = np.float32(qmodel.get_layer(qmodel.output[0]._keras_history.operation.name).scale)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got.numpy(), want.astype(np.float32) * s2)
+  s1 = np.float32(qmodel.get_layer(qmodel.output[1]._keras_history.operation.name).scale)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got_max.numpy(),
+                                hp.max(axis=(1, 2)).astype(np.float32) * s1)
+
+
 def test_stem_pooling_stays_int8_and_exact(tmp_path):
   """conv+BN+ReLU -> ZeroPadding2D -> MaxPooling2D(3, 2) -> conv (+ a
   GlobalMaxPooling2D head), as keras.applications.ResNet50's stem: padding
@@ -490,8 +527,13 @@ def test_stem_pooling_stays_int8_and_exact(tmp_path):
     qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 2, kinds
-  for name in ("pad", "pool", "pool_same", "gmp"):
+  for name in ("pool", "pool_same", "gmp"):
     assert qmodel.get_layer(name).output.dtype == "int8", name
+  # The ZeroPadding2D feeds only the pooling: its zeros are added in the
+  # pooling's one op (FusedInt8MaxPool), with no padded copy.
+  assert "Int8ZeroPadding2D" not in kinds, kinds
+  assert qmodel.get_layer("pool").zero_padding == ((1, 1), (1, 1))
+  assert qmodel.get_layer("pool_same").zero_padding is None
   c1, c2 = qmodel.get_layer("c1"), qmodel.get_layer("c2")
   # c2 reads the pooled int8 tensor at c1's output scale: its
   # conv_input_scale is s_in * s_w / s_out with s_in = c1's output scale.
@@ -527,6 +569,7 @@ def test_stem_pooling_stays_int8_and_exact(tmp_path):
   loaded = keras.models.load_model(path)
   assert isinstance(loaded.get_layer("pool"), quantization.Int8MaxPooling2D)
   assert loaded.get_layer("pool").output.dtype == "int8"
+  assert loaded.get_layer("pool").zero_padding == ((1, 1), (1, 1))
   for a, b in zip(loaded(x), (got, got_max)):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
   export_dir = str(tmp_path / "stem_savedmodel")

@@ -391,3 +391,69 @@ def quantize_to_int8(x, scale, name=None):
     if x.dtype != tf.float32:
       x = tf.cast(x, tf.float32)
     return ops.fused_int8_quantize(x=x, scale=s32)
+
+
+def _zero_padding(zero_padding):
+  """[top, bottom, left, right] of keras.layers.ZeroPadding2D's forms."""
+  if zero_padding is None:
+    return [0, 0, 0, 0]
+  if isinstance(zero_padding, numbers.Integral):
+    p = int(zero_padding)
+    pads = [p, p, p, p]
+  else:
+    zero_padding = list(zero_padding)
+    if len(zero_padding) != 2:
+      raise ValueError(f"zero_padding must be an int, (rows, cols) or "
+                       f"((top, bottom), (left, right)), got {zero_padding!r}")
+    pads = []
+    for part in zero_padding:
+      if isinstance(part, numbers.Integral):
+        pads += [int(part), int(part)]
+      else:
+        part = list(part)
+        if len(part) != 2:
+          raise ValueError(f"zero_padding must be an int, (rows, cols) or "
+                           f"((top, bottom), (left, right)), got "
+                           f"{zero_padding!r}")
+        pads += [int(v) for v in part]
+  if min(pads) < 0:
+    raise ValueError(f"zero_padding must be non-negative, got {zero_padding!r}")
+  return pads
+
+
+def max_pool2d_int8(x, ksize, strides, padding, zero_padding=None, name=None):
+  """int8 max pooling (NHWC), optionally after zero padding, in one op.
+
+  ``tf.nn.max_pool2d(ZeroPadding2D(zero_padding)(x), ksize, strides,
+  padding)`` for an int8 ``x`` (int8 0 is real 0, so the zeros are what a
+  ``keras.layers.ZeroPadding2D`` adds; SAME's own padding cells are ignored,
+  as in ``tf.nn.max_pool2d``), bit for bit, without the padded copy (the op
+  FusedInt8MaxPool, CPU kernel; on a GPU device TF places it on the CPU).
+  What ``tf_fused_int8.quantization``'s ``Int8MaxPooling2D`` runs.
+
+  Args:
+    x: an int8 tensor [batch, height, width, channels].
+    ksize: the window: an int, [height, width] or [1, height, width, 1].
+    strides: likewise.
+    padding: "SAME" or "VALID".
+    zero_padding: None, an int, (rows, cols) or ((top, bottom), (left,
+      right)), as ``keras.layers.ZeroPadding2D``.
+    name: optional name scope (graph mode).
+
+  Returns:
+    An int8 tensor [batch, out_height, out_width, channels].
+  """
+  padding = _choice("padding", padding, ("SAME", "VALID"))
+  ksize = _window_attr("ksize", ksize, "NHWC")
+  strides = _window_attr("strides", strides, "NHWC")
+  pads = _zero_padding(zero_padding)
+  ops = _loader.load_ops()
+  eager = tf.executing_eagerly()
+  scope = (contextlib.nullcontext() if eager else
+           tf.name_scope(name or "max_pool2d_int8"))
+  with scope:
+    x = tf.convert_to_tensor(x)
+    if x.dtype != tf.int8:
+      raise TypeError(f"x must be int8, got {x.dtype.name}")
+    return ops.fused_int8_max_pool(input=x, ksize=ksize, strides=strides,
+                                   padding=padding, zero_paddings=pads)

@@ -584,7 +584,48 @@ class _KeepsInputDtype:
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Int8MaxPooling2D(_KeepsInputDtype, keras.layers.MaxPooling2D):
-  """MaxPooling2D of an int8 tensor, in int8 (exact at the input's scale)."""
+  """MaxPooling2D of an int8 tensor, in int8 (exact at the input's scale).
+
+  ``zero_padding`` (keras.layers.ZeroPadding2D's forms; None: none) adds
+  those zeros around the input first, in the same op: quantize_model folds
+  a ZeroPadding2D that feeds only this pooling into it (ResNet's stem).
+  channels_last int8 runs ``tf_fused_int8.max_pool2d_int8`` (one pass, no
+  padded copy; on the CPU); anything else pads and pools as Keras does.
+  """
+
+  def __init__(self, *args, zero_padding=None, **kwargs):
+    super().__init__(*args, **kwargs)
+    if zero_padding is None:
+      self.zero_padding = None
+    else:
+      t, b, l, r = ops._zero_padding(zero_padding)  # pylint: disable=protected-access
+      self.zero_padding = ((t, b), (l, r))
+
+  def call(self, inputs):
+    if inputs.dtype == tf.int8 and self.data_format == "channels_last":
+      return ops.max_pool2d_int8(inputs, self.pool_size, self.strides,
+                                 self.padding.upper(), self.zero_padding)
+    if self.zero_padding is not None:
+      (t, b), (l, r) = self.zero_padding
+      spatial = [[t, b], [l, r]]
+      inputs = tf.pad(inputs, [[0, 0]] + spatial + [[0, 0]]
+                      if self.data_format == "channels_last" else
+                      [[0, 0], [0, 0]] + spatial)
+    return super().call(inputs)
+
+  def compute_output_shape(self, input_shape):
+    if self.zero_padding is not None:
+      input_shape = list(input_shape)
+      rows, cols = (1, 2) if self.data_format == "channels_last" else (2, 3)
+      for axis, (before, after) in zip((rows, cols), self.zero_padding):
+        if input_shape[axis] is not None:
+          input_shape[axis] += before + after
+    return super().compute_output_shape(tuple(input_shape))
+
+  def get_config(self):
+    config = super().get_config()
+    config["zero_padding"] = self.zero_padding
+    return config
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
@@ -776,6 +817,27 @@ def _zero_padding_pairs(node):
     return None
   (top, bottom), (left, right) = op.padding
   return ((int(top), int(bottom)), (int(left), int(right)))
+
+
+def _folded_zero_padding(pool_node, graph, int8_of):
+  """(((top, bottom), (left, right)), the padding's input) of the plain
+  ZeroPadding2D whose output only this MaxPooling2D node reads, both layers
+  called once and the padding's input int8 (in `int8_of`); else None."""
+  op = pool_node.operation
+  if (type(op) is not keras.layers.MaxPooling2D or  # pylint: disable=unidiomatic-typecheck
+      len(op._inbound_nodes) != 1):  # pylint: disable=protected-access
+    return None
+  x = pool_node.input_tensors[0]
+  pad = graph.producer.get(id(x))
+  if pad is None or pad.is_input or graph.sole_consumer(x) is not pool_node:
+    return None
+  pairs = _zero_padding_pairs(pad)
+  if pairs is None or len(pad.operation._inbound_nodes) != 1:  # pylint: disable=protected-access
+    return None
+  src = pad.input_tensors[0]
+  if id(src) not in int8_of:
+    return None
+  return pairs, src
 
 
 def _merged_padding(conv, zero_pads, in_hw):
@@ -1534,6 +1596,14 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         config = op.get_config()
         if len(op._inbound_nodes) > 1:  # pylint: disable=protected-access
           config["name"] = names(f"{op.name}_int8")
+        pad = _folded_zero_padding(node, graph, int8_of)
+        if pad is not None:
+          # A ZeroPadding2D feeding only this pooling: its zeros are added
+          # in the pooling op (no padded copy). The ZeroPadding2D's own int8
+          # twin, built at its node, is then read by nothing and is not part
+          # of the model.
+          config["zero_padding"] = pad[0]
+          t = pad[1]
         int8_op = int8_clones[id(op)] = _INT8_PASSTHROUGH[type(op)].from_config(
             config)
       int8_of[id(out)] = int8_op(int8_of[id(t)])

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/pool.h"
+#include "cc/tf/pool_attrs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -372,6 +374,51 @@ float32 -> int8 in one pass: q = clip(round_half_to_even(x / scale), -128,
 127), NaN -> 0 (x / scale is IEEE float32 division). scale must be a
 positive finite float32. The same bits as tf.round(x / scale) clipped to
 [-128, 127] and cast, with NaN mapped to 0.
+)doc");
+
+REGISTER_OP("FusedInt8MaxPool")
+    .Input("input: int8")
+    .Output("output: int8")
+    .Attr("ksize: list(int) >= 4")
+    .Attr("strides: list(int) >= 4")
+    .Attr("padding: {'SAME', 'VALID'}")
+    .Attr("zero_paddings: list(int) = []")
+    .SetShapeFn([](InferenceContext* c) -> absl::Status {
+      std::vector<int32_t> ksize, strides, zero_paddings;
+      std::string padding_name;
+      TF_RETURN_IF_ERROR(c->GetAttr("ksize", &ksize));
+      TF_RETURN_IF_ERROR(c->GetAttr("strides", &strides));
+      TF_RETURN_IF_ERROR(c->GetAttr("zero_paddings", &zero_paddings));
+      TF_RETURN_IF_ERROR(c->GetAttr("padding", &padding_name));
+      MaxPoolGeometry g;
+      Padding padding;
+      TF_RETURN_IF_ERROR(
+          MaxPoolAttrs(ksize, strides, zero_paddings, padding_name, &g, &padding));
+      ShapeHandle in;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &in));
+      DimensionHandle h = c->Dim(in, 1), w = c->Dim(in, 2);
+      DimensionHandle out_h = c->UnknownDim(), out_w = c->UnknownDim();
+      if (c->ValueKnown(h) && c->ValueKnown(w)) {
+        g.batch = 1;
+        g.channels = 1;
+        g.in_h = c->Value(h);
+        g.in_w = c->Value(w);
+        const std::string err = ComputeMaxPoolGeometry(padding, &g);
+        if (!err.empty()) {
+          return absl::InvalidArgumentError("FusedInt8MaxPool: " + err);
+        }
+        out_h = c->MakeDim(g.out_h);
+        out_w = c->MakeDim(g.out_w);
+      }
+      c->set_output(0, c->MakeShape({c->Dim(in, 0), out_h, out_w, c->Dim(in, 3)}));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+int8 max pooling, NHWC (a quantized model's activations; exact at the
+input's scale). The input is first surrounded by zero_paddings zeros
+([top, bottom, left, right], as keras.layers.ZeroPadding2D; int8 0 is real
+0), then pooled as tf.nn.max_pool with ksize, strides and padding (SAME's
+padding cells are ignored, never zeros).
 )doc");
 
 }  // namespace tf_fused_int8

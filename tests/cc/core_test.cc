@@ -33,6 +33,7 @@
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
+#include "cc/core/pool.h"
 #include "cc/core/quantize.h"
 
 namespace tf_fused_int8 {
@@ -1399,6 +1400,123 @@ void TestQuantize() {
   std::printf("quantize: checked on %d entries\n", paths);
 }
 
+// int8 max pooling: every path (and the default) against the reference
+// over a generated sweep of windows, strides, SAME / VALID, zero padding and
+// channel counts around the vector widths (16, 32, 64 and tails), inputs
+// random or all -128 (so a zero pad cell, 0, must win); plus the geometry
+// errors.
+void TestMaxPool() {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> u8(-128, 127);
+  int runs = 0;
+  const int64_t channel_counts[] = {1, 3, 16, 31, 32, 33, 64, 65, 100, 128, 130};
+  for (int it = 0; it < 400; ++it) {
+    MaxPoolGeometry g;
+    g.batch = 1 + it % 2;
+    g.in_h = 1 + rng() % 9;
+    g.in_w = 1 + rng() % 9;
+    g.channels = channel_counts[rng() % (sizeof(channel_counts) / sizeof(channel_counts[0]))];
+    g.window_h = 1 + rng() % 4;
+    g.window_w = 1 + rng() % 4;
+    g.stride_h = 1 + rng() % 3;
+    g.stride_w = 1 + rng() % 3;
+    if (it % 3 == 0) {
+      g.zero_top = rng() % 3; g.zero_bottom = rng() % 3;
+      g.zero_left = rng() % 3; g.zero_right = rng() % 3;
+    }
+    const Padding padding = it % 2 ? Padding::kSame : Padding::kValid;
+    if (!ComputeMaxPoolGeometry(padding, &g).empty()) continue;  // VALID too small
+    std::vector<int8_t> x(static_cast<size_t>(g.InputElements()));
+    const bool lowest = it % 5 == 0;
+    for (auto& v : x) v = static_cast<int8_t>(lowest ? -128 : u8(rng));
+    std::vector<int8_t> want(static_cast<size_t>(g.OutputElements()));
+    MaxPoolInt8Reference(x.data(), g, want.data());
+    auto check = [&](const KernelPath* path, const char* name) {
+      for (int threads : {1, 3}) {
+        std::vector<int8_t> got(want.size(), 55);
+        if (path == nullptr) {
+          MaxPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads));
+        } else {
+          MaxPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads), *path);
+        }
+        EXPECT(got == want,
+               "max pool %s, %lld threads: %lldx%lldx%lld window %lldx%lld stride %lldx%lld "
+               "zeros %lld,%lld,%lld,%lld %s",
+               name, (long long)threads, (long long)g.in_h, (long long)g.in_w,
+               (long long)g.channels, (long long)g.window_h, (long long)g.window_w,
+               (long long)g.stride_h, (long long)g.stride_w, (long long)g.zero_top,
+               (long long)g.zero_bottom, (long long)g.zero_left, (long long)g.zero_right,
+               padding == Padding::kSame ? "SAME" : "VALID");
+        ++runs;
+      }
+    };
+    check(nullptr, "default");
+    for (KernelPath p : kFastPaths) {
+      if (KernelPathSupported(p)) check(&p, KernelPathName(p));
+    }
+    // A path this CPU lacks still pools (the portable loop).
+    for (KernelPath p : kFastPaths) {
+      if (!KernelPathSupported(p)) { check(&p, KernelPathName(p)); break; }
+    }
+  }
+  // ResNet50's stem pool, zero padding 1 then VALID 3x3 / 2, all -128: the
+  // windows of the first output row and column hold a zero cell; those of
+  // the last ones (X' cells 110..112 of 0..113) do not.
+  {
+    MaxPoolGeometry g;
+    g.batch = 1; g.in_h = g.in_w = 112; g.channels = 64;
+    g.window_h = g.window_w = 3; g.stride_h = g.stride_w = 2;
+    g.zero_top = g.zero_bottom = g.zero_left = g.zero_right = 1;
+    EXPECT(ComputeMaxPoolGeometry(Padding::kValid, &g).empty(), "stem geometry");
+    EXPECT(g.out_h == 56 && g.out_w == 56, "stem output %lldx%lld",
+           (long long)g.out_h, (long long)g.out_w);
+    std::vector<int8_t> x(static_cast<size_t>(g.InputElements()), -128);
+    std::vector<int8_t> got(static_cast<size_t>(g.OutputElements()), 1);
+    MaxPoolInt8(x.data(), g, got.data(), ThreadParallelFor(2));
+    EXPECT(got[0] == 0 && got[30 * 64] == 0 && got[30 * 56 * 64 + 63] == 0 &&
+               got[(55 * 56 + 55) * 64] == -128 && got[(1 * 56 + 1) * 64] == -128,
+           "stem borders: %d %d %d %d %d", got[0], got[30 * 64], got[30 * 56 * 64 + 63],
+           got[(55 * 56 + 55) * 64], got[(1 * 56 + 1) * 64]);
+    ++runs;
+  }
+  // SAME ignores its padding cells: all -128 stays -128 everywhere.
+  {
+    MaxPoolGeometry g;
+    g.batch = 1; g.in_h = g.in_w = 5; g.channels = 8;
+    g.window_h = g.window_w = 3; g.stride_h = g.stride_w = 2;
+    EXPECT(ComputeMaxPoolGeometry(Padding::kSame, &g).empty(), "same geometry");
+    std::vector<int8_t> x(static_cast<size_t>(g.InputElements()), -128);
+    std::vector<int8_t> got(static_cast<size_t>(g.OutputElements()), 1);
+    MaxPoolInt8(x.data(), g, got.data(), ThreadParallelFor(1));
+    EXPECT(std::all_of(got.begin(), got.end(), [](int8_t v) { return v == -128; }),
+           "SAME pads are ignored, not zeros");
+  }
+  // Geometry errors name the argument.
+  auto error = [](MaxPoolGeometry g, Padding p) { return ComputeMaxPoolGeometry(p, &g); };
+  MaxPoolGeometry ok;
+  ok.batch = 1; ok.in_h = ok.in_w = 4; ok.channels = 2; ok.window_h = ok.window_w = 2;
+  EXPECT(error(ok, Padding::kValid).empty(), "valid geometry");
+  MaxPoolGeometry bad = ok; bad.window_h = 0;
+  EXPECT(error(bad, Padding::kValid).find("window height") != std::string::npos, "window 0");
+  bad = ok; bad.stride_w = 0;
+  EXPECT(error(bad, Padding::kSame).find("stride width") != std::string::npos, "stride 0");
+  bad = ok; bad.zero_left = -1;
+  EXPECT(error(bad, Padding::kSame).find("zero padding left") != std::string::npos, "negative pad");
+  bad = ok; bad.window_w = 5;
+  EXPECT(error(bad, Padding::kValid).find("smaller than the window width") != std::string::npos,
+         "VALID window too large");
+  bad.zero_right = 1;
+  EXPECT(error(bad, Padding::kValid).empty(), "zero padding makes the window fit");
+  bad = ok; bad.channels = -3;
+  EXPECT(error(bad, Padding::kValid).find("channels") != std::string::npos, "negative channels");
+  bad = ok; bad.batch = int64_t{1} << 31;
+  EXPECT(error(bad, Padding::kValid).find("batch") != std::string::npos, "huge batch");
+  bad = ok; bad.in_h = bad.in_w = bad.channels = bad.batch = (int64_t{1} << 31) - 1;
+  EXPECT(error(bad, Padding::kValid).find("2^62") != std::string::npos, "element count overflow");
+  EXPECT(error(ok, Padding::kExplicit).find("SAME or VALID") != std::string::npos, "explicit");
+  std::printf("max pool: %d runs checked\n", runs);
+}
+
 }  // namespace
 }  // namespace tf_fused_int8
 
@@ -1409,6 +1527,7 @@ int main() {
   TestGeometryErrors();
   TestKernelPathNames();
   TestQuantize();
+  TestMaxPool();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
       std::printf("%d failures\n", testing::ExpectFailures());

@@ -1,0 +1,228 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+#include "cc/core/pool.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cc/core/cpu/pool/pool_kernels.h"
+#include "cc/core/fused_conv.h"
+
+namespace tf_fused_int8 {
+namespace {
+
+constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+// a * b for non-negative a, b, or -1 past 2^62.
+int64_t MulCapped(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  if (a > (int64_t{1} << 62) / b) return -1;
+  return a * b;
+}
+
+// One spatial dimension: X' = in + zeros, then TF's SAME / VALID.
+std::string OutputSize(const char* dim, int64_t in, int64_t zeros_before,
+                       int64_t zeros_after, int64_t window, int64_t stride,
+                       Padding padding, int64_t* out, int64_t* pad_before) {
+  const int64_t padded = in + zeros_before + zeros_after;  // each < 2^31
+  if (padding == Padding::kValid) {
+    if (padded < window) {
+      return std::string("input ") + dim + " (" + Str(in) + ") plus zero "
+             "padding (" + Str(zeros_before) + " + " + Str(zeros_after) +
+             ") is smaller than the window " + dim + " (" + Str(window) +
+             ") with padding VALID: the output would be empty";
+    }
+    *out = (padded - window) / stride + 1;
+    *pad_before = 0;
+    return "";
+  }
+  *out = (padded + stride - 1) / stride;
+  const int64_t total = std::max<int64_t>((*out - 1) * stride + window - padded, 0);
+  *pad_before = total / 2;
+  return "";
+}
+
+// The window cells [*lo, *hi) along one dimension of X' (SAME's ignored
+// cells cut off) for output index o.
+inline void WindowRange(int64_t o, int64_t stride, int64_t pad, int64_t window,
+                        int64_t padded, int64_t* lo, int64_t* hi) {
+  const int64_t start = o * stride - pad;
+  *lo = std::max<int64_t>(start, 0);
+  *hi = std::min<int64_t>(start + window, padded);
+}
+
+cpu::MaxPoolBody BodyFor(KernelPath path) {
+#if defined(__x86_64__)
+  switch (path) {
+    case KernelPath::kAvx512Vnni:
+      return cpu::MaxPoolAvx512;
+    case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
+    case KernelPath::kAvxVnni:
+      return cpu::MaxPoolAvx2;
+    default:
+      break;
+  }
+#else
+  (void)path;
+#endif
+  return [](const int8_t* const* rows, int64_t count, int64_t channels,
+            int8_t init, int8_t* out) {
+    cpu::MaxPoolChannels(rows, count, 0, channels, init, out);
+  };
+}
+
+// Output rows [begin, end) of the flattened (batch, out_h).
+void PoolRows(cpu::MaxPoolBody body, const int8_t* x, const MaxPoolGeometry& g,
+              int8_t* out, int64_t begin, int64_t end) {
+  const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
+  const int64_t wp = g.in_w + g.zero_left + g.zero_right;
+  const int64_t c = g.channels;
+  std::vector<const int8_t*> cells(
+      static_cast<size_t>(g.window_h * g.window_w));
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t n = r / g.out_h, oh = r % g.out_h;
+    int64_t h0, h1;
+    WindowRange(oh, g.stride_h, g.pad_top, g.window_h, hp, &h0, &h1);
+    // The input rows of the window (X' rows minus the zero rows).
+    const int64_t ih0 = std::max<int64_t>(h0, g.zero_top) - g.zero_top;
+    const int64_t ih1 = std::min<int64_t>(h1, g.zero_top + g.in_h) - g.zero_top;
+    const bool zero_rows = h0 < g.zero_top || h1 > g.zero_top + g.in_h;
+    const int8_t* image = x + n * g.in_h * g.in_w * c;
+    int8_t* dst = out + r * g.out_w * c;
+    for (int64_t ow = 0; ow < g.out_w; ++ow, dst += c) {
+      int64_t w0, w1;
+      WindowRange(ow, g.stride_w, g.pad_left, g.window_w, wp, &w0, &w1);
+      const int64_t iw0 = std::max<int64_t>(w0, g.zero_left) - g.zero_left;
+      const int64_t iw1 =
+          std::min<int64_t>(w1, g.zero_left + g.in_w) - g.zero_left;
+      const bool zeros =
+          zero_rows || w0 < g.zero_left || w1 > g.zero_left + g.in_w;
+      int64_t count = 0;
+      for (int64_t ih = ih0; ih < ih1; ++ih) {
+        for (int64_t iw = iw0; iw < iw1; ++iw) {
+          cells[static_cast<size_t>(count++)] = image + (ih * g.in_w + iw) * c;
+        }
+      }
+      body(cells.data(), count, c, static_cast<int8_t>(zeros ? 0 : -128), dst);
+    }
+  }
+}
+
+}  // namespace
+
+std::string ComputeMaxPoolGeometry(Padding padding, MaxPoolGeometry* g) {
+  if (padding != Padding::kSame && padding != Padding::kValid) {
+    return "padding must be SAME or VALID";
+  }
+  const struct {
+    const char* name;
+    int64_t value, min;
+  } dims[] = {
+      {"batch", g->batch, 0},           {"input height", g->in_h, 0},
+      {"input width", g->in_w, 0},      {"channels", g->channels, 0},
+      {"window height", g->window_h, 1}, {"window width", g->window_w, 1},
+      {"stride height", g->stride_h, 1}, {"stride width", g->stride_w, 1},
+      {"zero padding top", g->zero_top, 0},
+      {"zero padding bottom", g->zero_bottom, 0},
+      {"zero padding left", g->zero_left, 0},
+      {"zero padding right", g->zero_right, 0},
+  };
+  for (const auto& d : dims) {
+    if (d.value < d.min || d.value > kMaxDim) {
+      return std::string(d.name) + " must be in [" + Str(d.min) + ", " +
+             Str(kMaxDim) + "], got " + Str(d.value);
+    }
+  }
+  if (g->in_h + g->zero_top + g->zero_bottom > kMaxDim ||
+      g->in_w + g->zero_left + g->zero_right > kMaxDim) {
+    return "input plus zero padding must be at most " + Str(kMaxDim) +
+           " per dimension";
+  }
+  if (MulCapped(g->window_h, g->window_w) < 0 ||
+      g->window_h * g->window_w > kMaxDim) {
+    return "window height * width must be at most " + Str(kMaxDim);
+  }
+  std::string err = OutputSize("height", g->in_h, g->zero_top, g->zero_bottom,
+                               g->window_h, g->stride_h, padding, &g->out_h,
+                               &g->pad_top);
+  if (err.empty()) {
+    err = OutputSize("width", g->in_w, g->zero_left, g->zero_right,
+                     g->window_w, g->stride_w, padding, &g->out_w,
+                     &g->pad_left);
+  }
+  if (!err.empty()) return err;
+  int64_t in = g->batch, out = g->batch;
+  for (int64_t d : {g->in_h, g->in_w, g->channels}) in = in < 0 ? -1 : MulCapped(in, d);
+  for (int64_t d : {g->out_h, g->out_w, g->channels}) out = out < 0 ? -1 : MulCapped(out, d);
+  if (in < 0 || out < 0) return "input or output element count exceeds 2^62";
+  return "";
+}
+
+void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
+                 const ParallelFor& parallel_for) {
+  // The convolutions' path (TF_FUSED_INT8_CPU_KERNEL or the best this CPU
+  // has); a forced path this CPU lacks runs the portable loop (same bytes).
+  KernelPath path = KernelPath::kPortable;
+  if (!ResolveKernelPath(KernelPath::kAuto, &path).empty()) {
+    path = KernelPath::kPortable;
+  }
+  MaxPoolInt8(x, g, out, parallel_for, path);
+}
+
+void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
+                 const ParallelFor& parallel_for, KernelPath path) {
+  const int64_t rows = g.batch * g.out_h;
+  if (rows == 0 || g.out_w == 0 || g.channels == 0) return;
+  const cpu::MaxPoolBody body =
+      KernelPathSupported(path) ? BodyFor(path) : BodyFor(KernelPath::kPortable);
+  // Cost of one output row, in cycles: about one VPMAXSB (and its load) per
+  // window cell and 64 channels, two a cycle, plus the row's bookkeeping.
+  // ResNet50's stem pool (3x3 / 2 over 112x112x64, 56 rows of 56) is then
+  // 56 * 56 * 9 / 2 ~ 14000 cycles in all: below the pool's inline
+  // threshold, it runs on the calling thread.
+  const int64_t per_row =
+      g.out_w * (g.window_h * g.window_w * ((g.channels + 63) / 64) / 2 + 8);
+  parallel_for(rows, std::max<int64_t>(per_row, 1),
+               [&](int64_t begin, int64_t end) {
+                 PoolRows(body, x, g, out, begin, end);
+               });
+}
+
+void MaxPoolInt8Reference(const int8_t* x, const MaxPoolGeometry& g,
+                          int8_t* out) {
+  const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
+  const int64_t wp = g.in_w + g.zero_left + g.zero_right;
+  for (int64_t n = 0; n < g.batch; ++n) {
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        for (int64_t c = 0; c < g.channels; ++c) {
+          int best = std::numeric_limits<int>::min();
+          for (int64_t kh = 0; kh < g.window_h; ++kh) {
+            for (int64_t kw = 0; kw < g.window_w; ++kw) {
+              // Cell of X' (SAME cells outside X' are skipped).
+              const int64_t ph = oh * g.stride_h - g.pad_top + kh;
+              const int64_t pw = ow * g.stride_w - g.pad_left + kw;
+              if (ph < 0 || ph >= hp || pw < 0 || pw >= wp) continue;
+              const int64_t ih = ph - g.zero_top, iw = pw - g.zero_left;
+              const bool real = ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
+              const int v = real ? x[((n * g.in_h + ih) * g.in_w + iw) *
+                                         g.channels + c]
+                                 : 0;
+              best = std::max(best, v);
+            }
+          }
+          out[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] =
+              static_cast<int8_t>(best);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tf_fused_int8
