@@ -94,6 +94,12 @@ def _padding_attrs(padding, explicit_paddings):
   return "EXPLICIT", [v for pair in pairs for v in pair]
 
 
+def _op_scope(eager, name, default):
+  """The name scope of a wrapper's ops: none when eager (eager ops have no
+  names, so a scope only costs time), `name` or `default` in a graph."""
+  return contextlib.nullcontext() if eager else tf.name_scope(name or default)
+
+
 def _choice(name, value, choices):
   if isinstance(value, bytes):
     value = value.decode()
@@ -221,9 +227,7 @@ def fused_conv2d_bias_activation(conv_input,
   dilations = _window_attr("dilations", dilations, data_format)
   activation_mode = _activation(activation_mode)
   eager = tf.executing_eagerly()
-  # Eagerly a name scope only costs time (eager ops have no names).
-  scope = (contextlib.nullcontext() if eager else
-           tf.name_scope(name or "fused_conv2d_bias_activation"))
+  scope = _op_scope(eager, name, "fused_conv2d_bias_activation")
   with scope:
     conv_input = tf.convert_to_tensor(conv_input, name="conv_input")
     if conv_input.dtype not in (tf.int8, tf.qint8):
@@ -384,8 +388,7 @@ def quantize_to_int8(x, scale, name=None):
                      f"{scale!r}")
   ops = _loader.load_ops()
   eager = tf.executing_eagerly()
-  scope = (contextlib.nullcontext() if eager else
-           tf.name_scope(name or "quantize_to_int8"))
+  scope = _op_scope(eager, name, "quantize_to_int8")
   with scope:
     x = tf.convert_to_tensor(x)
     if x.dtype != tf.float32:
@@ -449,8 +452,7 @@ def max_pool2d_int8(x, ksize, strides, padding, zero_padding=None, name=None):
   pads = _zero_padding(zero_padding)
   ops = _loader.load_ops()
   eager = tf.executing_eagerly()
-  scope = (contextlib.nullcontext() if eager else
-           tf.name_scope(name or "max_pool2d_int8"))
+  scope = _op_scope(eager, name, "max_pool2d_int8")
   with scope:
     x = tf.convert_to_tensor(x)
     if x.dtype != tf.int8:
