@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cc/core/cpu/pool/pool_kernels.h"
+#include "cc/core/cpu/vector_isa.h"
 #include "cc/core/fused_conv.h"
 
 namespace tf_fused_int8 {
@@ -57,15 +58,12 @@ inline void WindowRange(int64_t o, int64_t stride, int64_t pad, int64_t window,
 
 cpu::MaxPoolBody BodyFor(KernelPath path) {
 #if defined(__x86_64__)
-  switch (path) {
-    case KernelPath::kAvx512Vnni:
+  switch (cpu::VectorIsaOf(path)) {
+    case cpu::VectorIsa::kAvx512:
       return cpu::MaxPoolAvx512;
-    case KernelPath::kAvx2:
-    case KernelPath::kAvx2Direct:
-    case KernelPath::kAvx2Winograd:
-    case KernelPath::kAvxVnni:
+    case cpu::VectorIsa::kAvx2:
       return cpu::MaxPoolAvx2;
-    default:
+    case cpu::VectorIsa::kBaseline:
       break;
   }
 #else

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cc/core/cpu/quantize/quantize_kernels.h"
+#include "cc/core/cpu/vector_isa.h"
 #include "cc/core/fused_conv.h"
 
 #if defined(__SSE2__)
@@ -37,21 +38,18 @@ using VectorBody = int64_t (*)(const float*, int64_t, float, int8_t*);
 // SSE2 / portable loop below. All give the same bits.
 VectorBody BodyFor(KernelPath path) {
 #if defined(__x86_64__)
-  switch (path) {
-    case KernelPath::kAvx512Vnni:
+  switch (cpu::VectorIsaOf(path)) {
+    case cpu::VectorIsa::kAvx512:
       return cpu::QuantizeAvx512;
-    case KernelPath::kAvx2:
-    case KernelPath::kAvx2Direct:
-    case KernelPath::kAvx2Winograd:
-    case KernelPath::kAvxVnni:
+    case cpu::VectorIsa::kAvx2:
       return cpu::QuantizeAvx2;
-    default:
-      return nullptr;
+    case cpu::VectorIsa::kBaseline:
+      break;
   }
 #else
   (void)path;
-  return nullptr;
 #endif
+  return nullptr;
 }
 
 void QuantizeRange(VectorBody body, const float* x, int64_t n, float scale,

@@ -1,0 +1,41 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The vector instruction set that a CPU kernel path's element-wise bodies
+// (FusedInt8Quantize: cc/core/cpu/quantize/, FusedInt8MaxPool:
+// cc/core/cpu/pool/) use: the AVX-512 path runs their AVX-512 bodies, the
+// AVX2 family (avx2, avx2_direct, avx2_winograd, avxvnni) their AVX2 ones,
+// every other path (portable, reference, the aarch64 ones, where the
+// compiler's baseline vectorization serves) the baseline loop.
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_VECTOR_ISA_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_VECTOR_ISA_H_
+
+#include "cc/core/fused_conv.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+
+enum class VectorIsa { kBaseline, kAvx2, kAvx512 };
+
+inline VectorIsa VectorIsaOf(KernelPath path) {
+#if defined(__x86_64__)
+  switch (path) {
+    case KernelPath::kAvx512Vnni:
+      return VectorIsa::kAvx512;
+    case KernelPath::kAvx2:
+    case KernelPath::kAvx2Direct:
+    case KernelPath::kAvx2Winograd:
+    case KernelPath::kAvxVnni:
+      return VectorIsa::kAvx2;
+    default:
+      break;
+  }
+#else
+  (void)path;
+#endif
+  return VectorIsa::kBaseline;
+}
+
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_VECTOR_ISA_H_
