@@ -203,8 +203,9 @@ void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
   // Cost of one output row, in cycles: about one VPMAXSB (and its load) per
   // window cell and 64 channels, two a cycle, plus the row's bookkeeping.
   // ResNet50's stem pool (3x3 / 2 over 112x112x64, 56 rows of 56) is then
-  // 56 * 56 * 9 / 2 ~ 14000 cycles in all: below the pool's inline
-  // threshold, it runs on the calling thread.
+  // 56 rows * 56 * (9 / 2 + 8) ~ 38000 cycles in all: below the pool's
+  // inline threshold (60000, cc/tf/pool_parallel_for.cc), it runs on the
+  // calling thread.
   const int64_t per_row =
       g.out_w * (g.window_h * g.window_w * ((g.channels + 63) / 64) / 2 + 8);
   parallel_for(rows, std::max<int64_t>(per_row, 1),
