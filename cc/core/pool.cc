@@ -185,12 +185,7 @@ std::string ComputeMaxPoolGeometry(Padding padding, MaxPoolGeometry* g) {
 
 void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
                  const ParallelFor& parallel_for) {
-  // The convolutions' path (TF_FUSED_INT8_CPU_KERNEL or the best this CPU
-  // has); a forced path this CPU lacks runs the portable loop (same bytes).
-  KernelPath path = KernelPath::kPortable;
-  if (!ResolveKernelPath(KernelPath::kAuto, &path).empty()) {
-    path = KernelPath::kPortable;
-  }
+  const KernelPath path = cpu::ElementwiseKernelPath();
   MaxPoolInt8(x, g, out, parallel_for, path);
 }
 
@@ -198,8 +193,7 @@ void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
                  const ParallelFor& parallel_for, KernelPath path) {
   const int64_t rows = g.batch * g.out_h;
   if (rows == 0 || g.out_w == 0 || g.channels == 0) return;
-  const cpu::MaxPoolBody body =
-      KernelPathSupported(path) ? BodyFor(path) : BodyFor(KernelPath::kPortable);
+  const cpu::MaxPoolBody body = BodyFor(path);
   // Cost of one output row, in cycles: about one VPMAXSB (and its load) per
   // window cell and 64 channels, two a cycle, plus the row's bookkeeping.
   // ResNet50's stem pool (3x3 / 2 over 112x112x64, 56 rows of 56) is then

@@ -104,20 +104,16 @@ bool ValidQuantizeScale(float scale) {
 
 void QuantizeFloatToInt8(const float* x, int64_t n, float scale, int8_t* q,
                          const ParallelFor& parallel_for) {
-  // The convolutions' path (TF_FUSED_INT8_CPU_KERNEL or the best this CPU
-  // has); a forced path this CPU lacks, which the convolutions reject, falls
-  // back here to the baseline loop (the same bits).
-  KernelPath path = KernelPath::kPortable;
-  if (!ResolveKernelPath(KernelPath::kAuto, &path).empty()) {
-    path = KernelPath::kPortable;
-  }
+  // A forced path this CPU lacks, which the convolutions reject, runs the
+  // baseline loop here (the same bits).
+  const KernelPath path = cpu::ElementwiseKernelPath();
   QuantizeFloatToInt8(x, n, scale, q, parallel_for, path);
 }
 
 void QuantizeFloatToInt8(const float* x, int64_t n, float scale, int8_t* q,
                          const ParallelFor& parallel_for, KernelPath path) {
   if (n <= 0) return;
-  const VectorBody body = KernelPathSupported(path) ? BodyFor(path) : nullptr;
+  const VectorBody body = BodyFor(path);
   const int64_t units = (n + kUnit - 1) / kUnit;
   parallel_for(units, UnitCost(body), [&](int64_t begin, int64_t end) {
     const int64_t b = begin * kUnit;

@@ -5,7 +5,9 @@
 // cc/core/cpu/pool/) use: the AVX-512 path runs their AVX-512 bodies, the
 // AVX2 family (avx2, avx2_direct, avx2_winograd, avxvnni) their AVX2 ones,
 // every other path (portable, reference, the aarch64 ones, where the
-// compiler's baseline vectorization serves) the baseline loop.
+// compiler's baseline vectorization serves) the baseline loop, and so does a
+// path this build or CPU lacks (those ops do not refuse it, unlike the
+// convolutions: the baseline gives the same bits).
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_VECTOR_ISA_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_VECTOR_ISA_H_
 
@@ -17,6 +19,7 @@ namespace cpu {
 enum class VectorIsa { kBaseline, kAvx2, kAvx512 };
 
 inline VectorIsa VectorIsaOf(KernelPath path) {
+  if (!KernelPathSupported(path)) return VectorIsa::kBaseline;
 #if defined(__x86_64__)
   switch (path) {
     case KernelPath::kAvx512Vnni:
@@ -33,6 +36,17 @@ inline VectorIsa VectorIsaOf(KernelPath path) {
   (void)path;
 #endif
   return VectorIsa::kBaseline;
+}
+
+// The path an element-wise op follows by default: the convolutions' path
+// (TF_FUSED_INT8_CPU_KERNEL, or the best this CPU has); portable when the
+// variable forces a path that cannot run here.
+inline KernelPath ElementwiseKernelPath() {
+  KernelPath path = KernelPath::kPortable;
+  if (!ResolveKernelPath(KernelPath::kAuto, &path).empty()) {
+    path = KernelPath::kPortable;
+  }
+  return path;
 }
 
 }  // namespace cpu
