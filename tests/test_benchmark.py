@@ -362,3 +362,63 @@ def test_layer_table_ratios_against_best_and_best_exact_peer():
 
 if __name__ == "__main__":
   sys.exit(pytest.main([__file__, "-q"]))
+
+
+_OURS_LAYER_SCRIPT = r"""
+import ctypes, json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.join(sys.argv[1], "tf_fused_int8", "benchmark",
+                                "workers"))
+import impl_ours
+from tf_fused_int8 import _loader, testing
+from tf_fused_int8.benchmark import cases
+fam = impl_ours.Family(1)
+tf, tfi = fam.tf, fam.tfi
+case = testing.ConvCase(batch=2, height=9, width=7, in_channels=24,
+                        kernel_h=3, kernel_w=3, out_channels=40, stride_h=2,
+                        stride_w=1, padding="SAME", groups=1)
+spec = cases.layer_spec(case)
+spec["paths"] = []
+inp = testing.make_inputs(case, seed=5)
+data = os.path.join(sys.argv[2], "layer.npz")
+np.savez(data, x=inp["conv_input"], w=inp["filter"], bias=inp["bias"],
+         scale=inp["conv_input_scale"])
+fam.setup_layer("k", spec, data)
+lib = ctypes.CDLL(_loader.library_path())
+stats = (ctypes.c_int64 * 7)()
+lib.tf_fused_int8_packed_weights_stats(stats)
+pinned0 = stats[4]
+got = [float(v) for v in fam.runs["k"]["ours"]()]
+lib.tf_fused_int8_packed_weights_stats(stats)
+x = tf.constant(inp["conv_input"])
+want = []
+for j in range(impl_ours.GRAPH_OPS):
+  y = tfi.fused_conv2d_bias_activation(
+      x, tf.constant(inp["filter"]),
+      tf.constant(inp["bias"] + np.float32(j * 2.0 ** -12)),
+      conv_input_scale=tf.constant(inp["conv_input_scale"]),
+      **fam._op_kwargs(spec))
+  want.append(float(y[0, 0, 0, 0]))
+print(json.dumps(dict(got=got, want=want, pinned=stats[4] - pinned0)))
+"""
+
+
+def test_ours_layer_row_runs_as_a_keras_layer(tmp_path):
+  """The per-layer "ours" row measures what a model layer costs: the
+  variables' resource op (the filter pinned: pinned cache hits on paths
+  that cache packings) and every output consumed (one element each, the
+  op's real result), not GRAPH_OPS outputs kept alive together."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+             TF_FUSED_INT8_BENCH_GRAPH_OPS="3")
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  r = subprocess.run([sys.executable, "-c", _OURS_LAYER_SCRIPT, ROOT,
+                      str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                     text=True, timeout=600, check=False)
+  assert r.returncode == 0, r.stderr[-4000:]
+  out = json.loads(r.stdout.strip().splitlines()[-1])
+  assert len(out["got"]) == 3
+  assert out["got"] == out["want"]
+  assert out["want"][0] != 0  # seed 5: a real value, not a clipped zero
+  if os.environ.get("TF_FUSED_INT8_CPU_KERNEL", "") not in ("portable",
+                                                            "reference"):
+    assert out["pinned"] >= 3
