@@ -1,6 +1,8 @@
 """Runs cases through the op and the reference (shared by several tests)."""
 
 import contextlib
+import ctypes
+import functools
 import os
 import platform
 
@@ -9,8 +11,32 @@ import tensorflow as tf
 
 import reference
 import tf_fused_int8
+from tf_fused_int8 import _loader
 
 KERNEL_ENV = "TF_FUSED_INT8_CPU_KERNEL"
+
+
+@functools.lru_cache(maxsize=None)
+def _lib():
+  """The op library's C API (loaded on first use, not at import)."""
+  lib = ctypes.CDLL(_loader.library_path())
+  lib.tf_fused_int8_kernel_path.restype = ctypes.c_char_p
+  return lib
+
+
+def pinned_hits():
+  """The packed-weights cache's pinned hits: calls that used a packing of
+  a variable's buffer unchecked (packed_weights.h)."""
+  out = (ctypes.c_int64 * 7)()
+  _lib().tf_fused_int8_packed_weights_stats(out)
+  return out[4]
+
+
+def uses_packed_weights():
+  """Whether the path this process runs caches packed weights (not the
+  portable and reference kernels, e.g. forced by TF_FUSED_INT8_CPU_KERNEL)."""
+  return _lib().tf_fused_int8_kernel_path().decode() not in ("portable",
+                                                            "reference")
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ kernel validation error through variables; variables that are not variables,
 uninitialized or of the wrong dtype refused with a named error."""
 
 import collections
-import ctypes
 
 import numpy as np
 import pytest
@@ -20,30 +19,10 @@ import op_harness
 import reference
 import test_validation
 import tf_fused_int8
-from tf_fused_int8 import _loader
 from tf_fused_int8 import testing
 
 OPS = tf_fused_int8.load_ops()
 RAW = OPS.resource_fused_int8_conv2d_bias_activation
-_LIB = ctypes.CDLL(_loader.library_path())
-
-
-_LIB.tf_fused_int8_kernel_path.restype = ctypes.c_char_p
-
-
-def pinned_hits():
-  """The packed-weights cache's pinned hits: calls that used a packing of
-  a variable's buffer unchecked (packed_weights.h)."""
-  out = (ctypes.c_int64 * 7)()
-  _LIB.tf_fused_int8_packed_weights_stats(out)
-  return out[4]
-
-
-def uses_packed_weights():
-  """Whether the path this process runs caches packed weights (not the
-  portable and reference kernels, e.g. forced by TF_FUSED_INT8_CPU_KERNEL)."""
-  return _LIB.tf_fused_int8_kernel_path().decode() not in ("portable",
-                                                            "reference")
 CASES = testing.sweep_cases(seed=3)
 
 
@@ -109,9 +88,10 @@ def test_layers_run_one_node_per_convolution():
   op_harness.assert_same_bits(fn(x, s).numpy(), want, "function")
   op_harness.assert_same_bits(side(x, side_input=s).numpy(), want, "eager")
   # Their filters are variables' buffers: used pinned, unchecked.
-  hits = pinned_hits()
+  hits = op_harness.pinned_hits()
   op_harness.assert_same_bits(fn(x, s).numpy(), want, "function, again")
-  assert pinned_hits() > hits or not uses_packed_weights()
+  assert (op_harness.pinned_hits() > hits
+          or not op_harness.uses_packed_weights())
 
   dense = tf_fused_int8.QuantizedDense.from_float_weights(
       np.ones((8, 4), np.float32), input_scale=0.1, output_scale=0.1)
@@ -187,9 +167,10 @@ def test_variable_updates_are_seen(shape):
   vs = tf.Variable(np.full(co, 1e-3, np.float32))
   fn = tf.function(lambda a: _conv(a, vf, vb, vs))
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "first")
-  hits = pinned_hits()
+  hits = op_harness.pinned_hits()
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "again")
-  assert pinned_hits() > hits or not uses_packed_weights(), (
+  assert (op_harness.pinned_hits() > hits
+          or not op_harness.uses_packed_weights()), (
       "the variable's filter was not used pinned")
 
   # assign: a whole new value.
