@@ -292,6 +292,12 @@ void TestLayerShapes() {
       {1, 56, 56, 64, 1, 256, 1, true},   // pointwise, 14 M tiles
       {1, 30, 30, 256, 1, 64, 1, false},  // pointwise, K = 256
       {1, 40, 40, 3, 7, 64, 2, false},    // stem-like
+      // MobileNetV2's stem as it is (SAME pads the bottom and right only),
+      // and odd sizes padding all four sides, over two images: interior
+      // runs of im2col rows broken by borders and by the image change.
+      {1, 224, 224, 3, 3, 32, 2, false},
+      {2, 61, 57, 3, 3, 32, 2, true},
+      {2, 45, 47, 3, 7, 64, 2, false},
       {3, 9, 11, 67, 3, 131, 2, true},    // odd channels, tails
       // MobileNetV2 pointwise layers (narrow last channel blocks).
       {1, 28, 28, 32, 1, 16, 1, false},

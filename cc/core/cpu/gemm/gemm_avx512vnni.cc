@@ -352,6 +352,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // straddles two pixels, and the last group ends at the input's end) reads
   // its A rows from the input itself; the others gather them into t.a.
   const bool direct = IsDirectGemm(*t.geo) && t.geo->in_c % 4 == 0;
+  const int64_t gather_rows = kGatherBytes / t.lda;  // A rows per im2col call
   TileContext tc;
   tc.lda = direct ? t.geo->in_c : t.lda;
   tc.bc = &bc;
@@ -428,6 +429,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       }
       const bool verifying = verify_panel && b == 0;
       int64_t r = 0;
+      int64_t gathered = 0;  // rows [gather_begin, gathered) are in the A buffer
+      int64_t gather_begin = 0;
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
           const int64_t l0 = next_lines * mt / tiles;
@@ -456,9 +459,14 @@ bool GemmTileZmm(const GemmTileArgs& t) {
           tc.a = reinterpret_cast<const uint8_t*>(t.input) +
                  pixel * t.geo->in_c + 4 * g0;
         } else {
-          uint8_t* a_rows = single_block ? t.a : t.a + r * t.lda;
-          if (b == 0) Im2ColSlice<ZmmS8Copy>(t, a_rows, r, h, 4 * g0, 4 * g1);
-          tc.a = a_rows;
+          if (b == 0 && r >= gathered) {
+            const int64_t n = GatherRows(mt, tiles, base, extra, gather_rows);
+            gather_begin = single_block ? r : 0;
+            Im2ColSlice<ZmmS8Copy>(t, t.a + (r - gather_begin) * t.lda, r, n,
+                                   4 * g0, 4 * g1);
+            gathered = r + n;
+          }
+          tc.a = t.a + (r - gather_begin) * t.lda;
         }
         tc.partial = t.partial + r * partial_ld + b * kBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;

@@ -251,6 +251,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   const int64_t c_begin = t.block_begin * kYmmBlock;
   const int64_t c_end = Min(co, t.block_end * kYmmBlock);
   const int64_t partial_ld = nblocks * kYmmBlock;
+  const int64_t gather_rows = kGatherBytes / t.lda;  // A rows per im2col call
   const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
   const int64_t tiles = (t.rows + kYmmMr - 1) / kYmmMr;
@@ -325,6 +326,8 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       }
       const bool verifying = verify_panel && b == 0;
       int64_t r = 0;
+      int64_t gathered = 0;  // rows [gather_begin, gathered) are in the A buffer
+      int64_t gather_begin = 0;
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
           const int64_t l0 = next_lines * mt / tiles;
@@ -339,12 +342,14 @@ bool GemmTileYmm(const GemmTileArgs& t) {
         }
         const int64_t h = base + (mt < extra ? 1 : 0);
         const int64_t pixel = t.p0 + r;
-        uint8_t* a_rows = nblocks == 1 ? t.a : t.a + r * t.lda;
-        if (b == 0) {
-          Im2ColSlice<YmmCopy<Policy::kInt16>>(t, a_rows, r, h, kpg * g0,
-                                               kpg * g1);
+        if (b == 0 && r >= gathered) {
+          const int64_t n = GatherRows(mt, tiles, base, extra, gather_rows);
+          gather_begin = nblocks == 1 ? r : 0;
+          Im2ColSlice<YmmCopy<Policy::kInt16>>(
+              t, t.a + (r - gather_begin) * t.lda, r, n, kpg * g0, kpg * g1);
+          gathered = r + n;
         }
-        tc.a = a_rows;
+        tc.a = t.a + (r - gather_begin) * t.lda;
         tc.partial = t.partial + r * partial_ld + b * kYmmBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
         tc.out = t.output + pixel * co + n0;
