@@ -82,17 +82,15 @@ inline __m512 EpilogueFloat512(__m512i acc, __m512 scale, __m512 bias,
   return _mm512_min_ps(hi, y);  // NaN stays NaN
 }
 
-// Applies the epilogue to one output pixel's 64 channels (a0..a3 in the
-// interleaved order) and stores the bytes selected by `mask` (natural
-// channel order) to out. scale/bias: 64 floats each, interleaved order.
-// side: the pixel's side input row (natural order), or nullptr.
-inline void Epilogue64(__m512i a0, __m512i a1, __m512i a2, __m512i a3,
-                       const float* scale, const float* bias,
-                       const int8_t* side, const Epilogue512Consts& k,
-                       __mmask64 mask, int8_t* out) {
+// The epilogue of 64 channels (a0..a3 in the interleaved order) as 64 int8
+// bytes in natural channel order. scale/bias: 64 floats each, interleaved
+// order. side: 64 side input bytes in natural order, or nullptr.
+__attribute__((always_inline)) inline __m512i Epilogue64Bytes(
+    __m512i a0, __m512i a1, __m512i a2, __m512i a3, const float* scale,
+    const float* bias, const __m512i* side, const Epilogue512Consts& k) {
   __m512 y0, y1, y2, y3;
   if (side != nullptr) {
-    const __m512i s = _mm512_maskz_loadu_epi8(mask, side);
+    const __m512i s = *side;
     __m512i s0 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[0]), 24);
     __m512i s1 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[1]), 24);
     __m512i s2 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[2]), 24);
@@ -109,7 +107,24 @@ inline void Epilogue64(__m512i a0, __m512i a1, __m512i a2, __m512i a3,
   }
   const __m512i i01 = _mm512_packs_epi32(_mm512_cvtps_epi32(y0), _mm512_cvtps_epi32(y1));
   const __m512i i23 = _mm512_packs_epi32(_mm512_cvtps_epi32(y2), _mm512_cvtps_epi32(y3));
-  const __m512i b = _mm512_max_epi8(_mm512_packs_epi16(i01, i23), k.lo);
+  return _mm512_max_epi8(_mm512_packs_epi16(i01, i23), k.lo);
+}
+
+// Applies the epilogue to one output pixel's 64 channels (a0..a3 in the
+// interleaved order) and stores the bytes selected by `mask` (natural
+// channel order) to out. scale/bias: 64 floats each, interleaved order.
+// side: the pixel's side input row (natural order), or nullptr.
+__attribute__((always_inline)) inline void Epilogue64(
+    __m512i a0, __m512i a1, __m512i a2, __m512i a3, const float* scale,
+    const float* bias, const int8_t* side, const Epilogue512Consts& k,
+    __mmask64 mask, int8_t* out) {
+  __m512i b;
+  if (side != nullptr) {
+    const __m512i s = _mm512_maskz_loadu_epi8(mask, side);
+    b = Epilogue64Bytes(a0, a1, a2, a3, scale, bias, &s, k);
+  } else {
+    b = Epilogue64Bytes(a0, a1, a2, a3, scale, bias, nullptr, k);
+  }
   _mm512_mask_storeu_epi8(out, mask, b);
 }
 

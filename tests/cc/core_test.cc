@@ -457,18 +457,21 @@ void TestDepthwise3x3Blocks() {
   auto uni = [&rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
-  const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960};
+  // 32, 48, 96, 160: a half block (32 channels, two pixel pairs per zmm)
+  // after the full 64-channel blocks, alone or with 16 more channels.
+  const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960, 32, 48, 96, 160};
+  constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
-  for (int iter = 0; iter < 48; ++iter) {
+  for (int iter = 0; iter < 12 * kCounts; ++iter) {
     FusedConvArgs a;
     ConvGeometry& g = a.geo;
     g.batch = 1 + iter % 2;
-    g.in_c = g.out_c = g.groups = channel_counts[iter % 6];
+    g.in_c = g.out_c = g.groups = channel_counts[iter % kCounts];
     g.filter_h = g.filter_w = 3;
-    g.stride_h = g.stride_w = 1 + (iter / 6) % 2;
+    g.stride_h = g.stride_w = 1 + (iter / kCounts) % 2;
     g.in_h = uni(1, 9);
-    g.in_w = iter < 12 ? 1 + iter % 4 : uni(1, 12);
-    const int pad_kind = (iter / 12) % 3;
+    g.in_w = iter < 2 * kCounts ? 1 + iter % 4 : uni(1, 21);
+    const int pad_kind = (iter / (2 * kCounts)) % 3;
     Padding padding = pad_kind == 0 ? Padding::kSame
                       : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
     if (padding == Padding::kExplicit) {

@@ -29,8 +29,15 @@
 // widened weights of depthwise.h). Epilogues: Epilogue64 / Epilogue16Natural
 // (epilogue_avx512.h).
 //
-// The full 64-channel blocks take this path; channels past the last full
-// block, like the borders, the 16-channel one. Measured back to back
+// The full 64-channel blocks take this path, and so do 32 channels after
+// them (a half block: cc % 64 >= 32; 32 channels of two pixel pairs side
+// by side in each zmm, Interior3x3::Quad; interior quads only, its borders
+// run the 16-channel kernel). The remaining channels, like the full blocks'
+// borders' neighbours outside the quads, run the 16-channel one. The half
+// block, alternated with the binary before it (bench_core, one Zen 5
+// thread): 112x112x32 (MobileNetV2's first depthwise layer) 100 -> 64 us
+// at batch 1 and 1000 -> 530 us at batch 8, 112x112x96 / 2 77 -> 68 us,
+// 56x56x160 95 -> 84 us. Measured back to back
 // (tools/bench/bench_core, one thread, Zen 4, which runs a zmm instruction
 // as two 256-bit halves): 56x56x128 s1 156 -> 124 us, 28x28x128 44 -> 33 us,
 // 56x56x192 245 -> 196 us; stride 2 (112x112x96) about 2x. Then blocks
@@ -128,23 +135,40 @@ struct alignas(64) Block3x3 {
   float scale[kBlock], bias[kBlock];
 };
 
-// Full 64-channel blocks only (the rest of the channels run the 16-channel
-// kernel): vector code, a few hundred instructions a block, once per call
-// (kDepthwisePrepAvx512Vnni: not once per ParallelFor unit).
+// A half block: 32 channels after the full blocks (cc % 64 >= 32). Its
+// zmm hold the 32 channels twice, two pixel pairs side by side: 256-bit
+// half 0 the pair (ox, ox + 1), half 1 the pair (ox + 2, ox + 3) (see
+// Interior3x3::Quad).
+inline int64_t HalfBlocks(int64_t cc) { return cc % kBlock >= kBlock / 2 ? 1 : 0; }
+
+// The 64 (full block) or 32 (half block, repeated in both 256-bit halves)
+// channels of filter row w as zmm bytes.
+inline __m512i LoadWeights(const int8_t* w, bool half) {
+  return half ? _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)))
+              : _mm512_loadu_si512(w);
+}
+
+// The full 64-channel blocks and the half block (the rest of the channels
+// run the 16-channel kernel): vector code, a few hundred instructions a
+// block, once per call (kDepthwisePrepAvx512Vnni: not once per ParallelFor
+// unit).
 void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
   const int64_t cc = d.channels;
   const bool s2 = d.geo->stride_w == 2;
   const __m512i zero = _mm512_setzero_si512();
   const __m512i ones = _mm512_set1_epi8(1);
-  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+  const int64_t nblocks = cc / kBlock;
+  for (int64_t bi = 0; bi < nblocks + HalfBlocks(cc); ++bi) {
     Block3x3& blk = blocks[bi];
+    const bool half = bi == nblocks;
     const int64_t c0 = static_cast<int64_t>(bi) * kBlock;
     for (int j = 0; j < 4; ++j) blk.corr_all[j] = zero;
     for (int ky = 0; ky < 3; ++ky) {
       const int8_t* w = d.filter + ky * 3 * cc + c0;
-      const __m512i w0 = _mm512_loadu_si512(w);
-      const __m512i w1 = _mm512_loadu_si512(w + cc);
-      const __m512i w2 = _mm512_loadu_si512(w + 2 * cc);
+      const __m512i w0 = LoadWeights(w, half);
+      const __m512i w1 = LoadWeights(w + cc, half);
+      const __m512i w2 = LoadWeights(w + 2 * cc, half);
       Interleave4(w0, w1, w2, zero, blk.a[ky]);
       if (s2) {
         Interleave4(zero, zero, w0, w1, blk.b[ky]);
@@ -160,7 +184,8 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
       }
     }
     for (int64_t p = 0; p < kBlock; ++p) {
-      const int64_t ch = c0 + ZmmU8LaneChannel(p);
+      const int64_t ch = c0 + (half ? ZmmU8LaneChannel(p) % (kBlock / 2)
+                                    : ZmmU8LaneChannel(p));
       blk.scale[p] = d.scale[ch];
       blk.bias[p] = d.bias[ch];
     }
@@ -263,6 +288,95 @@ struct Interior3x3 {
     if constexpr (kTwo) Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
   }
 
+  // The half block (32 channels at c0): pixels ox .. ox + 3, every input
+  // column inside the image. Each zmm holds the pair (ox, ox + 1) in its
+  // low 256 bits and the pair (ox + 2, ox + 3), 2 * kS columns to the
+  // right, in its high 256 bits, so that Pair's arithmetic (weights and
+  // corrections repeated in both halves) runs on all 64 lanes: per filter
+  // row 4 (5) column vectors, 8 unpacks and 8 (12) VPDPBUSD for four
+  // pixels of 32 channels, the full blocks' cost per output. Epilogue64
+  // gives [ox | ox + 2] and [ox + 1 | ox + 3]: four 32-byte stores.
+  template <int kS, bool kFullRows>
+  __attribute__((always_inline)) void Quad(int64_t ox) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int64_t ix0 = ox * kS - g.pad_left;
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    auto pair_cols = [&](const int8_t* p) {  // columns c and c + 2 * kS
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      const __m256i hi =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * kS * cc));
+      return _mm512_xor_si512(
+          _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+    };
+    __m512i acc0[4], acc1[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      if (kFullRows) {
+        acc0[j] = blk->corr_all[j];
+      } else {
+        acc0[j] = _mm512_setzero_si512();
+        for (int64_t ky = ky0; ky < ky1; ++ky) {
+          acc0[j] = _mm512_add_epi32(acc0[j], blk->corr[ky][j]);
+        }
+      }
+      acc1[j] = acc0[j];
+    }
+    const int64_t ky_begin = kFullRows ? 0 : ky0;
+    const int64_t ky_end = kFullRows ? 3 : ky1;
+#pragma GCC unroll 3
+    for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
+      const int8_t* p = image + ((iy0 + ky) * g.in_w + ix0) * cc + c0;
+      __m512i u[4];
+      Interleave4(pair_cols(p), pair_cols(p + cc), pair_cols(p + 2 * cc),
+                  pair_cols(p + 3 * cc), u);
+      __m512i e[4];
+      if (kS == 2) {
+        const __m512i x4 = pair_cols(p + 4 * cc);
+        for (int j = 0; j < 4; ++j) e[j] = _mm512_shuffle_epi8(x4, shuffle_e[j]);
+      }
+      for (int j = 0; j < 4; ++j) {
+        acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
+        acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[j], blk->b[ky][j]);
+        if (kS == 2) acc1[j] = _mm512_dpbusd_epi32(acc1[j], e[j], blk->e[ky][j]);
+      }
+    }
+    const int64_t o = ox * cc + c0;
+    __m512i side0, side1;
+    if (side_row != nullptr) {
+      auto two = [&](const int8_t* q) {  // pixels q and q + 2
+        return _mm512_inserti64x4(
+            _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2 * cc)), 1);
+      };
+      side0 = two(side_row + o);
+      side1 = two(side_row + o + cc);
+    }
+    const bool side = side_row != nullptr;
+    const __m512i b0 = Epilogue64Bytes(acc0[0], acc0[1], acc0[2], acc0[3], blk->scale,
+                                       blk->bias, side ? &side0 : nullptr, *k);
+    const __m512i b1 = Epilogue64Bytes(acc1[0], acc1[1], acc1[2], acc1[3], blk->scale,
+                                       blk->bias, side ? &side1 : nullptr, *k);
+    int8_t* q = out_row + o;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_castsi512_si256(b0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + cc), _mm512_castsi512_si256(b1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 2 * cc),
+                        _mm512_extracti64x4_epi64(b0, 1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 3 * cc),
+                        _mm512_extracti64x4_epi64(b1, 1));
+  }
+
+  // The half block's quads [ox, ox_end) (ox_end - ox a multiple of 4).
+  template <int kS>
+  void RunQuads(int64_t ox, int64_t ox_end) const {
+    if (ky0 == 0 && ky1 == 3) {
+      for (; ox < ox_end; ox += 4) Quad<kS, true>(ox);
+    } else {
+      for (; ox < ox_end; ox += 4) Quad<kS, false>(ox);
+    }
+  }
+
   // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
   // ix0 + (two ? kS + 2 : 2)) leaves the image takes the checked loads.
   template <int kS>
@@ -291,7 +405,7 @@ struct Interior3x3 {
 
 bool Use3x3Interior(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
-  return d.channels >= kBlock && g.filter_h == 3 && g.filter_w == 3 &&
+  return d.channels >= kBlock / 2 && g.filter_h == 3 && g.filter_w == 3 &&
          g.dilation_h == 1 && g.dilation_w == 1 &&
          (g.stride_w == 1 || g.stride_w == 2);
 }
@@ -303,7 +417,7 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   std::vector<Block3x3> local;
   const Block3x3* blocks = static_cast<const Block3x3*>(d.prepared);
   if (blocks == nullptr) {  // called without the per-call preparation
-    local.resize(static_cast<size_t>(nblocks));
+    local.resize(static_cast<size_t>(nblocks + HalfBlocks(cc)));
     PrepareBlocks(d, local.data());
     blocks = local.data();
   }
@@ -325,28 +439,33 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     in.shuffle_e[j] = _mm512_load_si512(idx);
   }
   const int64_t c_split = nblocks * kBlock;
-  // The channels past the last full 64-channel block: the one-tap-per-lane
-  // kernel, borders included.
-  if (c_split < cc) {
+  const int64_t half = HalfBlocks(cc);
+  const int64_t c_rest = c_split + half * (kBlock / 2);
+  // The channels past the full blocks and the half block: the
+  // one-tap-per-lane kernel, borders included.
+  if (c_rest < cc) {
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      Rows16::Row(d, k, run_full, run_part, r, 0, g.out_w, c_split);
+      Rows16::Row(d, k, run_full, run_part, r, 0, g.out_w, c_rest);
     }
   }
   // Blocks outer, rows inner: a block's weights (2-4 KiB) and the three
   // input rows of its 64 channels stay in L1 from one output row to the
   // next. Rows outer cycled every block's weights (3.8 KiB each; 34 KiB for
   // 576 channels) and 3 full input rows through the 32 KiB L1 per row.
+  auto set_row = [&](int64_t r) {
+    const int64_t n = r / g.out_h, oy = r % g.out_h;
+    in.image = d.input + n * g.in_h * g.in_w * cc;
+    in.iy0 = oy * g.stride_h - g.pad_top;
+    in.ky0 = d.ky_range[2 * oy];
+    in.ky1 = d.ky_range[2 * oy + 1];
+    in.out_row = d.output + r * g.out_w * cc;
+    in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+  };
   for (int64_t bi = 0; bi < nblocks; ++bi) {
     in.blk = &blocks[bi];
     in.c0 = bi * kBlock;
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      const int64_t n = r / g.out_h, oy = r % g.out_h;
-      in.image = d.input + n * g.in_h * g.in_w * cc;
-      in.iy0 = oy * g.stride_h - g.pad_top;
-      in.ky0 = d.ky_range[2 * oy];
-      in.ky1 = d.ky_range[2 * oy + 1];
-      in.out_row = d.output + r * g.out_w * cc;
-      in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+      set_row(r);
       // Every column, borders too (checked loads there).
       if (g.stride_w == 1) {
         in.Run<1>(0, g.out_w);
@@ -355,11 +474,43 @@ void Rows3x3(const DepthwiseRowArgs& d) {
       }
     }
   }
+  if (half) {
+    // Quads of pixels whose columns all lie inside the image: from the
+    // first ox with ox * s >= pad_left, while the quad's last column
+    // (ox + 3) * s - pad_left + 2 is inside; the other columns (borders,
+    // the row's last 0-3 pixels) run the 16-channel kernel.
+    const int64_t s = g.stride_w;
+    const int64_t q0 = (g.pad_left + s - 1) / s;
+    const int64_t room = g.in_w - 3 + g.pad_left;  // (ox + 3) * s <= room
+    const int64_t q_last = room < 0 ? -1 : Min(room / s - 3, g.out_w - 4);
+    const int64_t quads = q_last >= q0 ? (q_last - q0) / 4 + 1 : 0;
+    const int64_t q1 = q0 + 4 * quads;
+    in.blk = &blocks[nblocks];
+    in.c0 = c_split;
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      set_row(r);
+      if (q0 > 0 || quads == 0) {
+        Rows16::Row(d, k, run_full, run_part, r, 0, quads ? q0 : g.out_w,
+                    c_split, c_rest);
+      }
+      if (quads > 0) {
+        if (s == 1) {
+          in.RunQuads<1>(q0, q1);
+        } else {
+          in.RunQuads<2>(q0, q1);
+        }
+        if (q1 < g.out_w) {
+          Rows16::Row(d, k, run_full, run_part, r, q1, g.out_w, c_split, c_rest);
+        }
+      }
+    }
+  }
 }
 
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
   return Use3x3Interior(d)
-             ? static_cast<int64_t>(sizeof(Block3x3)) * (d.channels / kBlock)
+             ? static_cast<int64_t>(sizeof(Block3x3)) *
+                   (d.channels / kBlock + HalfBlocks(d.channels))
              : 0;
 }
 

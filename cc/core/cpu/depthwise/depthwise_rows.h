@@ -184,11 +184,12 @@ struct DepthwiseRowKernel {
     return V::Add(a[0], a[1]);
   }
 
-  // Output row r, columns [col_begin, col_end), the 16-channel blocks from
-  // channel c_begin (a multiple of 16) on.
+  // Output row r, columns [col_begin, col_end), the 16-channel blocks of
+  // channels [c_begin, c_end) (c_begin a multiple of 16; c_end < 0: all
+  // channels from c_begin on).
   static void Row(const DepthwiseRowArgs& d, const Consts& k, RunFn run_full,
                   RunFn run_part, int64_t r, int64_t col_begin,
-                  int64_t col_end, int64_t c_begin) {
+                  int64_t col_end, int64_t c_begin, int64_t c_end = -1) {
     const ConvGeometry& g = *d.geo;
     const int64_t cc = d.channels;
     Block b;
@@ -201,8 +202,9 @@ struct DepthwiseRowKernel {
     b.k = &k;
     b.out_row = d.output + r * g.out_w * cc;
     b.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-    for (b.c0 = c_begin; b.c0 < cc; b.c0 += 16) {
-      const int64_t count = cc - b.c0 < 16 ? cc - b.c0 : 16;
+    const int64_t ce = c_end < 0 ? cc : c_end;
+    for (b.c0 = c_begin; b.c0 < ce; b.c0 += 16) {
+      const int64_t count = ce - b.c0 < 16 ? ce - b.c0 : 16;
       b.tail = V::MakeTail(count);
       int64_t ox = col_begin;
       while (ox < col_end) {
