@@ -32,8 +32,8 @@
 // The full 64-channel blocks take this path, and so do 32 channels after
 // them (a half block: cc % 64 >= 32; 32 channels of two pixel pairs side
 // by side in each zmm, Interior3x3::Quad; interior quads only, its borders
-// run the 16-channel kernel). The remaining channels, like the full blocks'
-// borders' neighbours outside the quads, run the 16-channel one. The half
+// run the 16-channel kernel). The remaining channels (cc % 32) run the
+// 16-channel kernel everywhere. The half
 // block, alternated with the binary before it (bench_core, one Zen 5
 // thread): 112x112x32 (MobileNetV2's first depthwise layer) 100 -> 64 us
 // at batch 1 and 1000 -> 530 us at batch 8, 112x112x96 / 2 77 -> 68 us,
