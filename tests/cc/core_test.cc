@@ -181,8 +181,16 @@ void TestPathsMatchReference(int cases) {
           EXPECT(err.empty(), "%s", err.c_str());
           size_t bad = 0;
           for (size_t j = 0; j < got.size(); ++j) bad += got[j] != want[j];
+          const ConvGeometry& g = a.geo;
           EXPECT(bad == 0, "case %d path %s weights %d threads %d: %zu of %zu "
-                 "differ", i, KernelPathName(p), mode, threads, bad, got.size());
+                 "differ (n%ld %ldx%ldx%ld k%ldx%ld co%ld s%ldx%ld d%ldx%ld "
+                 "groups %ld pad %ld %ld %ld %ld)", i, KernelPathName(p), mode,
+                 threads, bad, got.size(), long(g.batch), long(g.in_h),
+                 long(g.in_w), long(g.in_c), long(g.filter_h), long(g.filter_w),
+                 long(g.out_c), long(g.stride_h), long(g.stride_w),
+                 long(g.dilation_h), long(g.dilation_w), long(g.groups),
+                 long(g.pad_top), long(g.pad_bottom), long(g.pad_left),
+                 long(g.pad_right));
           ++checked;
         }
       }
@@ -298,6 +306,13 @@ void TestLayerShapes() {
       {1, 224, 224, 3, 3, 32, 2, false},
       {2, 61, 57, 3, 3, 32, 2, true},
       {2, 45, 47, 3, 7, 64, 2, false},
+      // Windowed direct rows (micro-tiles inside one output row read their
+      // windows in place): ResNet-50's first 3x3 layer as it is, a narrow
+      // last block (its micro-tiles differ from the full blocks'), a 5x5
+      // stride-2 window with a K panel boundary inside a window row.
+      {1, 56, 56, 64, 3, 64, 1, false},
+      {2, 30, 31, 128, 3, 96, 1, true},
+      {1, 33, 35, 72, 5, 80, 2, false},
       {3, 9, 11, 67, 3, 131, 2, true},    // odd channels, tails
       // MobileNetV2 pointwise layers (narrow last channel blocks).
       {1, 28, 28, 32, 1, 16, 1, false},

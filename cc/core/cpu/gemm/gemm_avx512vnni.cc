@@ -16,6 +16,7 @@
 // IsaKernels table has internal linkage.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -35,6 +36,14 @@ constexpr int64_t kBlock = 64;             // channels per block (4 zmm)
 constexpr int64_t kGroupBytes = kBlock * 4;  // one k-group of a block
 constexpr int kMr = 6;                       // micro-tile rows (4 zmm)
 constexpr int64_t kKcGroups = 96;            // K panel: 96 * 256 B = 24 KiB
+constexpr int64_t kMaxWindowedRows = 1024;   // tile rows of a windowed GEMM
+// Output widths from which micro-tiles read their windows in place (most
+// micro-tiles of a row then lie inside it, away from its borders). One Zen 5
+// thread, bench_core, alternated with gathering every tile: 56x56x64 3x3
+// -> 64 b1 315 -> 284 us, b8 2600 -> 2290 us; 28x28x128 -> 128 unchanged;
+// 14x14x256 -> 256 and 7x7x512 -> 512, where few micro-tiles can, 4-7%
+// slower (they then gather a tile at a time).
+constexpr int64_t kMinWindowedWidth = 24;
 // Micro-tile rows for NZ zmm per row (narrow blocks: NZ * rows <= 24).
 constexpr int kMrNarrow[5] = {0, 8, 12, 8, kMr};
 
@@ -185,6 +194,14 @@ struct TileContext {
   int64_t lda;
   const int8_t* panel;
   int64_t groups;
+  // A rows in segments (windowed direct rows: one window row of kw * Ci
+  // bytes each, read in place): the first segment has seg_left groups, the
+  // others seg_groups, and seg_jump bytes lie between the end of one and
+  // the start of the next. Gathered or pointwise rows: one segment of all
+  // the groups (seg_left = groups, seg_jump = 0).
+  int64_t seg_left;
+  int64_t seg_groups;
+  int64_t seg_jump;
   // Starting accumulators: `init` (64 int32) or, when from_partial, the
   // partial sums plus `add` (64 int32) if not null. Then: the epilogue when
   // `last`, else store to the partial sums.
@@ -235,22 +252,28 @@ inline void MicroTile(const TileContext& t) {
   const int8_t* b = t.panel;
   const int64_t lda = t.lda;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t g = 0; g < t.groups; ++g) {
-    __m512i bv[NZ];
+  int64_t g = 0, seg_end = Min(t.groups, t.seg_left);
+  for (;;) {
+    for (; g < seg_end; ++g) {
+      __m512i bv[NZ];
 #pragma GCC unroll 4
-    for (int j = 0; j < NZ; ++j) bv[j] = _mm512_load_si512(b + 64 * j);
-    b += kGroupBytes;
+      for (int j = 0; j < NZ; ++j) bv[j] = _mm512_load_si512(b + 64 * j);
+      b += kGroupBytes;
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      // int8 x -> u8 x + 128 (the column offsets undo the +128).
-      const __m512i av =
-          _mm512_xor_si512(_mm512_set1_epi32(LoadU32(a + i * lda)), flip);
+      for (int i = 0; i < MR; ++i) {
+        // int8 x -> u8 x + 128 (the column offsets undo the +128).
+        const __m512i av =
+            _mm512_xor_si512(_mm512_set1_epi32(LoadU32(a + i * lda)), flip);
 #pragma GCC unroll 4
-      for (int j = 0; j < NZ; ++j) {
-        acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
+        for (int j = 0; j < NZ; ++j) {
+          acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
+        }
       }
+      a += 4;
     }
-    a += 4;
+    if (g >= t.groups) break;
+    a += t.seg_jump;
+    seg_end = Min(t.groups, g + t.seg_groups);
   }
   if (t.last) {
 #pragma GCC unroll 16
@@ -318,6 +341,36 @@ inline void AddPanelSums(const int8_t* panel, int64_t groups, int nz,
   for (int j = 0; j < nz; ++j) _mm512_store_si512(sums + 16 * j, s[j]);
 }
 
+// Whether the h pixels from `pixel` lie in one output row with each of
+// their windows inside the image (dilation 1 across); if so, points tc at
+// their A rows in place for the panel starting at byte k0 of the im2col
+// row: row i is pixel + i's window, stride * Ci bytes after row i - 1; the
+// window rows (kw * Ci bytes, a multiple of 4) are segments dilation_h
+// input rows apart.
+inline bool WindowTile(const ConvGeometry& g, const int8_t* input,
+                       int64_t pixel, int64_t h, int64_t k0, TileContext* tc) {
+  const int64_t ox = pixel % g.out_w;
+  if (ox + h > g.out_w) return false;
+  const int64_t oy = (pixel / g.out_w) % g.out_h;
+  const int64_t n = pixel / (g.out_w * g.out_h);
+  const int64_t iy0 = oy * g.stride_h - g.pad_top;
+  const int64_t ix0 = ox * g.stride_w - g.pad_left;
+  if (iy0 < 0 || iy0 + (g.filter_h - 1) * g.dilation_h >= g.in_h) return false;
+  if (ix0 < 0 || (ox + h - 1) * g.stride_w - g.pad_left + g.filter_w > g.in_w) {
+    return false;
+  }
+  const int64_t run = g.filter_w * g.in_c;
+  const int64_t row_bytes = g.in_w * g.in_c;
+  const int64_t ky = k0 / run, off = k0 - ky * run;
+  tc->a = reinterpret_cast<const uint8_t*>(input) +
+          (n * g.in_h + iy0 + ky * g.dilation_h) * row_bytes + ix0 * g.in_c + off;
+  tc->lda = g.stride_w * g.in_c;
+  tc->seg_groups = run / 4;
+  tc->seg_left = (run - off) / 4;
+  tc->seg_jump = g.dilation_h * row_bytes - run;
+  return true;
+}
+
 // Loop order: K panels (kc groups) outer, channel blocks inner, micro-tiles
 // innermost. Per panel the tile's A slice is gathered once (rows x 384 B,
 // micro-tile by micro-tile during the first block) and reused by every
@@ -353,8 +406,23 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // its A rows from the input itself; the others gather them into t.a.
   const bool direct = IsDirectGemm(*t.geo) && t.geo->in_c % 4 == 0;
   const int64_t gather_rows = kGatherBytes / t.lda;  // A rows per im2col call
+  // Windowed direct rows: a micro-tile whose pixels lie in one output row
+  // with every window inside the image reads its A rows in place, one
+  // window row (kw * Ci contiguous bytes) per segment, lda = stride * Ci
+  // apart, instead of gathering them (WindowTile). The others gather.
+  const ConvGeometry& geo = *t.geo;
+  const int64_t run = geo.filter_w * geo.in_c;  // bytes of one window row
+  const bool windowed = !direct && geo.dilation_w == 1 && run % 4 == 0 &&
+                        geo.out_w >= kMinWindowedWidth &&
+                        t.rows <= kMaxWindowedRows;
+  // Windowed: which rows of the panel are gathered in the A buffer (the
+  // blocks' micro-tiles differ when the last block is narrow, so a tile
+  // that cannot read in place may cover rows block 0 read in place).
+  uint8_t ready[kMaxWindowedRows];
   TileContext tc;
   tc.lda = direct ? t.geo->in_c : t.lda;
+  tc.seg_jump = 0;
+  tc.seg_groups = 0;
   tc.bc = &bc;
   tc.ec = &ec;
   tc.ldo = co;
@@ -363,6 +431,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
     const int64_t g1 = Min(groups, g0 + kc);
     const bool first = g0 == 0;
     tc.groups = g1 - g0;
+    tc.seg_left = tc.groups;
+    if (windowed) std::fill(ready, ready + t.rows, uint8_t{0});
     tc.last = g1 == groups;
     const bool verify_panel =
         verify && (g0 / kc) % t.verify_stride == t.verify_phase;
@@ -458,8 +528,21 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         if (direct) {
           tc.a = reinterpret_cast<const uint8_t*>(t.input) +
                  pixel * t.geo->in_c + 4 * g0;
+        } else if (windowed && WindowTile(geo, t.input, pixel, h, 4 * g0, &tc)) {
+          // tc.a, lda and the segments set for this tile.
         } else {
-          if (b == 0 && r >= gathered) {
+          tc.lda = t.lda;
+          tc.seg_left = tc.groups;
+          tc.seg_jump = 0;
+          if (windowed) {
+            // Only the tiles that cannot read in place gather, one at a
+            // time, each row once per panel.
+            if (!std::all_of(ready + r, ready + r + h, [](uint8_t x) { return x != 0; })) {
+              Im2ColSlice<ZmmS8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
+              std::fill(ready + r, ready + r + h, uint8_t{1});
+            }
+            gather_begin = 0;
+          } else if (b == 0 && r >= gathered) {
             const int64_t n = GatherRows(mt, tiles, base, extra, gather_rows);
             gather_begin = single_block ? r : 0;
             Im2ColSlice<ZmmS8Copy>(t, t.a + (r - gather_begin) * t.lda, r, n,
