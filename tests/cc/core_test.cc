@@ -313,6 +313,10 @@ void TestLayerShapes() {
       {1, 56, 56, 64, 3, 64, 1, false},
       {2, 30, 31, 128, 3, 96, 1, true},
       {1, 33, 35, 72, 5, 80, 2, false},
+      // K beyond the cached weights' K panel on avx512vnni (4096 groups):
+      // partial sums between panels with cached weights too.
+      {1, 3, 3, 16400, 1, 70, 1, true},
+      {1, 4, 5, 2000, 3, 64, 1, false},
       {3, 9, 11, 67, 3, 131, 2, true},    // odd channels, tails
       // MobileNetV2 pointwise layers (narrow last channel blocks).
       {1, 28, 28, 32, 1, 16, 1, false},

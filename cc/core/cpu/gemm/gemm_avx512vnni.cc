@@ -36,6 +36,12 @@ constexpr int64_t kBlock = 64;             // channels per block (4 zmm)
 constexpr int64_t kGroupBytes = kBlock * 4;  // one k-group of a block
 constexpr int kMr = 6;                       // micro-tile rows (4 zmm)
 constexpr int64_t kKcGroups = 96;            // K panel: 96 * 256 B = 24 KiB
+// K panel of cached weights: in practice all of K (MicroTile reads the
+// block's weights from L2, 256 B a group for 24 VPDPBUSD; no partial sums).
+// One Zen 5 thread, bench_core, pinned filters, against 96: 14x14x256 3x3
+// -> 256 b8 -4.5%, 28x28x128 3x3 b8 -6%, 7x7x512 3x3 b1 -6%, 7x7x2048 ->
+// 512 b8 -8%, MobileNetV2's 7x7x960 -> 320 -5%.
+constexpr int64_t kKcGroupsCached = 4096;
 constexpr int64_t kMaxWindowedRows = 1024;   // tile rows of a windowed GEMM
 // Output widths from which micro-tiles read their windows in place (most
 // micro-tiles of a row then lie inside it, away from its borders). One Zen 5
@@ -714,6 +720,7 @@ extern const IsaKernels kAvx512VnniKernels = {
     GemmTileZmm,
     /*lane_bytes=*/4,
     GemvZmm,
+    /*kc_groups_cached=*/kKcGroupsCached,
 };
 
 }  // namespace cpu

@@ -12,7 +12,10 @@
 //    micro-tile's rows just before their first use, so the gather overlaps
 //    the multiply) and multiplies it with each block's weight panel (kc x 64
 //    channels, 24 KiB, L1 resident) while 6-row micro-tiles stream past it;
-//    int32 partial sums carry over between panels. Tiles are as tall as the
+//    int32 partial sums carry over between panels (on avx512vnni, cached
+//    weights use panels of up to 4096 groups, in practice all of K: the
+//    micro-kernel streams a block's weights from L2 with no partial sums;
+//    IsaKernels::kc_groups_cached). Tiles are as tall as the
 //    A-panel and partial-sum budgets allow (kAPanelBytes, kPartialBytes), so
 //    weights stream from memory once or twice per call even for
 //    weight-heavy layers.
@@ -105,12 +108,15 @@ struct Plan {
   bool per_block_items;  // one block an item, claimed one at a time
 };
 
-Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads) {
+// kc: the K panel size in groups (isa.kc_groups, or CachedKc(isa) for
+// weights from the cache).
+Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
+              int64_t kc) {
   Plan p;
   p.pixels = g.batch * g.out_h * g.out_w;
   p.k = g.filter_h * g.filter_w * g.in_c;
   p.groups = CeilDiv(p.k, isa.k_per_group);
-  p.kc = isa.kc_groups;
+  p.kc = kc;
   p.panels = CeilDiv(p.groups, p.kc);
   p.lda = RoundUp(std::min(p.groups, p.kc) * isa.lane_bytes, 64);
   p.blocks = CeilDiv(g.out_c, isa.block);
@@ -354,13 +360,23 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   }
   const int threads =
       parallel_for.run ? std::max(1, parallel_for.num_threads) : 1;
-  const Plan plan = MakePlan(g, isa, threads);
   // A pinned filter uses its cached packing unchecked, which beats packing
   // it again on the fly.
-  if (plan.on_the_fly &&
-      (mode == 2 || (!copy_check && a.filter_pin == nullptr))) {
+  auto packs_on_the_fly = [&](const Plan& p) {
+    return p.on_the_fly && (mode == 2 || (!copy_check && a.filter_pin == nullptr));
+  };
+  // On the fly each panel is packed just before use (L1-sized panels,
+  // kc_groups); cached weights may use larger panels (kc_groups_cached).
+  Plan plan = MakePlan(g, isa, threads, isa.kc_groups);
+  if (packs_on_the_fly(plan)) {
     RunPass(a, isa, plan, nullptr, false, parallel_for);
     return;
+  }
+  if (isa.kc_groups_cached > isa.kc_groups) {
+    // Balanced panels of at most kc_groups_cached groups.
+    const int64_t groups = CeilDiv(g.filter_h * g.filter_w * g.in_c, isa.k_per_group);
+    const int64_t kc = CeilDiv(groups, CeilDiv(groups, isa.kc_groups_cached));
+    plan = MakePlan(g, isa, threads, kc);
   }
   PackedWeightsCache& cache = PackedWeightsCache::Global();
   bool fresh = false;

@@ -199,6 +199,11 @@ struct IsaKernels {
   int64_t lane_bytes = 4;
   // The GEMV for M <= kGemvMaxRows, or nullptr (the GEMM then runs).
   void (*gemv)(const GemvArgs&) = nullptr;
+  // K panel size (groups) when the weights come packed from the cache
+  // (0: kc_groups). Larger than kc_groups where the micro-kernel streams a
+  // block's whole weight panel from L2 faster than it stores and reloads
+  // partial sums between panels; on-the-fly packing keeps kc_groups.
+  int64_t kc_groups_cached = 0;
 };
 
 // Defined in the ISA translation units. Only the ones for the target CPU
