@@ -152,6 +152,44 @@ inline void Epilogue16Natural(__m512i acc, const float* scale,
   _mm_mask_storeu_epi8(out, mask, b);
 }
 
+// Four rows of Epilogue16Natural at once (the GEMM's narrow blocks: 16
+// channels of rows r .. r + 3, natural order): y per row as above, then
+// one saturating PACKSSDW / PACKSSWB chain for the four (the composition
+// saturates exactly like VPMOVSDB, see the top of this file), VPERMD from
+// [lane L: rows 0-3, channels 4L..4L+3] to [row r: channels 0..15] and one
+// PMAXSB; row r's 16 bytes (under `mask`) go to out + r * ldo. side: row
+// 0's side bytes (rows ldo apart) or nullptr. About 8 instructions a row
+// instead of 13 (MobileNetV2's 32 -> 16 and -> 24 pointwise layers).
+__attribute__((always_inline)) inline void Epilogue16x4Natural(
+    __m512i a0, __m512i a1, __m512i a2, __m512i a3, const float* scale,
+    const float* bias, const int8_t* side, int64_t ldo,
+    const Epilogue512Consts& k, __mmask16 mask, int8_t* out) {
+  const __m512 sc = _mm512_loadu_ps(scale), bi = _mm512_loadu_ps(bias);
+  __m512 y[4];
+  const __m512i a[4] = {a0, a1, a2, a3};
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    if (side != nullptr) {
+      const __m512i s =
+          _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, side + r * ldo));
+      y[r] = EpilogueFloat512(a[r], sc, bi, &s, k.side_scale, k.hi);
+    } else {
+      y[r] = EpilogueFloat512(a[r], sc, bi, nullptr, k.side_scale, k.hi);
+    }
+  }
+  const __m512i p01 = _mm512_packs_epi32(_mm512_cvtps_epi32(y[0]), _mm512_cvtps_epi32(y[1]));
+  const __m512i p23 = _mm512_packs_epi32(_mm512_cvtps_epi32(y[2]), _mm512_cvtps_epi32(y[3]));
+  const __m512i rows_by_lane = _mm512_packs_epi16(p01, p23);
+  const __m512i order =
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i b =
+      _mm512_max_epi8(_mm512_permutexvar_epi32(order, rows_by_lane), k.lo);
+  _mm_mask_storeu_epi8(out, mask, _mm512_castsi512_si128(b));
+  _mm_mask_storeu_epi8(out + ldo, mask, _mm512_extracti32x4_epi32(b, 1));
+  _mm_mask_storeu_epi8(out + 2 * ldo, mask, _mm512_extracti32x4_epi32(b, 2));
+  _mm_mask_storeu_epi8(out + 3 * ldo, mask, _mm512_extracti32x4_epi32(b, 3));
+}
+
 }  // namespace
 }  // namespace tf_fused_int8
 
