@@ -218,6 +218,25 @@ struct Interior3x3 {
                ~__mmask64{0}, out_row + o);
   }
 
+  // Both pixels' accumulators start at the +128 correction of the valid
+  // filter rows (all three: corr_all).
+  template <bool kFullRows>
+  __attribute__((always_inline)) void StartAccumulators(__m512i acc0[4],
+                                                        __m512i acc1[4]) const {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      if (kFullRows || ky1 - ky0 == 3) {
+        acc0[j] = blk->corr_all[j];
+      } else {
+        acc0[j] = _mm512_setzero_si512();
+        for (int64_t ky = ky0; ky < ky1; ++ky) {
+          acc0[j] = _mm512_add_epi32(acc0[j], blk->corr[ky][j]);
+        }
+      }
+      acc1[j] = acc0[j];
+    }
+  }
+
   // Pixels ox and (if kTwo) ox + 1, stride kS. kChecked: some input column
   // of the pair may lie outside the image (a border pixel, its window partly
   // in the padding): such a column is the vector of zero activations, which
@@ -245,18 +264,7 @@ struct Interior3x3 {
     __m512i acc0[4], acc1[4];
     const int64_t ky_begin = kFullRows ? 0 : ky0;
     const int64_t ky_end = kFullRows ? 3 : ky1;
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      if (kFullRows || ky1 - ky0 == 3) {
-        acc0[j] = blk->corr_all[j];
-      } else {
-        acc0[j] = _mm512_setzero_si512();
-        for (int64_t ky = ky0; ky < ky1; ++ky) {
-          acc0[j] = _mm512_add_epi32(acc0[j], blk->corr[ky][j]);
-        }
-      }
-      acc1[j] = acc0[j];
-    }
+    StartAccumulators<kFullRows>(acc0, acc1);
 #pragma GCC unroll 3
     for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
       // An offset, not a pointer: ix0 may be negative, and a column outside
@@ -310,18 +318,7 @@ struct Interior3x3 {
           _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
     };
     __m512i acc0[4], acc1[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      if (kFullRows) {
-        acc0[j] = blk->corr_all[j];
-      } else {
-        acc0[j] = _mm512_setzero_si512();
-        for (int64_t ky = ky0; ky < ky1; ++ky) {
-          acc0[j] = _mm512_add_epi32(acc0[j], blk->corr[ky][j]);
-        }
-      }
-      acc1[j] = acc0[j];
-    }
+    StartAccumulators<kFullRows>(acc0, acc1);
     const int64_t ky_begin = kFullRows ? 0 : ky0;
     const int64_t ky_end = kFullRows ? 3 : ky1;
 #pragma GCC unroll 3
