@@ -401,10 +401,13 @@ inline bool WindowTile(const ConvGeometry& g, const int8_t* input,
 }
 
 // Loop order: K panels (kc groups) outer, channel blocks inner, micro-tiles
-// innermost. Per panel the tile's A slice is gathered once (rows x 384 B,
-// micro-tile by micro-tile during the first block) and reused by every
-// block; the weight panel (kc groups x 64 channels,
-// 24 KiB) stays in L1 while the micro-tiles stream past it. Cached weights:
+// innermost. Per panel the tile's A slice is gathered once (a few
+// micro-tiles at a time during the first block, GatherRows) and reused by
+// every block, except for micro-tiles that read their windows in place
+// (WindowTile) or a pointwise layer's rows (direct). The weight panel
+// (kc groups x 64 channels) stays in L1 while the micro-tiles stream past
+// it with 96-group panels (24 KiB, on-the-fly packing), in L2 with cached
+// weights' wide panels (kKcGroupsCached). Cached weights:
 // when verifying, panel q's filter rows are compared with the packed panels
 // of all the item's blocks (contiguous filter rows) in slices spread over
 // the first block's micro-tiles, each slice's rows prefetched one micro-tile
