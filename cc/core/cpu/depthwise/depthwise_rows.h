@@ -43,6 +43,17 @@ namespace tf_fused_int8 {
 namespace cpu {
 namespace {
 
+// Whether the policy has Store4(acc[4], scale, bias, side, ld, consts, tail,
+// out): four pixels ld bytes apart in one epilogue.
+template <class V, class = void>
+struct HasStore4 {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasStore4<V, decltype(void(&V::Store4))> {
+  static constexpr bool value = true;
+};
+
 template <class V>
 struct DepthwiseRowKernel {
   using Acc = typename V::Acc;
@@ -65,6 +76,24 @@ struct DepthwiseRowKernel {
       V::Store(a, d->scale + c0, d->bias + c0,
                side_row != nullptr ? side_row + o : nullptr, *k, tail,
                out_row + o);
+    }
+
+    // kP consecutive pixels from ox: four at a time through V::Store4
+    // where the policy has it (one epilogue for four pixels), else one by
+    // one.
+    template <int kP>
+    void StoreRun(const Acc* a, int64_t ox) const {
+      int p = 0;
+      if constexpr (HasStore4<V>::value) {
+        const int64_t cc = d->channels;
+        for (; p + 4 <= kP; p += 4) {
+          const int64_t o = (ox + p) * cc + c0;
+          V::Store4(a + p, d->scale + c0, d->bias + c0,
+                    side_row != nullptr ? side_row + o : nullptr, cc, *k, tail,
+                    out_row + o);
+        }
+      }
+      for (; p < kP; ++p) Store(a[p], ox + p);
     }
   };
 
@@ -104,11 +133,11 @@ struct DepthwiseRowKernel {
     Acc acc[kP];
     for (; ox + kP <= ox_end; ox += kP) {
       Interior<kKw, kSw, kP, kFull>(b, ox, acc);
-      for (int p = 0; p < kP; ++p) b.Store(acc[p], ox + p);
+      b.template StoreRun<kP>(acc, ox);
     }
     if (kHalf > 1 && ox + kHalf <= ox_end) {
       Interior<kKw, kSw, kHalf, kFull>(b, ox, acc);
-      for (int p = 0; p < kHalf; ++p) b.Store(acc[p], ox + p);
+      b.template StoreRun<kHalf>(acc, ox);
       ox += kHalf;
     }
     for (; ox < ox_end; ++ox) {
@@ -215,7 +244,7 @@ struct DepthwiseRowKernel {
         } else if (ox >= d.full_begin && ox + 4 <= full_end) {
           Acc acc[4];
           Generic4(b, ox, acc);
-          for (int p = 0; p < 4; ++p) b.Store(acc[p], ox + p);
+          b.template StoreRun<4>(acc, ox);
           ox += 4;
         } else {
           b.Store(Single(b, ox), ox);
