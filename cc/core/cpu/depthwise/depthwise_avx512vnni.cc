@@ -159,6 +159,14 @@ inline __m512i LoadWeights(const int8_t* w, bool half) {
               : _mm512_loadu_si512(w);
 }
 
+// 32 bytes at lo in the low half of a zmm, 32 bytes at hi in the high half
+// (the half block's two pixel pairs).
+inline __m512i JoinHalves(const int8_t* lo, const int8_t* hi) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
+}
+
 // The full 64-channel blocks and the half block (the rest of the channels
 // run the 16-channel kernel): vector code, a few hundred instructions a
 // block, once per call (kDepthwisePrepAvx512Vnni: not once per ParallelFor
@@ -321,11 +329,7 @@ struct Interior3x3 {
     const int64_t ix0 = ox * kS - g.pad_left;
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     auto pair_cols = [&](const int8_t* p) {  // columns c and c + 2 * kS
-      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-      const __m256i hi =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * kS * cc));
-      return _mm512_xor_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+      return _mm512_xor_si512(JoinHalves(p, p + 2 * kS * cc), flip);
     };
     __m512i acc0[4], acc1[4];
     StartAccumulators<kFullRows>(acc0, acc1);
@@ -350,15 +354,9 @@ struct Interior3x3 {
     }
     const int64_t o = ox * cc + c0;
     __m512i side0, side1;
-    if (side_row != nullptr) {
-      auto two = [&](const int8_t* q) {  // pixels q and q + 2
-        return _mm512_inserti64x4(
-            _mm512_castsi256_si512(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2 * cc)), 1);
-      };
-      side0 = two(side_row + o);
-      side1 = two(side_row + o + cc);
+    if (side_row != nullptr) {  // pixels ox, ox + 2 and ox + 1, ox + 3
+      side0 = JoinHalves(side_row + o, side_row + o + 2 * cc);
+      side1 = JoinHalves(side_row + o + cc, side_row + o + 3 * cc);
     }
     const bool side = side_row != nullptr;
     const __m512i b0 = Epilogue64Bytes(acc0[0], acc0[1], acc0[2], acc0[3], blk->scale,

@@ -437,7 +437,6 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // straddles two pixels, and the last group ends at the input's end) reads
   // its A rows from the input itself; the others gather them into t.a.
   const bool direct = IsDirectGemm(*t.geo) && t.geo->in_c % 4 == 0;
-  const int64_t gather_rows = kGatherBytes / t.lda;  // A rows per im2col call
   // Windowed direct rows: a micro-tile whose pixels lie in one output row
   // with every window inside the image reads its A rows in place, one
   // window row (kw * Ci contiguous bytes) per segment, lda = stride * Ci
@@ -531,8 +530,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       }
       const bool verifying = verify_panel && b == 0;
       int64_t r = 0;
-      int64_t gathered = 0;  // rows [gather_begin, gathered) are in the A buffer
-      int64_t gather_begin = 0;
+      PanelRows<ZmmS8Copy> rows(t, b == 0, single_block, 4 * g0, 4 * g1);
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
           const int64_t l0 = next_lines * mt / tiles;
@@ -553,10 +551,6 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         }
         const int64_t h = base + (mt < extra ? 1 : 0);
         const int64_t pixel = t.p0 + r;
-        // The panel's A rows are gathered just before their first use (the
-        // stores overlap the multiply; the rows are in L1 when used) and
-        // reused from the A buffer by the other blocks. With one block they
-        // are used once: a micro-tile's worth of scratch (L1) is enough.
         if (direct) {
           tc.a = reinterpret_cast<const uint8_t*>(t.input) +
                  pixel * t.geo->in_c + 4 * g0;
@@ -573,15 +567,10 @@ bool GemmTileZmm(const GemmTileArgs& t) {
               Im2ColSlice<ZmmS8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
               std::fill(ready + r, ready + r + h, uint8_t{1});
             }
-            gather_begin = 0;
-          } else if (b == 0 && r >= gathered) {
-            const int64_t n = GatherRows(mt, tiles, base, extra, gather_rows);
-            gather_begin = single_block ? r : 0;
-            Im2ColSlice<ZmmS8Copy>(t, t.a + (r - gather_begin) * t.lda, r, n,
-                                   4 * g0, 4 * g1);
-            gathered = r + n;
+            tc.a = t.a + r * t.lda;
+          } else {
+            tc.a = rows.Rows(mt, tiles, base, extra, r);
           }
-          tc.a = t.a + (r - gather_begin) * t.lda;
         }
         tc.partial = t.partial + r * partial_ld + b * kBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;

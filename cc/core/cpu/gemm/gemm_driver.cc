@@ -109,8 +109,8 @@ struct Plan {
   bool per_block_items;  // one block an item, claimed one at a time
 };
 
-// kc: the K panel size in groups (isa.kc_groups, or CachedKc(isa) for
-// weights from the cache).
+// kc: the K panel size in groups (isa.kc_groups, or up to
+// isa.kc_groups_cached for weights from the cache: RunGemmConv).
 Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
               int64_t kc) {
   Plan p;

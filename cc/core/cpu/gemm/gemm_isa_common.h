@@ -293,22 +293,13 @@ __attribute__((noinline)) void Im2ColSlice(const GemmTileArgs& t,
     if (g.dilation_w == 1 && lo == 0 && hi == kw && iy0 >= 0 &&
         iy0 + span_h < g.in_h &&
         first + span_h * row_bytes + run + Copy::kStep <= end - t.input) {
-      // Interior window: each ky is one contiguous run; whole vectors.
-      if (whole) {
-        const int8_t* src = t.input + first;
-        uint8_t* out = row;
-        for (int64_t ky = 0; ky < g.filter_h; ++ky) {
-          ConvertInterior<Copy>(out, src, run);
-          src += ky_step;
-          out += run * el;
-        }
-      } else {
-        for (int64_t ky = ky0; ky <= ky1; ++ky) {
-          const int64_t s = Max(k0, ky * run), e = Min(k1, (ky + 1) * run);
-          ConvertInterior<Copy>(row + (s - k0) * el,
-                                t.input + first + ky * ky_step + (s - ky * run),
-                                e - s);
-        }
+      // Interior window, part of K (the whole of K went through the runs
+      // above): each ky is one contiguous run; whole vectors.
+      for (int64_t ky = ky0; ky <= ky1; ++ky) {
+        const int64_t s = Max(k0, ky * run), e = Min(k1, (ky + 1) * run);
+        ConvertInterior<Copy>(row + (s - k0) * el,
+                              t.input + first + ky * ky_step + (s - ky * run),
+                              e - s);
       }
     } else {
       for (int64_t ky = ky0; ky <= ky1; ++ky) {
@@ -346,6 +337,40 @@ __attribute__((noinline)) void Im2ColSlice(const GemmTileArgs& t,
     }
   }
 }
+
+// The A rows of one K panel's micro-tiles during one channel block's pass.
+// At the first block (`gather`) they are gathered a few micro-tiles at a
+// time (GatherRows) just before their first use, so the stores overlap
+// the multiply; later blocks read what the first one gathered. With one
+// block the rows are used once, so each gather starts at the buffer's
+// start (it stays in L1); otherwise row r lives at t.a + r * t.lda.
+template <class Copy>
+class PanelRows {
+ public:
+  PanelRows(const GemmTileArgs& t, bool gather, bool single_block, int64_t k0,
+            int64_t k1)
+      : t_(t), gather_(gather), single_block_(single_block), k0_(k0), k1_(k1),
+        max_rows_(kGatherBytes / t.lda) {}
+
+  // Micro-tile mt of `tiles` (heights base + 1 for the first `extra`, base
+  // for the rest), whose first row is r.
+  const uint8_t* Rows(int64_t mt, int64_t tiles, int64_t base, int64_t extra,
+                      int64_t r) {
+    if (gather_ && r >= end_) {
+      const int64_t n = GatherRows(mt, tiles, base, extra, max_rows_);
+      begin_ = single_block_ ? r : 0;
+      Im2ColSlice<Copy>(t_, t_.a + (r - begin_) * t_.lda, r, n, k0_, k1_);
+      end_ = r + n;
+    }
+    return t_.a + (r - begin_) * t_.lda;
+  }
+
+ private:
+  const GemmTileArgs& t_;
+  const bool gather_, single_block_;
+  const int64_t k0_, k1_, max_rows_;
+  int64_t begin_ = 0, end_ = 0;  // rows [begin_, end_) are in the buffer
+};
 
 }  // namespace
 }  // namespace cpu

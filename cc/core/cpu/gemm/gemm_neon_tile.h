@@ -185,7 +185,6 @@ bool GemmTileNeon(const GemmTileArgs& t) {
   const int64_t c_begin = t.block_begin * kNeonBlock;
   const int64_t c_end = Min(co, t.block_end * kNeonBlock);
   const int64_t partial_ld = nblocks * kNeonBlock;
-  const int64_t gather_rows = kGatherBytes / t.lda;  // A rows per im2col call
   const EpilogueNeonConsts ec = MakeEpilogueNeonConsts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
   // Micro-tiles of even heights <= kMr.
@@ -250,8 +249,7 @@ bool GemmTileNeon(const GemmTileArgs& t) {
       }
       const bool verifying = verify_panel && b == 0;
       int64_t r = 0;
-      int64_t gathered = 0;  // rows [gather_begin, gathered) are in the A buffer
-      int64_t gather_begin = 0;
+      PanelRows<NeonS8Copy> rows(t, b == 0, nblocks == 1, kpg * g0, kpg * g1);
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
           const int64_t l0 = next_lines * mt / tiles;
@@ -266,17 +264,7 @@ bool GemmTileNeon(const GemmTileArgs& t) {
         }
         const int64_t h = base + (mt < extra ? 1 : 0);
         const int64_t pixel = t.p0 + r;
-        // A rows gathered a few micro-tiles at a time (GatherRows); with
-        // one block they are used once, so the gathered rows start at the
-        // buffer's start (they stay in L1).
-        if (b == 0 && r >= gathered) {
-          const int64_t n = GatherRows(mt, tiles, base, extra, gather_rows);
-          gather_begin = nblocks == 1 ? r : 0;
-          Im2ColSlice<NeonS8Copy>(t, t.a + (r - gather_begin) * t.lda, r, n,
-                                  kpg * g0, kpg * g1);
-          gathered = r + n;
-        }
-        tc.a = t.a + (r - gather_begin) * t.lda;
+        tc.a = rows.Rows(mt, tiles, base, extra, r);
         // Partial sums exist only with several K panels (t.partial is null
         // otherwise and is never offset then).
         tc.partial = t.partial != nullptr

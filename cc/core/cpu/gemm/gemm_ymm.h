@@ -251,7 +251,6 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   const int64_t c_begin = t.block_begin * kYmmBlock;
   const int64_t c_end = Min(co, t.block_end * kYmmBlock);
   const int64_t partial_ld = nblocks * kYmmBlock;
-  const int64_t gather_rows = kGatherBytes / t.lda;  // A rows per im2col call
   const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
   const int64_t tiles = (t.rows + kYmmMr - 1) / kYmmMr;
@@ -326,8 +325,8 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       }
       const bool verifying = verify_panel && b == 0;
       int64_t r = 0;
-      int64_t gathered = 0;  // rows [gather_begin, gathered) are in the A buffer
-      int64_t gather_begin = 0;
+      PanelRows<YmmCopy<Policy::kInt16>> rows(t, b == 0, nblocks == 1, kpg * g0,
+                                              kpg * g1);
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
           const int64_t l0 = next_lines * mt / tiles;
@@ -342,14 +341,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
         }
         const int64_t h = base + (mt < extra ? 1 : 0);
         const int64_t pixel = t.p0 + r;
-        if (b == 0 && r >= gathered) {
-          const int64_t n = GatherRows(mt, tiles, base, extra, gather_rows);
-          gather_begin = nblocks == 1 ? r : 0;
-          Im2ColSlice<YmmCopy<Policy::kInt16>>(
-              t, t.a + (r - gather_begin) * t.lda, r, n, kpg * g0, kpg * g1);
-          gathered = r + n;
-        }
-        tc.a = t.a + (r - gather_begin) * t.lda;
+        tc.a = rows.Rows(mt, tiles, base, extra, r);
         tc.partial = t.partial + r * partial_ld + b * kYmmBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
         tc.out = t.output + pixel * co + n0;
