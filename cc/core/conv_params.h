@@ -90,6 +90,11 @@ struct FusedConvArgs {
   // raises the lower bound; -128 <= output_min <= output_max <= 127 (see
   // OutputBounds above).
   int32_t output_min = -128, output_max = 127;
+  // Optional output lookup table (the op's output_lut): 256 entries; when
+  // non-null the output is lut[out + 128] of the contract's clipped out
+  // (an extension of the contract for activations such as SiLU, computed at
+  // quantization time; epilogue.h). Null: the contract's out itself.
+  const int8_t* output_lut = nullptr;
   int8_t* output = nullptr;  // [N, Ho, Wo, Co]
   // Optional. Non-null: the caller promises that the filter's bytes do not
   // change while this object lives (which also keeps the buffer allocated,

@@ -18,6 +18,12 @@
 // same as rounding before clipping because lo and hi are integers, and it
 // keeps the float-to-int conversion defined for every input.
 //
+// With an output lookup table (FusedConvArgs::output_lut, 256 int8 entries)
+// the result is lut[out + 128] (LutScalar): the table is applied after the
+// clip, to the integer out above, so every kernel that produces out exactly
+// produces the looked-up value exactly (cc/core/cpu/lut/ applies it to the
+// output of the fast kernels; the reference applies it per element).
+//
 // Compile every file that includes this with -ffp-contract=off: the compiler
 // must not fuse the scale multiply with the bias add.
 #ifndef TF_FUSED_INT8_CC_CORE_EPILOGUE_H_
@@ -43,6 +49,11 @@ inline int8_t EpilogueScalar(int32_t acc, float scale, float bias,
   y = (y > lo) ? y : lo;  // NaN -> lo
   y = (y < hi) ? y : hi;
   return static_cast<int8_t>(std::nearbyint(y));  // default mode: half-even
+}
+
+// The output lookup table's step: lut[out + 128], or out when lut is null.
+inline int8_t LutScalar(const int8_t* lut, int8_t out) {
+  return lut == nullptr ? out : lut[static_cast<int32_t>(out) + 128];
 }
 
 // Applies the epilogue to `count` consecutive output channels [c0, c0+count)

@@ -47,9 +47,11 @@ void RunReference(const FusedConvArgs& a) {
           }
           const int64_t o = out_pixel * g.out_c + co;
           const float scale = a.conv_input_scale[a.per_channel_scale ? co : 0];
-          a.output[o] = EpilogueScalar(acc, scale, a.bias[co], has_side,
-                                       has_side ? a.side_input[o] : int8_t{0},
-                                       a.side_input_scale, lo, hi);
+          a.output[o] = LutScalar(
+              a.output_lut,
+              EpilogueScalar(acc, scale, a.bias[co], has_side,
+                             has_side ? a.side_input[o] : int8_t{0},
+                             a.side_input_scale, lo, hi));
         }
       }
     }

@@ -31,6 +31,7 @@
 #include "tests/cc/expect.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/cpu/gemm/packed_weights.h"
+#include "cc/core/cpu/lut/lut.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
 #include "cc/core/pool.h"
@@ -160,13 +161,24 @@ FusedConvArgs MakeCase(std::mt19937* rng, Padding* padding, Buffers* b) {
 // always the cached packing (verified), always packed on the fly.
 const int kWeightModes[] = {0, 1, 2};
 
+// A random output lookup table (256 int8 entries).
+std::vector<int8_t> RandomLut(std::mt19937* rng) {
+  std::vector<int8_t> lut(256);
+  for (auto& v : lut) v = static_cast<int8_t>((*rng)() % 256 - 128);
+  return lut;
+}
+
 void TestPathsMatchReference(int cases) {
   std::mt19937 rng(1234);
+  std::mt19937 lut_rng(4321);  // its own stream: the cases stay as they were
   int checked = 0;
   for (int i = 0; i < cases; ++i) {
     Padding padding;
     Buffers b;
     FusedConvArgs a = MakeCase(&rng, &padding, &b);
+    // Every third case with an output lookup table.
+    const std::vector<int8_t> lut = RandomLut(&lut_rng);
+    if (i % 3 == 2) a.output_lut = lut.data();
     std::vector<int8_t> want(a.geo.OutputElements());
     a.output = want.data();
     EXPECT(RunFusedConv(a, KernelPath::kReference, ParallelFor()).empty(), "ref");
@@ -548,6 +560,98 @@ void TestDepthwise3x3Blocks() {
 
 // The vector epilogues against EpilogueScalar on the values that matter:
 // NaN, +-Inf, huge, ties at .5, -0, denormals, in scales and biases.
+// Each lookup-table body this CPU runs against the table itself: every
+// byte value at every position of a vector and its tail, lengths 0-300 at
+// unaligned starts, random, identity, constant and reversed tables.
+void TestLutBodies() {
+  std::vector<std::pair<const char*, cpu::LutBody>> bodies;
+  bodies.emplace_back("portable", cpu::LutBodyFor(KernelPath::kPortable));
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) bodies.emplace_back("avx2", cpu::LutAvx2);
+  if (__builtin_cpu_supports("avx512bw")) {
+    bodies.emplace_back("avx512bw", cpu::LutAvx512Bw);
+  }
+  if (cpu::CpuHasAvx512Vbmi()) bodies.emplace_back("avx512vbmi", cpu::LutAvx512Vbmi);
+#endif
+#if defined(__aarch64__)
+  bodies.emplace_back("neon", cpu::LutNeon);
+#endif
+  std::mt19937 rng(77);
+  std::vector<std::vector<int8_t>> tables;
+  for (int t = 0; t < 4; ++t) tables.push_back(RandomLut(&rng));
+  tables.emplace_back(256);
+  for (int i = 0; i < 256; ++i) tables.back()[i] = static_cast<int8_t>(i - 128);
+  tables.emplace_back(256, int8_t{-128});
+  tables.emplace_back(256);
+  for (int i = 0; i < 256; ++i) tables.back()[i] = static_cast<int8_t>(127 - i);
+  int runs = 0;
+  for (const auto& body : bodies) {
+    for (const auto& lut : tables) {
+      for (int64_t n = 0; n <= 300; n += (n < 70 ? 1 : 23)) {
+        for (int64_t start : {0, 1, 13}) {
+          std::vector<int8_t> data(static_cast<size_t>(start + n + 64), 5);
+          for (int64_t j = 0; j < n; ++j) {
+            data[start + j] = static_cast<int8_t>((j * 37 + n + (rng() % 3)) % 256 - 128);
+          }
+          std::vector<int8_t> want = data;
+          for (int64_t j = 0; j < n; ++j) {
+            want[start + j] = lut[static_cast<uint8_t>(data[start + j] ^ 0x80)];
+          }
+          body.second(lut.data(), data.data() + start, n);
+          EXPECT(data == want, "lut body %s n %ld start %ld differs", body.first,
+                 long(n), long(start));
+          ++runs;
+        }
+      }
+    }
+  }
+  std::printf("lut bodies: %zu bodies, %d runs checked\n", bodies.size(), runs);
+}
+
+// Output lookup tables through every path on the layer kinds that have
+// their own kernels (pointwise, 3x3 windows and Winograd, the 3-channel
+// stem, depthwise, grouped, few pixels with a large filter, a narrow last
+// block, side input), against the reference, which looks the table up per
+// element; the reference itself against the table applied to its own output
+// without one.
+void TestOutputLut() {
+  std::mt19937 rng(2024);
+  struct L { int64_t n, h, w, ci, k, co, s, groups; bool side; };
+  const L layers[] = {
+      {1, 9, 11, 64, 1, 80, 1, 1, false},    // pointwise
+      {2, 10, 9, 32, 3, 48, 1, 1, true},     // 3x3, Winograd-eligible
+      {1, 30, 28, 16, 3, 64, 1, 1, false},   // windowed rows
+      {1, 23, 21, 3, 3, 32, 2, 1, false},    // stem
+      {2, 12, 13, 96, 3, 96, 1, 96, false},  // depthwise
+      {1, 11, 9, 32, 3, 64, 2, 4, true},     // grouped
+      {1, 1, 1, 1280, 1, 200, 1, 1, false},  // GEMV
+      {1, 14, 14, 40, 1, 16, 1, 1, false},   // narrow block
+  };
+  int runs = 0;
+  for (const L& l : layers) {
+    Buffers b;
+    FusedConvArgs a =
+        LayerCase(l.n, l.h, l.w, l.ci, l.k, l.co, l.s, l.side, &rng, &b, l.groups);
+    // Without the table first: the reference's looked-up output must be
+    // exactly the table at its plain output.
+    std::vector<int8_t> plain(a.geo.OutputElements());
+    a.output = plain.data();
+    RunReference(a);
+    const std::vector<int8_t> lut = RandomLut(&rng);
+    a.output_lut = lut.data();
+    std::vector<int8_t> looked(plain.size());
+    a.output = looked.data();
+    RunReference(a);
+    size_t bad = 0;
+    for (size_t j = 0; j < plain.size(); ++j) {
+      bad += looked[j] != lut[static_cast<uint8_t>(plain[j] ^ 0x80)];
+    }
+    EXPECT(bad == 0, "reference with a lut: %zu of %zu differ", bad, plain.size());
+    runs += CheckAllPaths(a, "output lut");
+  }
+  std::printf("output lut: %d runs checked\n", runs);
+}
+
 void TestEpilogueSpecialValues() {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -1567,6 +1671,8 @@ int main() {
   for (KernelPath p : g_paths) names += std::string(names.empty() ? "" : ", ") + KernelPathName(p);
   std::printf("paths under test: %s\n", names.c_str());
   TestPathsMatchReference(cases);
+  TestLutBodies();
+  TestOutputLut();
   TestEpilogueSpecialValues();
   TestExtremeOperands();
   TestSideInputFma();

@@ -21,6 +21,7 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/grouped/grouped.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/lut/lut.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
 
@@ -321,6 +322,10 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
                      });
   } else {
     RunUngrouped(args, resolved, parallel_for, nullptr, /*one_group=*/false);
+  }
+  if (args.output_lut != nullptr) {
+    cpu::ApplyLut(args.output_lut, args.output, args.geo.OutputElements(),
+                  resolved, parallel_for);
   }
   return "";
 }

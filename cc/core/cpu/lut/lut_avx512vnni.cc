@@ -1,0 +1,88 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// Output lookup table, AVX-512 (lut_kernels.h), the last partial vector
+// under a byte mask:
+//  * LutAvx512Vbmi: i = q ^ 0x80 indexes the table as an unsigned byte; two
+//    VPERMI2Bs look it up in the lower and the upper 128 entries (7 index
+//    bits each) and the index's top bit picks one. Needs AVX512_VBMI, built
+//    for this one function (target attribute) and run only where the CPU
+//    reports it.
+//  * LutAvx512Bw: the VPSHUFB chains of lut_avx2.cc on zmm, for AVX-512 VNNI
+//    CPUs without VBMI (Cascade Lake).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cc/core/cpu/lut/lut_kernels.h"
+
+// GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+inline __mmask64 TailMask(int64_t n) {
+  return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
+}
+
+}  // namespace
+
+bool CpuHasAvx512Vbmi() {
+  static const bool has = __builtin_cpu_supports("avx512vbmi");
+  return has;
+}
+
+__attribute__((target("avx512vbmi"))) void LutAvx512Vbmi(const int8_t* lut,
+                                                          int8_t* data,
+                                                          int64_t n) {
+  const __m512i t0 = _mm512_loadu_si512(lut);
+  const __m512i t1 = _mm512_loadu_si512(lut + 64);
+  const __m512i t2 = _mm512_loadu_si512(lut + 128);
+  const __m512i t3 = _mm512_loadu_si512(lut + 192);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 m = TailMask(n - i);
+    const __m512i idx =
+        _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, data + i), flip);
+    const __m512i lower = _mm512_permutex2var_epi8(t0, idx, t1);
+    const __m512i upper = _mm512_permutex2var_epi8(t2, idx, t3);
+    const __m512i r =
+        _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lower, upper);
+    _mm512_mask_storeu_epi8(data + i, m, r);
+  }
+}
+
+void LutAvx512Bw(const int8_t* lut, int8_t* data, int64_t n) {
+  __m512i lo_rows[8], hi_rows[8];
+  __m128i prev_lo = _mm_setzero_si128(), prev_hi = _mm_setzero_si128();
+  for (int s = 0; s < 8; ++s) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lut + 16 * s));
+    const __m128i hi =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(lut + 128 + 16 * s));
+    lo_rows[s] = _mm512_broadcast_i32x4(_mm_xor_si128(lo, prev_lo));
+    hi_rows[s] = _mm512_broadcast_i32x4(_mm_xor_si128(hi, prev_hi));
+    prev_lo = lo;
+    prev_hi = hi;
+  }
+  const __m512i step = _mm512_set1_epi8(16);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 m = TailMask(n - i);
+    __m512i hi = _mm512_maskz_loadu_epi8(m, data + i);
+    __m512i lo = _mm512_xor_si512(hi, flip);
+    __m512i r = _mm512_xor_si512(_mm512_shuffle_epi8(lo_rows[0], lo),
+                                 _mm512_shuffle_epi8(hi_rows[0], hi));
+    for (int s = 1; s < 8; ++s) {
+      lo = _mm512_subs_epi8(lo, step);
+      hi = _mm512_subs_epi8(hi, step);
+      r = _mm512_xor_si512(r, _mm512_shuffle_epi8(lo_rows[s], lo));
+      r = _mm512_xor_si512(r, _mm512_shuffle_epi8(hi_rows[s], hi));
+    }
+    _mm512_mask_storeu_epi8(data + i, m, r);
+  }
+}
+
+}  // namespace cpu
+}  // namespace tf_fused_int8
