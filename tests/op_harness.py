@@ -115,7 +115,8 @@ def unavailable_paths():
   return [p for p in X86_ISA_PATHS + ARM_ISA_PATHS if p not in expected_paths()]
 
 
-def run_op(case, inputs, dtype=tf.int8, use_function=False, variables=False):
+def run_op(case, inputs, dtype=tf.int8, use_function=False, variables=False,
+           output_lut=None):
   """Our op on `inputs` (numpy), returns numpy int8. variables=True passes
   filter, bias and conv_input_scale as tf.Variables (the op then runs
   ResourceFusedInt8Conv2DBiasActivation, which reads them in the kernel)."""
@@ -137,6 +138,8 @@ def run_op(case, inputs, dtype=tf.int8, use_function=False, variables=False):
       side_input_scale=inputs["side_input_scale"],
       side_input=cast(inputs["side_input"]), activation_mode=case.activation,
       dilations=case.dilations)
+  if output_lut is not None:
+    args["output_lut"] = output_lut
   if use_function:
     fn = tf.function(lambda: tf_fused_int8.fused_conv2d_bias_activation(**args))
     out = fn()
@@ -147,14 +150,15 @@ def run_op(case, inputs, dtype=tf.int8, use_function=False, variables=False):
   return out.numpy()
 
 
-def run_reference(case, inputs):
+def run_reference(case, inputs, output_lut=None):
   return reference.fused_conv2d_reference(
       inputs["conv_input"], inputs["filter"], inputs["bias"],
       side_input=inputs["side_input"],
       conv_input_scale=inputs["conv_input_scale"],
       side_input_scale=inputs["side_input_scale"],
       strides=case.strides, padding=case.padding,
-      activation=case.activation, dilations=case.dilations)
+      activation=case.activation, dilations=case.dilations,
+      output_lut=output_lut)
 
 
 def assert_same_bits(got, want, what=""):

@@ -320,15 +320,23 @@ def epilogue(acc, conv_input_scale, bias, side_input=None,
 def fused_conv2d_reference(conv_input, filter, bias, side_input=None,
                            conv_input_scale=1.0, side_input_scale=0.0,
                            strides=(1, 1), padding="SAME", activation="Relu",
-                           dilations=(1, 1), output_min=None, output_max=None):
+                           dilations=(1, 1), output_min=None, output_max=None,
+                           output_lut=None):
     """int8 NHWC output of the fused op: conv2d_int32 followed by epilogue.
 
     conv_input int8 NHWC, filter int8 HWIO, bias float32 [Co] (or scalar),
     side_input int8 [N, Ho, Wo, Co] or None/empty, conv_input_scale scalar or
     [Co]. See the module docstring for the exact per-element contract.
+    output_lut: None or 256 int8 values; the result is then
+    output_lut[out + 128] of the epilogue's out.
     """
     acc = conv2d_int32(conv_input, filter, strides=strides, padding=padding,
                        dilations=dilations)
-    return epilogue(acc, conv_input_scale, bias, side_input=side_input,
-                    side_input_scale=side_input_scale, activation=activation,
-                    output_min=output_min, output_max=output_max)
+    out = epilogue(acc, conv_input_scale, bias, side_input=side_input,
+                   side_input_scale=side_input_scale, activation=activation,
+                   output_min=output_min, output_max=output_max)
+    if output_lut is None:
+        return out
+    table = np.asarray(output_lut)
+    assert table.shape == (256,) and table.min() >= -128 and table.max() <= 127
+    return table.astype(np.int8)[out.astype(np.int64) + 128]

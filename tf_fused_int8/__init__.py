@@ -9,6 +9,7 @@ succeeds and the clear error is raised on first use (or by ``load_ops()``).
 from tf_fused_int8._loader import load_ops
 from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
+from tf_fused_int8.ops import activation_lut
 from tf_fused_int8.ops import fused_conv2d_bias_activation
 from tf_fused_int8.ops import hwio_to_oihw_vect_i
 from tf_fused_int8.ops import max_pool2d_int8
@@ -36,6 +37,7 @@ __all__ = [
     "Quantize",
     "QuantizedDense",
     "QuantizedFusedConv2D",
+    "activation_lut",
     "fused_conv2d_bias_activation",
     "hwio_to_oihw_vect_i",
     "load_ops",

@@ -155,6 +155,111 @@ def _empty_side_input(dtype, eager):
   return tf.bitcast(t, tf.qint8) if dtype == tf.qint8 else t
 
 
+def _sigmoid(x):
+  return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
+
+
+def _relu6(x):
+  return np.clip(x, 0.0, 6.0)
+
+
+def _softplus(x):
+  return np.logaddexp(0.0, x)
+
+
+def _erf(x):
+  import math  # pylint: disable=g-import-not-at-top
+  return np.vectorize(math.erf)(x)
+
+
+_SELU_ALPHA = 1.6732632423543772
+_SELU_SCALE = 1.0507009873554805
+
+# Element-wise activations by their Keras names, in float64 numpy, as
+# keras.activations defines them (Keras 3 defaults: gelu exact,
+# leaky_relu slope 0.2, hard_sigmoid relu6(x + 3) / 6).
+_LUT_FUNCTIONS = {
+    "linear": lambda x: x,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "relu6": _relu6,
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "silu": lambda x: x * _sigmoid(x),
+    "swish": lambda x: x * _sigmoid(x),
+    "hard_sigmoid": lambda x: _relu6(x + 3.0) / 6.0,
+    "hard_silu": lambda x: x * _relu6(x + 3.0) / 6.0,
+    "hard_swish": lambda x: x * _relu6(x + 3.0) / 6.0,
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+    "selu": lambda x: _SELU_SCALE * np.where(
+        x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0.0))),
+    "softplus": _softplus,
+    "softsign": lambda x: x / (1.0 + np.abs(x)),
+    "mish": lambda x: x * np.tanh(_softplus(x)),
+    "leaky_relu": lambda x: np.where(x >= 0, x, 0.2 * x),
+}
+
+LUT_ACTIVATIONS = tuple(sorted(_LUT_FUNCTIONS))
+
+
+def activation_lut(activation, input_scale, output_scale):
+  """The output_lut of an element-wise activation between two int8 scales.
+
+  Entry q + 128 (q = -128 .. 127) is clip(round_half_to_even(
+  f(q * input_scale) / output_scale), -128, 127), computed in float64: the
+  convolution's output quantized at `input_scale` (the activation's input),
+  mapped to f of it quantized at `output_scale`.
+
+  Args:
+    activation: a name in LUT_ACTIVATIONS (Keras's definitions) or a
+      function of a float64 numpy array.
+    input_scale, output_scale: positive finite floats.
+
+  Returns:
+    np.int8 array of 256 entries, for `fused_conv2d_bias_activation`'s
+    output_lut.
+  """
+  for name, v in (("input_scale", input_scale), ("output_scale", output_scale)):
+    if not (np.isfinite(v) and v > 0):
+      raise ValueError(f"activation_lut: {name} must be a positive finite "
+                       f"float, got {v!r}")
+  if isinstance(activation, str):
+    if activation not in _LUT_FUNCTIONS:
+      raise ValueError(f"activation_lut: unknown activation {activation!r}; "
+                       f"known: {', '.join(LUT_ACTIVATIONS)}, or pass a "
+                       f"function of a numpy array")
+    fn = _LUT_FUNCTIONS[activation]
+  elif callable(activation):
+    fn = activation
+  else:
+    raise TypeError(f"activation_lut: activation must be a name or a "
+                    f"function, got {type(activation).__name__}")
+  x = np.arange(-128, 128, dtype=np.float64) * float(input_scale)
+  y = np.asarray(fn(x), dtype=np.float64)
+  if y.shape != (256,) or not np.all(np.isfinite(y)):
+    raise ValueError("activation_lut: the activation must map 256 inputs to "
+                     "256 finite values")
+  return np.clip(np.round(y / float(output_scale)), -128, 127).astype(np.int8)
+
+
+def _output_lut(lut):
+  """The output_lut attr: [] for None, else the 256 table values as ints."""
+  if lut is None:
+    return []
+  values = np.asarray(lut)
+  if values.shape != (256,):
+    raise ValueError(f"output_lut must have 256 entries (out maps to "
+                     f"output_lut[out + 128]), got shape {values.shape}")
+  if not np.issubdtype(values.dtype, np.integer):
+    if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+      raise ValueError(f"output_lut must hold integers, got dtype "
+                       f"{values.dtype} with non-integer values")
+  if values.min() < -128 or values.max() > 127:
+    raise ValueError(f"output_lut values must be in [-128, 127], got "
+                     f"[{values.min()}, {values.max()}]")
+  return [int(v) for v in values]
+
+
 def fused_conv2d_bias_activation(conv_input,
                                  filter,  # pylint: disable=redefined-builtin
                                  bias,
@@ -170,7 +275,8 @@ def fused_conv2d_bias_activation(conv_input,
                                  name=None,
                                  explicit_paddings=None,
                                  output_min=-128,
-                                 output_max=127):
+                                 output_max=127,
+                                 output_lut=None):
   """Fused int8 conv2d + scale + side input + bias + activation.
 
   Per output element, with ``acc`` the exact int32 sum of int8 products:
@@ -181,6 +287,7 @@ def fused_conv2d_bias_activation(conv_input,
       y = y + bias[c]
       lo = max(0, output_min) if Relu else output_min
       out = clip(round_half_to_even(y), lo, output_max)   # NaN y -> lo
+      if output_lut is given: out = output_lut[out + 128]
 
   Args:
     conv_input: int8 or qint8 tensor, [N, H, W, C] (NHWC) or
@@ -212,6 +319,10 @@ def fused_conv2d_bias_activation(conv_input,
       output_max <= 127 (defaults -128, 127); Relu raises the lower bound to
       max(0, output_min). Relu6 for an output quantized with scale s is
       activation_mode="Relu", output_max=round(6 / s).
+    output_lut: None (default) or 256 int8 values: the output is
+      output_lut[out + 128] of the clipped out above (an activation such as
+      SiLU tabulated at quantization time, see `activation_lut`). CPU only:
+      the GPU kernel refuses it.
 
   Returns:
     A tensor of conv_input's dtype in data_format layout.
@@ -226,6 +337,7 @@ def fused_conv2d_bias_activation(conv_input,
   strides = _window_attr("strides", strides, data_format)
   dilations = _window_attr("dilations", dilations, data_format)
   activation_mode = _activation(activation_mode)
+  output_lut = _output_lut(output_lut)
   eager = tf.executing_eagerly()
   scope = _op_scope(eager, name, "fused_conv2d_bias_activation")
   with scope:
@@ -283,6 +395,7 @@ def fused_conv2d_bias_activation(conv_input,
         explicit_paddings=explicit_paddings,
         output_min=int(output_min),
         output_max=int(output_max),
+        output_lut=output_lut,
         data_format=data_format,
         filter_format=filter_format,
         activation_mode=activation_mode,

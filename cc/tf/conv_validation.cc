@@ -183,6 +183,26 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
   }
   attrs->output_min = static_cast<int32_t>(output_min);
   attrs->output_max = static_cast<int32_t>(output_max);
+  std::vector<int64_t> lut;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("output_lut", &lut));
+  TF_RETURN_IF_ERROR(CheckOutputLut(lut));
+  attrs->output_lut.assign(lut.begin(), lut.end());
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutputLut(const std::vector<int64_t>& lut) {
+  if (!lut.empty() && lut.size() != 256) {
+    return absl::InvalidArgumentError(
+        "output_lut must be empty or have 256 entries (output value q maps to "
+        "output_lut[q + 128]), got " + std::to_string(lut.size()) + " entries");
+  }
+  for (size_t i = 0; i < lut.size(); ++i) {
+    if (lut[i] < -128 || lut[i] > 127) {
+      return absl::InvalidArgumentError(
+          "output_lut entries must be int8 values in [-128, 127], got "
+          "output_lut[" + std::to_string(i) + "] = " + std::to_string(lut[i]));
+    }
+  }
   return absl::OkStatus();
 }
 

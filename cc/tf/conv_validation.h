@@ -27,7 +27,12 @@ struct ConvAttrs {
   Activation activation = Activation::kRelu;
   // -128 <= output_min <= output_max <= 127 (OutputBounds applies Relu).
   int32_t output_min = -128, output_max = 127;
+  // output_lut: empty, or 256 entries (FusedConvArgs::output_lut).
+  std::vector<int8_t> output_lut;
 };
+
+// The output_lut attr: empty or exactly 256 values in [-128, 127].
+absl::Status CheckOutputLut(const std::vector<int64_t>& lut);
 
 absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
                             ConvAttrs* attrs);

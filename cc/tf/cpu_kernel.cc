@@ -69,6 +69,7 @@ void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
   args.activation = attrs.activation;
   args.output_min = attrs.output_min;
   args.output_max = attrs.output_max;
+  args.output_lut = attrs.output_lut.empty() ? nullptr : attrs.output_lut.data();
 
   Tensor input_nhwc, filter_hwio, side_nhwc, output_nhwc;
   if (!attrs.vect) {

@@ -98,6 +98,10 @@ class FusedInt8ConvGpuOp : public OpKernel {
                 absl::UnimplementedError(
                     "the GPU kernel takes data_format NCHW_VECT_C (convert with "
                     "tf_fused_int8.nhwc_to_nchw_vect_c) or run NHWC on the CPU"));
+    OP_REQUIRES(ctx, attrs_.output_lut.empty(),
+                absl::UnimplementedError(
+                    "output_lut is not implemented by the GPU kernel yet; run "
+                    "the op on the CPU (tf.device('/CPU:0'))"));
   }
 
   void Compute(OpKernelContext* ctx) override {

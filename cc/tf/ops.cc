@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cc/core/pool.h"
+#include "cc/tf/conv_validation.h"
 #include "cc/tf/pool_attrs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
@@ -91,6 +92,9 @@ absl::Status FusedInt8ConvShapeFrom(InferenceContext* c, ShapeHandle filter_in,
         "output_max <= 127, got " + std::to_string(output_min) + " and " +
         std::to_string(output_max));
   }
+  std::vector<int64_t> output_lut;
+  TF_RETURN_IF_ERROR(c->GetAttr("output_lut", &output_lut));
+  TF_RETURN_IF_ERROR(CheckOutputLut(output_lut));
   std::vector<int64_t> explicit_paddings;
   TF_RETURN_IF_ERROR(c->GetAttr("explicit_paddings", &explicit_paddings));
   int64_t pad_h_before = -1, pad_h_after = -1, pad_w_before = -1,
@@ -312,7 +316,8 @@ absl::Status ResourceFusedInt8ConvShape(InferenceContext* c) {
       .Attr("activation_mode: {'Relu', 'None'} = 'Relu'")       \
       .Attr("dilations: list(int) = [1, 1, 1, 1]")              \
       .Attr("output_min: int = -128")                           \
-      .Attr("output_max: int = 127")
+      .Attr("output_max: int = 127")                            \
+      .Attr("output_lut: list(int) = []")
 
 REGISTER_OP("FusedInt8Conv2DBiasActivation")
     .Input("conv_input: T")
@@ -336,6 +341,9 @@ Per output element, with acc the exact int32 sum of int8 products:
 with lo = Relu ? max(0, output_min) : output_min; -128 <= output_min <=
 output_max <= 127 (defaults -128/127; Relu6 is output_max = round(6 /
 output_scale)); a NaN y gives lo.
+With output_lut (256 int8 values; default empty: none), the output is
+output_lut[output + 128] instead: an activation such as SiLU tabulated at
+quantization time, applied after the clip (CPU; the GPU kernel refuses it).
 conv_input_scale is a scalar or has one value per output channel.
 Grouped convolution as in tf.nn.conv2d: groups = conv_input depth / filter
 input depth; output channel c of group g = c / (output depth / groups) reads
