@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import op_harness
+import reference
 import tf_fused_int8
 from tf_fused_int8 import testing
 
@@ -151,3 +152,47 @@ def test_activation_lut_of_a_function_and_its_rounding():
 def test_activation_lut_errors(args, error, match):
   with pytest.raises(error, match=match):
     tf_fused_int8.activation_lut(*args)
+
+
+# ------------------------------------------------------------------- the layer
+
+def _layer_with_table(lut, **kwargs):
+  rng = np.random.default_rng(4)
+  kernel = rng.normal(size=(3, 3, 8, 12)).astype(np.float32)
+  return tf_fused_int8.QuantizedFusedConv2D.from_float_weights(
+      kernel, rng.normal(size=12).astype(np.float32), input_scale=0.05,
+      output_scale=0.1, padding="same", output_lut=lut, **kwargs)
+
+
+def test_layer_with_a_table_matches_the_reference(tmp_path):
+  lut = tf_fused_int8.activation_lut("swish", 0.1, 0.06)
+  layer = _layer_with_table(lut)
+  assert layer.get_config()["output_lut"] == [int(v) for v in lut]
+  x = np.random.default_rng(5).integers(-128, 128, (2, 7, 9, 8)).astype(np.int8)
+  kernel, bias, scale = [np.asarray(w) for w in layer.get_weights()]
+  want = reference.fused_conv2d_reference(
+      x, kernel, bias, conv_input_scale=scale, padding="SAME",
+      activation="None", output_lut=lut)
+  np.testing.assert_array_equal(np.asarray(layer(x)), want)
+  np.testing.assert_array_equal(np.asarray(tf.function(layer)(x)), want)
+  # Config, .keras and SavedModel round trips keep the table.
+  again = tf_fused_int8.QuantizedFusedConv2D.from_config(layer.get_config())
+  again.build(x.shape)
+  again.set_weights(layer.get_weights())
+  np.testing.assert_array_equal(np.asarray(again(x)), want)
+  inp = keras.Input((7, 9, 8), dtype="int8")
+  model = keras.Model(inp, layer(inp))
+  model.save(str(tmp_path / "m.keras"))
+  loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+  np.testing.assert_array_equal(np.asarray(loaded(x)), want)
+  model.export(str(tmp_path / "sm"), verbose=False)
+  served = tf.saved_model.load(str(tmp_path / "sm"))
+  np.testing.assert_array_equal(served.serve(tf.constant(x)).numpy(), want)
+
+
+def test_layer_rejects_a_bad_table():
+  with pytest.raises(ValueError, match="QuantizedFusedConv2D: output_lut must "
+                     "have 256 entries"):
+    tf_fused_int8.QuantizedFusedConv2D(4, 1, output_lut=[0] * 3)
+  with pytest.raises(ValueError, match=r"\[-128, 127\]"):
+    tf_fused_int8.QuantizedDense(4, output_lut=[200] * 256)

@@ -54,6 +54,7 @@ import numbers
 import keras
 import numpy as np
 
+from tf_fused_int8 import ops as ops_lib
 from tf_fused_int8.ops import fused_conv2d_bias_activation
 
 __all__ = ["QuantizedDense", "QuantizedFusedConv2D",
@@ -282,6 +283,10 @@ class QuantizedFusedConv2D(keras.layers.Layer):
     output_min, output_max: the int8 output range of the op (-128 <=
       output_min <= output_max <= 127, defaults -128/127); Relu raises the
       lower bound to max(0, output_min).
+    output_lut: None, or 256 int8 values (the op's ``output_lut``): the
+      layer's output is output_lut[out + 128] of the clipped out above, e.g.
+      ``tf_fused_int8.activation_lut("swish", s_pre, s_out)`` for a SiLU
+      whose input is quantized at s_pre and output at s_out. CPU only.
     use_side_input: when True, ``call`` requires ``side_input`` and the layer
       has a ``side_input_scale`` weight.
     per_channel_scale: ``conv_input_scale`` has one value per output channel
@@ -320,6 +325,7 @@ class QuantizedFusedConv2D(keras.layers.Layer):
                output_max=127,
                output_scale=None,
                groups=1,
+               output_lut=None,
                **kwargs):
     kwargs.pop("trainable", None)  # nothing here is trainable
     super().__init__(trainable=False, **kwargs)
@@ -348,6 +354,11 @@ class QuantizedFusedConv2D(keras.layers.Layer):
                        f"output_min <= output_max <= 127, got {output_min!r} "
                        f"and {output_max!r}")
     self.output_scale = None if output_scale is None else float(output_scale)
+    try:
+      lut = ops_lib._output_lut(output_lut)  # pylint: disable=protected-access
+    except ValueError as e:
+      raise ValueError(f"{self.__class__.__name__}: {e}") from None
+    self.output_lut = tuple(lut) if lut else None
     if self.activation == "relu6":
       if self.output_scale is None:
         raise ValueError("activation='relu6' needs output_scale (the int8 "
@@ -549,7 +560,8 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         activation_mode="None" if self.activation is None else "Relu",
         dilations=self.dilation_rate,
         output_min=self.output_min,
-        output_max=self.effective_output_max())
+        output_max=self.effective_output_max(),
+        output_lut=self.output_lut)
 
   def effective_output_max(self):
     """The op's output_max: output_max, lowered to round(6 / output_scale)
@@ -696,6 +708,8 @@ class QuantizedFusedConv2D(keras.layers.Layer):
         "output_min": self.output_min,
         "output_max": self.output_max,
         "output_scale": self.output_scale,
+        "output_lut": (None if self.output_lut is None else
+                       list(self.output_lut)),
         "kernel_initializer": keras.initializers.serialize(
             self.kernel_initializer),
         "bias_initializer": keras.initializers.serialize(
@@ -814,7 +828,8 @@ class QuantizedDense(QuantizedFusedConv2D):
         side_input_scale=0.0,
         activation_mode="None" if self.activation is None else "Relu",
         output_min=self.output_min,
-        output_max=self.effective_output_max())
+        output_max=self.effective_output_max(),
+        output_lut=self.output_lut)
     shape = tf.concat([tf.shape(inputs)[:-1], [self.filters]], axis=0)
     return tf.reshape(y, shape)
 
