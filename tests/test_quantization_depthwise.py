@@ -66,7 +66,7 @@ def layer_reference(layer, x, side=None):
     want = reference.fused_conv2d_reference(
         rows, k, b, conv_input_scale=s, padding="VALID",
         activation="None" if layer.activation is None else "Relu",
-        output_max=out_max)
+        output_max=out_max, output_lut=layer.output_lut)
     return want.reshape(x.shape[:-1] + (k.shape[-1],))
   weights = layer.get_weights()
   k, b, s = weights[:3]
@@ -78,7 +78,8 @@ def layer_reference(layer, x, side=None):
       x, k, b, side_input=side, conv_input_scale=s, side_input_scale=ss,
       strides=layer.strides, padding=ref_padding(layer),
       activation="None" if layer.activation is None else "Relu",
-      dilations=layer.dilation_rate, output_max=out_max)
+      dilations=layer.dilation_rate, output_max=out_max,
+      output_lut=layer.output_lut)
 
 
 def check_layers_against_reference(qmodel, x, min_unique=8):

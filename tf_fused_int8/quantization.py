@@ -23,9 +23,18 @@ rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
   ``output_max = min(127, round(6 / s_out))``; likewise any clipped ReLU
   ``ReLU(max_value=m)``, m > 0 (no negative_slope or threshold), is the op's
   Relu with ``output_max = min(127, round(m / s_out))``;
+* a following ``Activation`` layer with another element-wise activation
+  (``swish`` / ``silu``, ``hard_swish`` / ``hard_silu``, ``sigmoid``,
+  ``hard_sigmoid``, ``gelu``, ``tanh``, ``elu``, ``selu``, ``softplus``,
+  ``softsign``, ``mish``, ``leaky_relu``) becomes the op's output lookup
+  table: the epilogue quantizes the activation's input at its own
+  calibrated scale s_pre, and ``output_lut = activation_lut(f, s_pre,
+  s_out)`` maps each of those 256 int8 values to f of it at the
+  activation's output scale (``tf_fused_int8.activation_lut``);
 * a two-input ``Add`` of the (linear) conv stack and another tensor, the
   residual, maps that tensor to the op's side input, and a ``ReLU`` (ReLU6,
-  clipped ReLU) after the ``Add`` becomes the op's activation.
+  clipped ReLU) or a table activation after the ``Add`` becomes the op's
+  activation.
 
 So ResNet blocks and MobileNetV2 inverted-residual blocks (1x1 expand +
 ReLU6, depthwise + ReLU6, linear 1x1 project, residual ``Add``) quantize end
@@ -413,6 +422,24 @@ def _relu_max(node):
   return None
 
 
+# Element-wise activations an int8 output lookup table computes (the op's
+# output_lut, tf_fused_int8.activation_lut); ReLU-like ones fuse as bounds.
+_LUT_ACTIVATIONS = frozenset(ops.LUT_ACTIVATIONS) - {"linear", "relu",
+                                                         "relu6"}
+
+
+def _lut_activation(node):
+  """The activation's name when the node is an Activation layer computing
+  one of _LUT_ACTIVATIONS (SiLU / swish, sigmoid, hard-swish, GELU, ...)
+  on one tensor, else None."""
+  op = node.operation
+  if (_single_tensor_call(node) is None or
+      type(op) is not keras.layers.Activation):  # pylint: disable=unidiomatic-typecheck
+    return None
+  name = _activation_name(op.activation)
+  return name if isinstance(name, str) and name in _LUT_ACTIVATIONS else None
+
+
 def _conv_relu_max(op):
   """The relu_max of a convolution's own activation: None for linear (a
   convolution with another activation is not quantized, _conv_problem)."""
@@ -545,6 +572,11 @@ class _Group:
     # None (linear), or the Relu's float bound (math.inf: unbounded).
     self.relu_max = (None if bn_only or avg_pool or add_only else
                      _conv_relu_max(op))
+    # lut: the name of an element-wise activation that follows the stack
+    # (an Activation layer), run as the op's output lookup table from the
+    # scale of pre_lut (its input, calibrated) to the scale of the tail.
+    self.lut = None
+    self.pre_lut = None
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -552,6 +584,23 @@ class _Group:
   def extend(self, node):
     self.members.append(node)
     self.tail = node.outputs[0]
+
+  def fuse_activation(self, node):
+    """Extends the stack by node when it is a ReLU-like bound or a
+    lookup-table activation of the tail (the caller checked that node alone
+    reads it); returns whether it did."""
+    if node is None or self.relu_max is not None or self.lut is not None:
+      return False
+    self.relu_max = _relu_max(node)
+    if self.relu_max is not None:
+      self.extend(node)
+      return True
+    name = _lut_activation(node)
+    if name is None:
+      return False
+    self.lut, self.pre_lut = name, self.tail
+    self.extend(node)
+    return True
 
   @property
   def tail_node(self):
@@ -1017,9 +1066,7 @@ class _Plan:
     its tail, if that is in no other group."""
     nxt = self.graph.sole_consumer(g.tail)
     if nxt is not None and id(nxt) not in member:
-      g.relu_max = _relu_max(nxt)
-      if g.relu_max is not None:
-        g.extend(nxt)
+      g.fuse_activation(nxt)
 
   def _int8_add_inputs(self, node):
     """The two NHWC input tensors of a plain two-input Add of equal shapes,
@@ -1054,10 +1101,7 @@ class _Plan:
       g.bn_node = nxt
       g.extend(nxt)
       nxt = self.graph.sole_consumer(g.tail)
-    if g.relu_max is None and nxt is not None:
-      g.relu_max = _relu_max(nxt)
-      if g.relu_max is not None:
-        g.extend(nxt)
+    g.fuse_activation(nxt)
     return g
 
   def _assign_adds(self):
@@ -1071,7 +1115,8 @@ class _Plan:
       for i, t in enumerate(ins):
         g = by_tail.get(id(t))
         other = ins[1 - i]
-        if (g is None or g.relu_max is not None or g.add_node is not None or
+        if (g is None or g.relu_max is not None or g.lut is not None or
+            g.add_node is not None or
             self.graph.sole_consumer(t) is not node or
             not self._same_shape(t, other)):
           continue
@@ -1085,11 +1130,7 @@ class _Plan:
       g.add_node = node
       g.side = other
       g.extend(node)
-      nxt = self.graph.sole_consumer(g.tail)
-      if nxt is not None:
-        g.relu_max = _relu_max(nxt)
-        if g.relu_max is not None:
-          g.extend(nxt)
+      g.fuse_activation(self.graph.sole_consumer(g.tail))
 
   @staticmethod
   def _same_shape(a, b):
@@ -1119,7 +1160,7 @@ class _Plan:
   def calibration_tensors(self):
     seen, out = set(), []
     for g in self.groups:
-      for t in (g.input, g.side, g.tail):
+      for t in (g.input, g.side, g.pre_lut, g.tail):
         if t is not None and id(t) not in seen:
           seen.add(id(t))
           out.append(t)
@@ -1536,11 +1577,19 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         base = conv.name  # the Conv2D's name, now free
       qconv_names.add(base)
       s_out = scale_of[id(group.tail)]
+      lut_kwargs = {}
+      if group.lut is not None:
+        # The epilogue quantizes the activation's input at its calibrated
+        # scale; the table maps that to the activation's output at s_out.
+        s_pre = scale_of[id(group.pre_lut)]
+        lut_kwargs["output_lut"] = ops.activation_lut(group.lut, s_pre,
+                                                          s_out)
+        s_out = s_pre
       if group.dense:
         layer = QuantizedDense.from_float_weights(
             kernel, bias, input_scale=scale_of[id(group.input)],
             output_scale=s_out, per_channel_scale=per_channel, name=base,
-            **_activation_kwargs(group.relu_max, s_out))
+            **_activation_kwargs(group.relu_max, s_out), **lut_kwargs)
         int8_of[id(group.tail)] = layer(get_int8(group.input))
         counts["dense"] += 1
         continue
@@ -1555,7 +1604,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           per_channel_scale=per_channel or group.bn_only,
           strides=group.strides, padding=group.padding,
           dilation_rate=group.dilation_rate, groups=groups,
-          name=base, **_activation_kwargs(group.relu_max, s_out))
+          name=base, **_activation_kwargs(group.relu_max, s_out),
+          **lut_kwargs)
       x = get_int8(group.input)
       if group.side is None:
         y = layer(x)
