@@ -18,6 +18,7 @@
 //   time a model's layer takes; unpinned, large filters are checked panel by
 //   panel while computing: 7x7x512 3x3 -> 512 on one Zen 5 thread ran 289 us
 //   pinned, 389 us unpinned).
+//   BENCH_CORE_LUT=1 adds an output lookup table (FusedConvArgs::output_lut).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -140,6 +141,12 @@ int main(int argc, char** argv) {
   a.per_channel_scale = true;
   a.activation = Activation::kRelu;
   a.output = outs[0].data();
+  // BENCH_CORE_LUT=1: an output lookup table (a random one), applied after
+  // the kernel as the op does with output_lut.
+  std::vector<int8_t> lut(256);
+  for (auto& v : lut) v = static_cast<int8_t>(u8(rng));
+  const char* lut_env = std::getenv("BENCH_CORE_LUT");
+  if (lut_env != nullptr && std::atoi(lut_env) == 1) a.output_lut = lut.data();
   // BENCH_CORE_PIN=1: pin the filters (as the TF resource op pins a
   // variable's buffer: the cached packing is used with no check).
   const char* pin_env = std::getenv("BENCH_CORE_PIN");
