@@ -201,10 +201,14 @@ std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
 namespace {
 
 // One groups == 1 call on a resolved, non-reference path; one_group: it is
-// one group of a grouped call (RunPerGroup).
-void RunUngrouped(const FusedConvArgs& args, KernelPath path,
+// one group of a grouped call (RunPerGroup). Returns whether the output
+// lookup table (args.output_lut) was applied: the GEMM driver applies it
+// to each work item while its outputs are in cache; the others leave it to
+// RunFusedConv's pass over the whole output.
+bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
                   const ParallelFor& parallel_for, const int8_t* cache_key,
                   [[maybe_unused]] bool one_group) {
+  [[maybe_unused]] const cpu::LutBody lut = cpu::LutBodyFor(path);
   switch (path) {
 #if defined(__x86_64__)
     case KernelPath::kAvx2:
@@ -213,42 +217,42 @@ void RunUngrouped(const FusedConvArgs& args, KernelPath path,
           (path == KernelPath::kAvx2Winograd ||
            cpu::WinogradPreferredAvx2(args.geo))) {
         cpu::RunWinograd(args, cpu::kWinogradAvx2, parallel_for, cache_key);
-        return;
+        return false;
       }
-      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
-      return;
+      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key, lut);
+      return true;
     case KernelPath::kAvx2Direct:
-      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key);
-      return;
+      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key, lut);
+      return true;
     case KernelPath::kAvxVnni:
-      cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key);
-      return;
+      cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key, lut);
+      return true;
     case KernelPath::kAvx512Vnni:
       // One group of a grouped call with at most 16 output channels: a
       // 64-channel zmm block would be three quarters padding, a 16-channel
       // ymm VNNI block is full (1.3-1.4x on ResNeXt's 32 x 16 layers).
       if (one_group && args.geo.out_c <= 16 &&
           KernelPathSupported(KernelPath::kAvxVnni)) {
-        cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key);
-        return;
+        cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key, lut);
+        return true;
       }
-      cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key);
-      return;
+      cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key, lut);
+      return true;
 #endif
 #if defined(__aarch64__)
     case KernelPath::kNeon:
-      cpu::RunGemmConv(args, cpu::kNeonKernels, parallel_for, cache_key);
-      return;
+      cpu::RunGemmConv(args, cpu::kNeonKernels, parallel_for, cache_key, lut);
+      return true;
     case KernelPath::kDotprod:
-      cpu::RunGemmConv(args, cpu::kDotprodKernels, parallel_for, cache_key);
-      return;
+      cpu::RunGemmConv(args, cpu::kDotprodKernels, parallel_for, cache_key, lut);
+      return true;
     case KernelPath::kI8mm:
-      cpu::RunGemmConv(args, cpu::kI8mmKernels, parallel_for, cache_key);
-      return;
+      cpu::RunGemmConv(args, cpu::kI8mmKernels, parallel_for, cache_key, lut);
+      return true;
 #endif
     default:
       RunPortable(args, parallel_for);
-      return;
+      return false;
   }
 }
 
@@ -303,6 +307,7 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
       return std::string("CPU kernel '") + KernelPathName(resolved) +
              "' has no implementation";
   }
+  bool lut_applied = false;
   if (args.geo.IsDepthwise()) {
     const cpu::DepthwisePrep* prep = nullptr;
 #if defined(__x86_64__)
@@ -317,13 +322,17 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
     cpu::RunPerGroup(args, parallel_for,
                      [&](const FusedConvArgs& sub, const int8_t* cache_key,
                          const ParallelFor& inner) {
-                       RunUngrouped(sub, resolved, inner, cache_key,
+                       // The groups write copies: the table comes after.
+                       FusedConvArgs plain = sub;
+                       plain.output_lut = nullptr;
+                       RunUngrouped(plain, resolved, inner, cache_key,
                                     /*one_group=*/true);
                      });
   } else {
-    RunUngrouped(args, resolved, parallel_for, nullptr, /*one_group=*/false);
+    lut_applied = RunUngrouped(args, resolved, parallel_for, nullptr,
+                               /*one_group=*/false);
   }
-  if (args.output_lut != nullptr) {
+  if (args.output_lut != nullptr && !lut_applied) {
     cpu::ApplyLut(args.output_lut, args.output, args.geo.OutputElements(),
                   resolved, parallel_for);
   }

@@ -274,7 +274,7 @@ void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,
 // Returns true if verification found the packed weights stale.
 bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
              const PackedView* view, bool verify,
-             const ParallelFor& parallel_for) {
+             const ParallelFor& parallel_for, LutBody lut) {
   const ConvGeometry& g = a.geo;
   const EpilogueArgs ep = MakeEpilogueArgs(a);
   std::atomic<bool> stale{false};
@@ -324,6 +324,25 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
       t.verify_phase =
           ((tile - ngroup) % plan.m_tiles + plan.m_tiles) % plan.m_tiles;
       if (isa.gemm_tile(t)) stale.store(true, std::memory_order_relaxed);
+      if (lut != nullptr) {
+        // The item's outputs, just written: rows p0 .. p0 + rows of its
+        // channels (contiguous when it has all of them). One Zen 5 thread,
+        // bench_core with and without BENCH_CORE_LUT=1 (a noisy VM): the
+        // table costs 112x112x16 -> 96 +9-12 us (1.2 MB of output) and
+        // 28x28x32 -> 192 +1-3 us this way; a pass over the whole output
+        // after the kernel (with a masked store per vector) cost +17-39 us
+        // and +2-6 us.
+        const int64_t c0 = t.block_begin * isa.block;
+        const int64_t c1 = std::min(g.out_c, t.block_end * isa.block);
+        int8_t* out = a.output + t.p0 * g.out_c;
+        if (c0 == 0 && c1 == g.out_c) {
+          lut(a.output_lut, out, t.rows * g.out_c);
+        } else {
+          for (int64_t r = 0; r < t.rows; ++r) {
+            lut(a.output_lut, out + r * g.out_c + c0, c1 - c0);
+          }
+        }
+      }
     }
   };
 
@@ -343,11 +362,19 @@ void SetWeightModeForTesting(int mode) { g_weight_mode.store(mode); }
 int64_t GemvCallsForTesting() { return g_gemv_calls.load(); }
 
 void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
-                 const ParallelFor& parallel_for, const int8_t* cache_key) {
+                 const ParallelFor& parallel_for, const int8_t* cache_key,
+                 LutBody lut_body) {
   if (cache_key == nullptr) cache_key = a.filter;
   const ConvGeometry& g = a.geo;
+  const LutBody lut = a.output_lut != nullptr ? lut_body : nullptr;
+  // The paths below that do not go through RunPass: the table over the
+  // whole output after them.
+  auto lut_after = [&] {
+    if (lut != nullptr) lut(a.output_lut, a.output, g.OutputElements());
+  };
   if (g.ReductionDepth() == 0) {
     RunPortable(a, parallel_for);  // no products: bias-only epilogue
+    lut_after();
     return;
   }
   const int mode = g_weight_mode.load(std::memory_order_relaxed);
@@ -357,6 +384,7 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   if (isa.gemv != nullptr && mode == 0 && !copy_check &&
       g.batch * g.out_h * g.out_w <= kGemvMaxRows) {
     RunGemv(a, isa, parallel_for);
+    lut_after();
     return;
   }
   const int threads =
@@ -370,7 +398,7 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   // kc_groups); cached weights may use larger panels (kc_groups_cached).
   Plan plan = MakePlan(g, isa, threads, isa.kc_groups);
   if (packs_on_the_fly(plan)) {
-    RunPass(a, isa, plan, nullptr, false, parallel_for);
+    RunPass(a, isa, plan, nullptr, false, parallel_for, lut);
     return;
   }
   if (isa.kc_groups_cached > isa.kc_groups && plan.panels > 1) {
@@ -398,13 +426,13 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
         std::memcmp(a.filter, w->view().filter_copy, filter_bytes) != 0) {
       w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
     }
-    RunPass(a, isa, plan, &w->view(), false, parallel_for);
+    RunPass(a, isa, plan, &w->view(), false, parallel_for, lut);
     return;
   }
-  if (RunPass(a, isa, plan, &w->view(), !fresh, parallel_for)) {
+  if (RunPass(a, isa, plan, &w->view(), !fresh, parallel_for, lut)) {
     // The filter changed since it was packed: repack, recompute.
     w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
-    RunPass(a, isa, plan, &w->view(), false, parallel_for);
+    RunPass(a, isa, plan, &w->view(), false, parallel_for, lut);
   }
 }
 

@@ -65,6 +65,7 @@
 #include <cstdint>
 
 #include "cc/core/conv_params.h"
+#include "cc/core/cpu/lut/lut_kernels.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -229,9 +230,13 @@ int64_t ZmmNarrowZmms(int64_t block_channels);
 // tiles, gathers and runs `isa`'s kernels over parallel_for. groups == 1
 // only (grouped calls are split by grouped.h first). cache_key: the
 // filter's identity in the packed-weight cache (nullptr: args.filter).
+// lut_body: when given, the driver applies args.output_lut itself with it,
+// to each work item's output right after the item wrote it (still in
+// cache); nullptr: the caller applies it.
 void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
                  const ParallelFor& parallel_for,
-                 const int8_t* cache_key = nullptr);
+                 const int8_t* cache_key = nullptr,
+                 LutBody lut_body = nullptr);
 
 // Tests only: where the weights come from. 0: automatic (the GEMV for at
 // most kGemvMaxRows output pixels and a filter larger than
