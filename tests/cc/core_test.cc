@@ -623,6 +623,7 @@ void TestOutputLut() {
       {1, 30, 28, 16, 3, 64, 1, 1, false},   // windowed rows
       {1, 23, 21, 3, 3, 32, 2, 1, false},    // stem
       {2, 12, 13, 96, 3, 96, 1, 96, false},  // depthwise
+      {1, 40, 37, 64, 3, 64, 1, 64, true},   // depthwise, rows in slices
       {1, 11, 9, 32, 3, 64, 2, 4, true},     // grouped
       {1, 1, 1, 1280, 1, 200, 1, 1, false},  // GEMV
       {1, 14, 14, 40, 1, 16, 1, 1, false},   // narrow block

@@ -313,7 +313,9 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
 #if defined(__x86_64__)
     if (resolved == KernelPath::kAvx512Vnni) prep = &cpu::kDepthwisePrepAvx512Vnni;
 #endif
-    cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for, prep);
+    cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for, prep,
+                      cpu::LutBodyFor(resolved));
+    lut_applied = true;
 #if defined(__x86_64__)
   } else if (resolved == KernelPath::kAvx512Vnni && cpu::NarrowGroupsFit(args.geo)) {
     cpu::RunNarrowGroups(args, cpu::NarrowGroupRowsAvx512Vnni, parallel_for);

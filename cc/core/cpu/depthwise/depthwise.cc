@@ -17,6 +17,9 @@ namespace tf_fused_int8 {
 namespace cpu {
 namespace {
 
+// Output bytes per lookup-table slice of rows (RunDepthwise).
+constexpr int64_t kLutSliceBytes = 32 << 10;
+
 int64_t RoundUpTo(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Floor division for a possibly negative numerator, positive divisor.
@@ -106,7 +109,8 @@ void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
 }
 
 void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
-                  const ParallelFor& parallel_for, const DepthwisePrep* prep) {
+                  const ParallelFor& parallel_for, const DepthwisePrep* prep,
+                  LutBody lut) {
   const ConvGeometry& g = a.geo;
   const int64_t c_count = g.out_c;
   const int64_t multiplier = g.out_c / g.in_c;
@@ -182,11 +186,24 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   // small calls inline: waking a second thread costs more than a 7x7 or
   // 14x14 layer at batch 1 takes).
   const int64_t cost = g.out_w * ((c_count + 15) / 16) * (taps + 8);
+  const LutBody table = a.output_lut != nullptr ? lut : nullptr;
+  const int64_t row_bytes = g.out_w * c_count;
+  // With an output lookup table: rows in slices of about kLutSliceBytes of
+  // output, each looked up right after it is written (still in cache).
+  const int64_t slice_rows =
+      table != nullptr ? std::max<int64_t>(1, kLutSliceBytes / row_bytes)
+                       : total_rows;
   parallel_for(total_rows, cost, [&](int64_t begin, int64_t end) {
     DepthwiseRowArgs d = base;
-    d.row_begin = begin;
-    d.row_end = end;
-    rows(d);
+    for (int64_t r = begin; r < end; r += slice_rows) {
+      d.row_begin = r;
+      d.row_end = std::min(end, r + slice_rows);
+      rows(d);
+      if (table != nullptr) {
+        table(a.output_lut, a.output + r * row_bytes,
+              (d.row_end - r) * row_bytes);
+      }
+    }
   });
 }
 

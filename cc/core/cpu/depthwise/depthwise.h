@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cc/core/conv_params.h"
+#include "cc/core/cpu/lut/lut_kernels.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -104,10 +105,12 @@ void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvx512Vnni;
 void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only
 
-// Runs a depthwise call (args.geo.IsDepthwise()) with `rows`.
+// Runs a depthwise call (args.geo.IsDepthwise()) with `rows`. lut: when
+// given, args.output_lut is applied with it to slices of output rows right
+// after they are written; nullptr: the caller applies it.
 void RunDepthwise(const FusedConvArgs& args, DepthwiseRowsFn rows,
                   const ParallelFor& parallel_for,
-                  const DepthwisePrep* prep = nullptr);
+                  const DepthwisePrep* prep = nullptr, LutBody lut = nullptr);
 
 }  // namespace cpu
 }  // namespace tf_fused_int8
