@@ -9,13 +9,14 @@
 //    bits each) and the index's top bit picks one. Needs AVX512_VBMI, built
 //    for this one function (target attribute) and run only where the CPU
 //    reports it.
-//  * LutAvx512Bw: the VPSHUFB chains of lut_avx2.cc on zmm, for AVX-512 VNNI
-//    CPUs without VBMI (Cascade Lake).
+//  * LutAvx512Bw: the VPSHUFB chains of lut_pshufb.h on zmm, for AVX-512
+//    VNNI CPUs without VBMI (Cascade Lake).
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "cc/core/cpu/lut/lut_kernels.h"
+#include "cc/core/cpu/lut/lut_pshufb.h"
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -37,6 +38,22 @@ __attribute__((target("avx512vbmi"))) inline __m512i LookUpVbmi(
   const __m512i upper = _mm512_permutex2var_epi8(t2, idx, t3);
   return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lower, upper);
 }
+
+struct Zmm {
+  using Vec = __m512i;
+  // Row bytes ^ the previous row's bytes (prev may be null).
+  static Vec Broadcast16(const int8_t* row, const int8_t* prev) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
+    if (prev != nullptr) {
+      v = _mm_xor_si128(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(prev)));
+    }
+    return _mm512_broadcast_i32x4(v);
+  }
+  static Vec Splat(char b) { return _mm512_set1_epi8(b); }
+  static Vec Shuffle(Vec t, Vec i) { return _mm512_shuffle_epi8(t, i); }
+  static Vec SubSat(Vec a, Vec b) { return _mm512_subs_epi8(a, b); }
+  static Vec Xor(Vec a, Vec b) { return _mm512_xor_si512(a, b); }
+};
 
 }  // namespace
 
@@ -66,39 +83,15 @@ __attribute__((target("avx512vbmi"))) void LutAvx512Vbmi(const int8_t* lut,
 }
 
 void LutAvx512Bw(const int8_t* lut, int8_t* data, int64_t n) {
-  __m512i lo_rows[8], hi_rows[8];
-  __m128i prev_lo = _mm_setzero_si128(), prev_hi = _mm_setzero_si128();
-  for (int s = 0; s < 8; ++s) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lut + 16 * s));
-    const __m128i hi =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(lut + 128 + 16 * s));
-    lo_rows[s] = _mm512_broadcast_i32x4(_mm_xor_si128(lo, prev_lo));
-    hi_rows[s] = _mm512_broadcast_i32x4(_mm_xor_si128(hi, prev_hi));
-    prev_lo = lo;
-    prev_hi = hi;
-  }
-  const __m512i step = _mm512_set1_epi8(16);
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  auto look_up = [&](__m512i hi) {
-    __m512i lo = _mm512_xor_si512(hi, flip);
-    __m512i r = _mm512_xor_si512(_mm512_shuffle_epi8(lo_rows[0], lo),
-                                 _mm512_shuffle_epi8(hi_rows[0], hi));
-    for (int s = 1; s < 8; ++s) {
-      lo = _mm512_subs_epi8(lo, step);
-      hi = _mm512_subs_epi8(hi, step);
-      r = _mm512_xor_si512(r, _mm512_shuffle_epi8(lo_rows[s], lo));
-      r = _mm512_xor_si512(r, _mm512_shuffle_epi8(hi_rows[s], hi));
-    }
-    return r;
-  };
+  const PshufbLut<Zmm> table(lut);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    _mm512_storeu_si512(data + i, look_up(_mm512_loadu_si512(data + i)));
+    _mm512_storeu_si512(data + i, table.LookUp(_mm512_loadu_si512(data + i)));
   }
   if (i < n) {
     const __mmask64 m = TailMask(n - i);
     _mm512_mask_storeu_epi8(data + i, m,
-                            look_up(_mm512_maskz_loadu_epi8(m, data + i)));
+                            table.LookUp(_mm512_maskz_loadu_epi8(m, data + i)));
   }
 }
 
