@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "cc/core/channel_scale.h"
 #include "cc/core/conv_params.h"
 #include "tests/cc/expect.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
@@ -1538,6 +1539,84 @@ void TestQuantize() {
 // channel counts around the vector widths (16, 32, 64 and tails), inputs
 // random or all -128 (so a zero pad cell, 0, must win); plus the geometry
 // errors.
+// FusedInt8ChannelScale on every path that this CPU runs: fixed cases (ties
+// to even, the clip, NaN / Inf multipliers) and random shapes whose channel
+// counts cover the vector tails, against ChannelScaleOneReference; the
+// reference itself against the fixed answers.
+void TestChannelScale() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Fixed { int x; float m; int want; };
+  const Fixed fixed[] = {
+      {1, 0.5f, 0},      {3, 0.5f, 2},      {5, 0.5f, 2},     {-1, 0.5f, 0},
+      {-3, 0.5f, -2},    {-5, 0.5f, -2},    {127, 1.0f, 127}, {-128, 1.0f, -128},
+      {100, 2.0f, 127},  {-100, 2.0f, -128}, {127, -1.0f, -127}, {-128, -1.0f, 127},
+      {7, inf, 127},     {-7, inf, -128},   {0, inf, 0},      {5, nan, 0},
+      {0, 0.0f, 0},      {-128, 1e-30f, 0}, {33, 0.25f, 8},   {34, 0.25f, 8},
+      {38, 0.25f, 10},   {-127, 3.4e38f, -128},
+  };
+  std::vector<KernelPath> paths = {KernelPath::kPortable};
+  for (KernelPath p : {KernelPath::kAvx2, KernelPath::kAvxVnni,
+                       KernelPath::kAvx512Vnni, KernelPath::kNeon}) {
+    if (KernelPathSupported(p)) paths.push_back(p);
+  }
+  int runs = 0;
+  for (const Fixed& f : fixed) {
+    EXPECT(ChannelScaleOneReference(static_cast<int8_t>(f.x), f.m) == f.want,
+           "reference %d * %g", f.x, f.m);
+  }
+  std::mt19937 rng(31);
+  for (KernelPath path : paths) {
+    // The fixed cases as one pixel of that many channels (vector lanes).
+    {
+      const int64_t c = sizeof(fixed) / sizeof(fixed[0]);
+      std::vector<int8_t> x(c), out(c, 99);
+      std::vector<float> m(c);
+      for (int64_t i = 0; i < c; ++i) {
+        x[i] = static_cast<int8_t>(fixed[i].x);
+        m[i] = fixed[i].m;
+      }
+      ChannelScaleArgs a;
+      a.x = x.data(); a.m = m.data(); a.out = out.data();
+      a.batch = 1; a.pixels = 1; a.channels = c;
+      RunChannelScale(a, ParallelFor(), path);
+      for (int64_t i = 0; i < c; ++i) {
+        EXPECT(out[i] == fixed[i].want, "%s: %d * %g = %d, want %d",
+               KernelPathName(path), fixed[i].x, fixed[i].m, out[i], fixed[i].want);
+      }
+    }
+    for (int t = 0; t < 60; ++t) {
+      ChannelScaleArgs a;
+      a.batch = 1 + rng() % 3;
+      a.pixels = 1 + rng() % 9;
+      a.channels = 1 + rng() % 70;
+      std::vector<int8_t> x(a.batch * a.pixels * a.channels);
+      std::vector<int8_t> out(x.size(), 99);
+      std::vector<float> m(a.batch * a.channels);
+      for (auto& v : x) v = static_cast<int8_t>(rng() % 256 - 128);
+      for (auto& v : m) {
+        const int kind = rng() % 20;
+        v = kind == 0 ? nan : kind == 1 ? -inf : kind == 2 ? 0.5f
+            : static_cast<float>(std::ldexp(double(rng() % 2001) - 1000.0, -9));
+      }
+      a.x = x.data(); a.m = m.data(); a.out = out.data();
+      RunChannelScale(a, t % 2 ? ThreadParallelFor(2) : ParallelFor(), path);
+      size_t bad = 0;
+      for (int64_t n = 0; n < a.batch; ++n) {
+        for (int64_t i = 0; i < a.pixels * a.channels; ++i) {
+          const int64_t o = n * a.pixels * a.channels + i;
+          bad += out[o] != ChannelScaleOneReference(x[o], m[n * a.channels + i % a.channels]);
+        }
+      }
+      EXPECT(bad == 0, "channel scale %s: %zu of %zu differ (n%ld p%ld c%ld)",
+             KernelPathName(path), bad, out.size(), long(a.batch), long(a.pixels),
+             long(a.channels));
+      ++runs;
+    }
+  }
+  std::printf("channel scale: %zu paths, %d runs checked\n", paths.size(), runs);
+}
+
 void TestMaxPool() {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> u8(-128, 127);
@@ -1660,6 +1739,7 @@ int main() {
   TestGeometryErrors();
   TestKernelPathNames();
   TestQuantize();
+  TestChannelScale();
   TestMaxPool();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
