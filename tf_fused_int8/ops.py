@@ -509,6 +509,37 @@ def quantize_to_int8(x, scale, name=None):
     return ops.fused_int8_quantize(x=x, scale=s32)
 
 
+def channel_scale_int8(x, multiplier, name=None):
+  """int8 x [N, H, W, C] times a float32 multiplier per image and channel.
+
+  ``clip(round_half_to_even(float32(x) * multiplier[n, c]), -128, 127)``
+  with one IEEE float32 multiply, NaN -> 0 (the op FusedInt8ChannelScale,
+  CPU kernel): a squeeze-excite gate g applied to an int8 tensor at scale
+  s_x, for an int8 output at scale s_out, is ``multiplier = g * (s_x /
+  s_out)``. What ``quantization.Int8ChannelMultiply`` runs.
+
+  Args:
+    x: int8 [N, H, W, C].
+    multiplier: float32 [N, C] or [N, 1, 1, C].
+    name: optional name scope (graph mode).
+
+  Returns:
+    int8, x's shape.
+  """
+  ops = _loader.load_ops()
+  eager = tf.executing_eagerly()
+  scope = _op_scope(eager, name, "channel_scale_int8")
+  with scope:
+    x = tf.convert_to_tensor(x)
+    if x.dtype != tf.int8:
+      raise TypeError(f"channel_scale_int8: x must be int8, got {x.dtype.name}")
+    multiplier = tf.convert_to_tensor(multiplier)
+    if multiplier.dtype != tf.float32:
+      raise TypeError(f"channel_scale_int8: multiplier must be float32, got "
+                      f"{multiplier.dtype.name}")
+    return ops.fused_int8_channel_scale(x=x, multiplier=multiplier)
+
+
 def _zero_padding(zero_padding):
   """[top, bottom, left, right] of keras.layers.ZeroPadding2D's forms."""
   if zero_padding is None:

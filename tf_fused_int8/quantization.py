@@ -159,6 +159,49 @@ class Quantize(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8ChannelMultiply(keras.layers.Layer):
+  """An int8 tensor times a float gate per image and channel, in int8.
+
+  ``layer([x, gate])``: x int8 [N, H, W, C] at scale ``input_scale``, gate
+  float [N, 1, 1, C] (a squeeze-excite gate); the output is int8 at
+  ``output_scale``::
+
+      m = float32(gate) * float32(input_scale / output_scale)
+      out = clip(round_half_to_even(float32(x) * m), -128, 127)   # NaN -> 0
+
+  (two float32 multiplies, each correctly rounded; the second in the op
+  FusedInt8ChannelScale, ``ops.channel_scale_int8``).
+  """
+
+  def __init__(self, input_scale, output_scale, **kwargs):
+    kwargs.pop("trainable", None)
+    kwargs.setdefault("dtype", "float32")
+    super().__init__(trainable=False, **kwargs)
+    self.input_scale = _check_scale(input_scale, "Int8ChannelMultiply input_scale")
+    self.output_scale = _check_scale(output_scale,
+                                     "Int8ChannelMultiply output_scale")
+    self.ratio = float(np.float32(self.input_scale / self.output_scale))
+
+  def call(self, inputs):
+    x, gate = inputs
+    m = tf.cast(gate, tf.float32) * tf.constant(self.ratio, tf.float32)
+    return ops.channel_scale_int8(x, m)
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape[0])
+
+  def compute_output_spec(self, inputs):
+    return keras.KerasTensor(inputs[0].shape, dtype="int8")
+
+  def get_config(self):
+    config = super().get_config()
+    config.pop("trainable", None)
+    config["input_scale"] = self.input_scale
+    config["output_scale"] = self.output_scale
+    return config
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Dequantize(keras.layers.Layer):
   """int8 -> float32: ``x = float32(q) * scale`` (exact for int8 q)."""
 
@@ -780,6 +823,38 @@ def _two_input_add(node):
   return list(ins)
 
 
+# Layers whose inference-time output is their input (quantize_model's result
+# is an inference model).
+_IDENTITY_LAYERS = (keras.layers.Dropout, keras.layers.SpatialDropout2D,
+                    keras.layers.Identity)
+
+
+def _inference_identity(node):
+  """Whether the node is one of _IDENTITY_LAYERS called on one tensor."""
+  return (type(node.operation) in _IDENTITY_LAYERS and
+          _single_tensor_call(node) is not None)
+
+
+def _gate_multiply_inputs(node):
+  """(x, gate) when the node is a Multiply of two distinct tensors, x an
+  NHWC tensor [N, H, W, C] and gate [N, 1, 1, C] (a squeeze-excite gate),
+  else None."""
+  if type(node.operation) is not keras.layers.Multiply:  # pylint: disable=unidiomatic-typecheck
+    return None
+  args, kwargs = node.arguments.args, node.arguments.kwargs
+  ins = node.input_tensors
+  if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
+      not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
+      len(ins) != 2 or ins[0] is ins[1]):
+    return None
+  for x, gate in (ins, ins[::-1]):
+    if (_rank4_channels(x) and len(gate.shape) == 4 and
+        tuple(gate.shape[1:]) == (1, 1, x.shape[-1]) and
+        tuple(x.shape[1:3]) != (1, 1)):
+      return x, gate
+  return None
+
+
 def _concat_inputs(node):
   """The input tensors of a channel-axis Concatenate of NHWC tensors called
   on one list (at least two), else None."""
@@ -994,6 +1069,11 @@ class _Plan:
     # their float readers would see the rounding).
     self.int8_planned = set()
     self.concat_inputs = []
+    # Squeeze-excite Multiplies of an int8 tensor by a float gate: id(node)
+    # -> (x, gate), run as Int8ChannelMultiply; their outputs are
+    # calibrated and int8.
+    self.gate_multiplies = {}
+    self.gate_outputs = []
     tensors = {}
     source = {}  # max pooling / zero padding output -> the tensor it pools
     for node in self.graph.nodes:
@@ -1043,6 +1123,13 @@ class _Plan:
         self.groups.append(g)
         member.update(id(n) for n in g.members)
         int8_able.add(id(g.tail))
+        continue
+      gated = _gate_multiply_inputs(node)
+      if gated is not None and id(gated[0]) in int8_able:
+        self.gate_multiplies[id(node)] = gated
+        member.add(id(node))
+        int8_able.add(id(node.outputs[0]))
+        self.gate_outputs.append(node.outputs[0])
         continue
       ins = _concat_inputs(node)
       if ins is not None and any(id(t) in int8_able for t in ins):
@@ -1102,6 +1189,13 @@ class _Plan:
       g.extend(nxt)
       nxt = self.graph.sole_consumer(g.tail)
     g.fuse_activation(nxt)
+    # Layers that are the identity at inference (Dropout before a residual
+    # Add, as in EfficientNet): part of the stack, so that the Add after them
+    # still takes the stack's output as its side input.
+    nxt = self.graph.sole_consumer(g.tail)
+    while nxt is not None and _inference_identity(nxt):
+      g.extend(nxt)
+      nxt = self.graph.sole_consumer(g.tail)
     return g
 
   def _assign_adds(self):
@@ -1164,7 +1258,8 @@ class _Plan:
         if t is not None and id(t) not in seen:
           seen.add(id(t))
           out.append(t)
-    for t in self.concat_inputs:
+    for t in self.concat_inputs + self.gate_outputs + [
+        x for x, _ in self.gate_multiplies.values()]:
       if id(t) not in seen:
         seen.add(id(t))
         out.append(t)
@@ -1621,6 +1716,16 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
                               group.avg_pool is not None)
       counts["bn"] += group.bn_node is not None or group.bn_only
       counts["add"] += group.add_node is not None or group.add_only
+      continue
+    if id(node) in plan.gate_multiplies:
+      x, gate = plan.gate_multiplies[id(node)]
+      out = node.outputs[0]
+      op = node.operation
+      int8_of[id(out)] = Int8ChannelMultiply(
+          scale_of[id(x)], scale_of[id(out)],
+          name=(names(f"{op.name}_int8") if len(op._inbound_nodes) > 1  # pylint: disable=protected-access
+                else op.name))([get_int8(x), get_float(gate)])
+      counts["multiply"] += 1
       continue
     if id(node) in plan.member_ids:
       continue  # part of a fused convolution, built at its last node

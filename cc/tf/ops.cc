@@ -384,6 +384,39 @@ positive finite float32. The same bits as tf.round(x / scale) clipped to
 [-128, 127] and cast, with NaN mapped to 0.
 )doc");
 
+REGISTER_OP("FusedInt8ChannelScale")
+    .Input("x: int8")
+    .Input("multiplier: float")
+    .Output("output: int8")
+    .SetShapeFn([](InferenceContext* c) -> absl::Status {
+      ShapeHandle x, m;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
+      const int rank = c->Rank(c->input(1));
+      if (rank != InferenceContext::kUnknownRank && rank != 2 && rank != 4) {
+        return absl::InvalidArgumentError(
+            "FusedInt8ChannelScale: multiplier must be float32 [N, C] or "
+            "[N, 1, 1, C], got rank " + std::to_string(rank));
+      }
+      if (rank == 2 || rank == 4) {
+        m = c->input(1);
+        DimensionHandle unused;
+        TF_RETURN_IF_ERROR(c->Merge(c->Dim(x, 0), c->Dim(m, 0), &unused));
+        TF_RETURN_IF_ERROR(c->Merge(c->Dim(x, 3), c->Dim(m, rank - 1), &unused));
+        if (rank == 4) {
+          TF_RETURN_IF_ERROR(c->WithValue(c->Dim(m, 1), 1, &unused));
+          TF_RETURN_IF_ERROR(c->WithValue(c->Dim(m, 2), 1, &unused));
+        }
+      }
+      c->set_output(0, x);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+int8 x [N, H, W, C] times a float32 multiplier per image and channel
+([N, C] or [N, 1, 1, C]: a squeeze-excite gate times s_x / s_out):
+  output = clip(round_half_to_even(float32(x) * multiplier[n, c]), -128, 127)
+with one IEEE float32 multiply; a NaN product gives 0. CPU.
+)doc");
+
 REGISTER_OP("FusedInt8MaxPool")
     .Input("input: int8")
     .Output("output: int8")
