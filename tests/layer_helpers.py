@@ -159,3 +159,16 @@ def assert_keras_and_saved_model_round_trip(qmodel, x, tmp_path):
   np.testing.assert_array_equal(out["features"].numpy(), want["features"].numpy())
   assert_float_close(out["logits"].numpy(), want["logits"].numpy())
   return again
+
+
+def assert_outputs_close(model, qmodel, x, keys=("features", "logits"),
+                         min_cosine=0.99):
+  """Per image, the cosine of the float and the quantized model's outputs
+  (each of `keys`) is above min_cosine."""
+  want, got = model(x), qmodel(x)
+  n = len(x)
+  for key in keys:
+    w = np.asarray(want[key]).reshape(n, -1)
+    g = np.asarray(got[key]).reshape(n, -1)
+    cosine = np.sum(w * g, 1) / np.linalg.norm(w, axis=1) / np.linalg.norm(g, axis=1)
+    assert cosine.min() > min_cosine, (key, cosine)

@@ -812,7 +812,13 @@ class Int8Concatenate(_KeepsInputDtype, keras.layers.Concatenate):
 def _two_input_add(node):
   """The two input tensors of an Add called on a list of two distinct
   tensors (no other arguments), else None."""
-  if type(node.operation) is not keras.layers.Add:  # pylint: disable=unidiomatic-typecheck
+  return _two_tensor_call(node, keras.layers.Add)
+
+
+def _two_tensor_call(node, cls):
+  """The two input tensors of a `cls` layer (exact type) called on a list of
+  two distinct tensors (no other arguments), else None."""
+  if type(node.operation) is not cls:  # pylint: disable=unidiomatic-typecheck
     return None
   args, kwargs = node.arguments.args, node.arguments.kwargs
   ins = node.input_tensors
@@ -839,13 +845,8 @@ def _gate_multiply_inputs(node):
   """(x, gate) when the node is a Multiply of two distinct tensors, x an
   NHWC tensor [N, H, W, C] and gate [N, 1, 1, C] (a squeeze-excite gate),
   else None."""
-  if type(node.operation) is not keras.layers.Multiply:  # pylint: disable=unidiomatic-typecheck
-    return None
-  args, kwargs = node.arguments.args, node.arguments.kwargs
-  ins = node.input_tensors
-  if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
-      not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
-      len(ins) != 2 or ins[0] is ins[1]):
+  ins = _two_tensor_call(node, keras.layers.Multiply)
+  if ins is None:
     return None
   for x, gate in (ins, ins[::-1]):
     if (_rank4_channels(x) and len(gate.shape) == 4 and
