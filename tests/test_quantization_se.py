@@ -120,7 +120,7 @@ def mbconv_model(seed=0):
   """image -> stem conv + BN + swish -> 2 EfficientNet MBConv blocks
   [expand 1x1 + BN + swish -> depthwise + BN + swish -> SE (GAP, Reshape,
   Conv2D silu, Conv2D sigmoid, Multiply) -> project 1x1 + BN -> Dropout ->
-  Add(input)] -> GAP -> Dense."""
+  Add(input)] -> GAP -> Dropout -> Dense."""
   inp = keras.Input((12, 10, 3), name="image")
   x = L.Conv2D(16, 3, padding="same", use_bias=False, name="stem")(inp)
   x = L.Activation("swish", name="stem_act")(L.BatchNormalization(name="stem_bn")(x))
@@ -140,7 +140,8 @@ def mbconv_model(seed=0):
         L.Conv2D(16, 1, use_bias=False, name=f"b{b}_project")(h))
     h = L.Dropout(0.2, name=f"b{b}_drop")(h)
     x = L.Add(name=f"b{b}_add")([h, x])
-  logits = L.Dense(5, name="head")(L.GlobalAveragePooling2D(name="gap")(x))
+  pooled = L.Dropout(0.3, name="top_drop")(L.GlobalAveragePooling2D(name="gap")(x))
+  logits = L.Dense(5, name="head")(pooled)
   model = keras.Model(inp, {"features": x, "logits": logits})
   randomize(model, np.random.default_rng(seed), weight_std=0.3)
   return model
@@ -170,6 +171,9 @@ def test_blocks_are_one_int8_region(quantized):
   for b in range(2):
     # The residual Add after the Dropout is the project conv's side input.
     assert qmodel.get_layer(f"b{b}_project").use_side_input
+  # The head's Dropout is the identity in int8, so the Dense is int8 too.
+  assert type(qmodel.get_layer("top_drop")) is quantization.Int8Dropout
+  assert isinstance(qmodel.get_layer("head"), tf_fused_int8.QuantizedDense)
   # Only the squeeze-excite convolutions (their own silu / sigmoid) stay
   # float, and the warning says so.
   assert len(notes) == 1 and "b0_se_reduce" in notes[0], notes

@@ -742,6 +742,31 @@ class Int8Reshape(_KeepsInputDtype, keras.layers.Reshape):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8Dropout(keras.layers.Layer):
+  """A Dropout / SpatialDropout2D of an int8 tensor in the quantized
+  (inference) model: the identity, as those layers are at inference. Keeps
+  the float layer's config (rate, noise_shape, seed) for reference."""
+
+  def __init__(self, rate=0.0, noise_shape=None, seed=None, **kwargs):
+    kwargs.pop("data_format", None)  # SpatialDropout2D's
+    super().__init__(**kwargs)
+    self.rate = float(rate)
+    self.noise_shape = noise_shape
+    self.seed = seed
+
+  def call(self, inputs):
+    return inputs
+
+  def compute_output_spec(self, inputs):
+    return keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(rate=self.rate, noise_shape=self.noise_shape, seed=self.seed)
+    return config
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Int8ReLU(keras.layers.Layer):
   """A ReLU / ReLU6 / ReLU(max_value=m) of an int8 tensor that no conv
   absorbed (its input has other readers, e.g. Xception's pre-activations
@@ -774,6 +799,9 @@ _INT8_PASSTHROUGH = {
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
     keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
     keras.layers.Flatten: Int8Flatten,
+    # The identity at inference (EfficientNet's GAP -> Dropout -> Dense head).
+    keras.layers.Dropout: Int8Dropout,
+    keras.layers.SpatialDropout2D: Int8Dropout,
 }
 
 
@@ -782,7 +810,8 @@ def _int8_passthrough(node, dense=True):
   MaxPooling2D, GlobalMaxPooling2D and ZeroPadding2D, channels_last (max
   commutes with the monotonic quantization, padding zeros are int8 zeros),
   a ReLU / ReLU6 / ReLU(max_value=m) no conv absorbed (Int8ReLU), and, with
-  `dense` (quantize_model's), Flatten (a reshape).
+  `dense` (quantize_model's), Flatten (a reshape); Dropout and
+  SpatialDropout2D (the identity at inference).
   """
   op = node.operation
   if _relu_max(node) is not None:
@@ -800,7 +829,8 @@ def _planned_passthrough_only(node):
   """Passthroughs made int8 only where the plan put them (Flatten, ReLU),
   unlike the poolings and paddings, which also run on a float tensor
   quantized for a conv (ResNet's stem)."""
-  return (type(node.operation) is keras.layers.Flatten or  # pylint: disable=unidiomatic-typecheck
+  return (type(node.operation) in (keras.layers.Flatten, keras.layers.Dropout,
+                                   keras.layers.SpatialDropout2D) or
           _relu_max(node) is not None)
 
 
