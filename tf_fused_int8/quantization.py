@@ -794,14 +794,17 @@ class Int8ReLU(keras.layers.Layer):
     return config
 
 
+# The dropout layers: the identity at inference (quantize_model's result is
+# an inference model).
+_DROPOUT_LAYERS = (keras.layers.Dropout, keras.layers.SpatialDropout2D)
+
 _INT8_PASSTHROUGH = {
     keras.layers.MaxPooling2D: Int8MaxPooling2D,
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
     keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
     keras.layers.Flatten: Int8Flatten,
-    # The identity at inference (EfficientNet's GAP -> Dropout -> Dense head).
-    keras.layers.Dropout: Int8Dropout,
-    keras.layers.SpatialDropout2D: Int8Dropout,
+    # EfficientNet's GAP -> Dropout -> Dense head.
+    **{cls: Int8Dropout for cls in _DROPOUT_LAYERS},
 }
 
 
@@ -829,8 +832,7 @@ def _planned_passthrough_only(node):
   """Passthroughs made int8 only where the plan put them (Flatten, ReLU),
   unlike the poolings and paddings, which also run on a float tensor
   quantized for a conv (ResNet's stem)."""
-  return (type(node.operation) in (keras.layers.Flatten, keras.layers.Dropout,
-                                   keras.layers.SpatialDropout2D) or
+  return (type(node.operation) in (keras.layers.Flatten,) + _DROPOUT_LAYERS or
           _relu_max(node) is not None)
 
 
@@ -859,10 +861,8 @@ def _two_tensor_call(node, cls):
   return list(ins)
 
 
-# Layers whose inference-time output is their input (quantize_model's result
-# is an inference model).
-_IDENTITY_LAYERS = (keras.layers.Dropout, keras.layers.SpatialDropout2D,
-                    keras.layers.Identity)
+# Layers whose inference-time output is their input.
+_IDENTITY_LAYERS = _DROPOUT_LAYERS + (keras.layers.Identity,)
 
 
 def _inference_identity(node):
@@ -1101,10 +1101,9 @@ class _Plan:
     self.int8_planned = set()
     self.concat_inputs = []
     # Squeeze-excite Multiplies of an int8 tensor by a float gate: id(node)
-    # -> (x, gate), run as Int8ChannelMultiply; their outputs are
-    # calibrated and int8.
+    # -> (x, gate, output), run as Int8ChannelMultiply; the output is
+    # calibrated and int8 (x, int8 already, has its scale).
     self.gate_multiplies = {}
-    self.gate_outputs = []
     tensors = {}
     source = {}  # max pooling / zero padding output -> the tensor it pools
     for node in self.graph.nodes:
@@ -1157,10 +1156,9 @@ class _Plan:
         continue
       gated = _gate_multiply_inputs(node)
       if gated is not None and id(gated[0]) in int8_able:
-        self.gate_multiplies[id(node)] = gated
+        self.gate_multiplies[id(node)] = gated + (node.outputs[0],)
         member.add(id(node))
         int8_able.add(id(node.outputs[0]))
-        self.gate_outputs.append(node.outputs[0])
         continue
       ins = _concat_inputs(node)
       if ins is not None and any(id(t) in int8_able for t in ins):
@@ -1289,8 +1287,8 @@ class _Plan:
         if t is not None and id(t) not in seen:
           seen.add(id(t))
           out.append(t)
-    for t in self.concat_inputs + self.gate_outputs + [
-        x for x, _ in self.gate_multiplies.values()]:
+    for t in self.concat_inputs + [
+        out for _, _, out in self.gate_multiplies.values()]:
       if id(t) not in seen:
         seen.add(id(t))
         out.append(t)
@@ -1749,8 +1747,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       counts["add"] += group.add_node is not None or group.add_only
       continue
     if id(node) in plan.gate_multiplies:
-      x, gate = plan.gate_multiplies[id(node)]
-      out = node.outputs[0]
+      x, gate, out = plan.gate_multiplies[id(node)]
       op = node.operation
       int8_of[id(out)] = Int8ChannelMultiply(
           scale_of[id(x)], scale_of[id(out)],
