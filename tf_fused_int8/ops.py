@@ -590,16 +590,52 @@ def max_pool2d_int8(x, ksize, strides, padding, zero_padding=None, name=None):
   Returns:
     An int8 tensor [batch, out_height, out_width, channels].
   """
+  return _pool2d_int8("max_pool2d_int8", "fused_int8_max_pool", x, ksize,
+                      strides, padding, zero_padding, name)
+
+
+def avg_pool2d_int8(x, ksize, strides, padding, zero_padding=None, name=None):
+  """int8 average pooling (NHWC) at the input's scale, optionally after zero
+  padding, in one op.
+
+  Each window of ``tf.nn.avg_pool2d(ZeroPadding2D(zero_padding)(x), ksize,
+  strides, padding)`` gives ``round_half_to_even(S / D)``: S the exact sum
+  of its int8 cells, D their number (zero padding cells count as zeros;
+  SAME's own padding cells do not count, so a border window is divided by
+  the cells it holds, as ``tf.nn.avg_pool2d`` and
+  ``keras.layers.AveragePooling2D`` do). The exact rational is rounded once,
+  ties to even (the op FusedInt8AvgPool, CPU kernel; every CPU path gives
+  the same bytes). What ``tf_fused_int8.quantization``'s
+  ``Int8AveragePooling2D`` runs.
+
+  Args:
+    x: an int8 tensor [batch, height, width, channels].
+    ksize: the window: an int, [height, width] or [1, height, width, 1].
+    strides: likewise.
+    padding: "SAME" or "VALID".
+    zero_padding: None, an int, (rows, cols) or ((top, bottom), (left,
+      right)), as ``keras.layers.ZeroPadding2D``.
+    name: optional name scope (graph mode).
+
+  Returns:
+    An int8 tensor [batch, out_height, out_width, channels].
+  """
+  return _pool2d_int8("avg_pool2d_int8", "fused_int8_avg_pool", x, ksize,
+                      strides, padding, zero_padding, name)
+
+
+def _pool2d_int8(api_name, op_name, x, ksize, strides, padding, zero_padding,
+                 name):
   padding = _choice("padding", padding, ("SAME", "VALID"))
   ksize = _window_attr("ksize", ksize, "NHWC")
   strides = _window_attr("strides", strides, "NHWC")
   pads = _zero_padding(zero_padding)
   ops = _loader.load_ops()
   eager = tf.executing_eagerly()
-  scope = _op_scope(eager, name, "max_pool2d_int8")
+  scope = _op_scope(eager, name, api_name)
   with scope:
     x = tf.convert_to_tensor(x)
     if x.dtype != tf.int8:
       raise TypeError(f"x must be int8, got {x.dtype.name}")
-    return ops.fused_int8_max_pool(input=x, ksize=ksize, strides=strides,
-                                   padding=padding, zero_paddings=pads)
+    return getattr(ops, op_name)(input=x, ksize=ksize, strides=strides,
+                                 padding=padding, zero_paddings=pads)

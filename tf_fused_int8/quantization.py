@@ -674,16 +674,13 @@ class _KeepsInputDtype:
     return keras.KerasTensor(spec.shape, dtype=first.dtype)
 
 
-@keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Int8MaxPooling2D(_KeepsInputDtype, keras.layers.MaxPooling2D):
-  """MaxPooling2D of an int8 tensor, in int8 (exact at the input's scale).
+class _Int8Pooling2D(_KeepsInputDtype):
+  """Mixin of Int8MaxPooling2D / Int8AveragePooling2D: ``zero_padding``
+  (keras.layers.ZeroPadding2D's forms; None: none) adds those zeros around
+  the input first, in the same op; channels_last int8 runs the class's
+  ``_int8_op``; anything else pads and pools as Keras does."""
 
-  ``zero_padding`` (keras.layers.ZeroPadding2D's forms; None: none) adds
-  those zeros around the input first, in the same op: quantize_model folds
-  a ZeroPadding2D that feeds only this pooling into it (ResNet's stem).
-  channels_last int8 runs ``tf_fused_int8.max_pool2d_int8`` (one pass, no
-  padded copy; on the CPU); anything else pads and pools as Keras does.
-  """
+  _int8_op = None  # (x, pool_size, strides, padding, zero_padding) -> int8
 
   def __init__(self, *args, zero_padding=None, **kwargs):
     super().__init__(*args, **kwargs)
@@ -695,7 +692,7 @@ class Int8MaxPooling2D(_KeepsInputDtype, keras.layers.MaxPooling2D):
 
   def call(self, inputs):
     if inputs.dtype == tf.int8 and self.data_format == "channels_last":
-      return ops.max_pool2d_int8(inputs, self.pool_size, self.strides,
+      return type(self)._int8_op(inputs, self.pool_size, self.strides,
                                  self.padding.upper(), self.zero_padding)
     if self.zero_padding is not None:
       (t, b), (l, r) = self.zero_padding
@@ -718,6 +715,36 @@ class Int8MaxPooling2D(_KeepsInputDtype, keras.layers.MaxPooling2D):
     config = super().get_config()
     config["zero_padding"] = self.zero_padding
     return config
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8MaxPooling2D(_Int8Pooling2D, keras.layers.MaxPooling2D):
+  """MaxPooling2D of an int8 tensor, in int8 (exact at the input's scale).
+
+  ``zero_padding`` (keras.layers.ZeroPadding2D's forms; None: none) adds
+  those zeros around the input first, in the same op: quantize_model folds
+  a ZeroPadding2D that feeds only this pooling into it (ResNet's stem).
+  channels_last int8 runs ``tf_fused_int8.max_pool2d_int8`` (one pass, no
+  padded copy; on the CPU); anything else pads and pools as Keras does.
+  """
+
+  _int8_op = staticmethod(ops.max_pool2d_int8)
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8AveragePooling2D(_Int8Pooling2D, keras.layers.AveragePooling2D):
+  """AveragePooling2D of an int8 tensor, in int8 at the input's scale.
+
+  Each window's average is the exact sum of its int8 values over the number
+  of its cells (SAME's padding cells do not count, as in Keras), rounded
+  once, half to even (``tf_fused_int8.avg_pool2d_int8``): within half a
+  step of the input's scale of Keras's float average of the same int8
+  values. ``zero_padding`` as Int8MaxPooling2D's (its zeros count as
+  cells). channels_last int8 runs the op (on the CPU); anything else pads
+  and pools as Keras does.
+  """
+
+  _int8_op = staticmethod(ops.avg_pool2d_int8)
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")

@@ -2,6 +2,7 @@
 #include "cc/core/pool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -56,7 +57,7 @@ inline void WindowRange(int64_t o, int64_t stride, int64_t pad, int64_t window,
   *hi = std::min<int64_t>(start + window, padded);
 }
 
-cpu::MaxPoolBody BodyFor(KernelPath path) {
+cpu::MaxPoolBody MaxBodyFor(KernelPath path) {
 #if defined(__x86_64__)
   switch (cpu::VectorIsaOf(path)) {
     case cpu::VectorIsa::kAvx512:
@@ -75,8 +76,37 @@ cpu::MaxPoolBody BodyFor(KernelPath path) {
   };
 }
 
-// Output rows [begin, end) of the flattened (batch, out_h).
-void PoolRows(cpu::MaxPoolBody body, const int8_t* x, const MaxPoolGeometry& g,
+// The average body of `path` for windows of `cells` cells: a vector body
+// for windows of at most kAvgPoolVectorMaxCells cells, else the exact int64
+// loop.
+cpu::AvgPoolBody AvgBodyFor(KernelPath path, int64_t cells) {
+#if defined(__x86_64__)
+  if (cells <= cpu::kAvgPoolVectorMaxCells) {
+    switch (cpu::VectorIsaOf(path)) {
+      case cpu::VectorIsa::kAvx512:
+        return cpu::AvgPoolAvx512;
+      case cpu::VectorIsa::kAvx2:
+        return cpu::AvgPoolAvx2;
+      case cpu::VectorIsa::kBaseline:
+        break;
+    }
+  }
+#else
+  (void)path;
+  (void)cells;
+#endif
+  return [](const int8_t* const* rows, int64_t count, int64_t divisor,
+            int64_t channels, int8_t* out) {
+    cpu::AvgPoolChannels(rows, count, divisor, 0, channels, out);
+  };
+}
+
+// Output rows [begin, end) of the flattened (batch, out_h). For each output
+// pixel: emit(cells, count, zeros, divisor, dst) with its window's input
+// cells (count of them), whether the window holds zero padding cells, and
+// its number of cells of X' (zeros included; SAME's ignored cells not).
+template <typename Emit>
+void PoolRows(const Emit& emit, const int8_t* x, const PoolGeometry& g,
               int8_t* out, int64_t begin, int64_t end) {
   const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
   const int64_t wp = g.in_w + g.zero_left + g.zero_right;
@@ -85,9 +115,11 @@ void PoolRows(cpu::MaxPoolBody body, const int8_t* x, const MaxPoolGeometry& g,
       static_cast<size_t>(g.window_h * g.window_w));
   // The input rows [*lo, *hi) of output row oh's window (X' rows minus the
   // zero rows; empty when the window holds zero rows only).
-  auto input_rows = [&](int64_t oh, int64_t* lo, int64_t* hi, bool* zeros) {
+  auto input_rows = [&](int64_t oh, int64_t* lo, int64_t* hi, bool* zeros,
+                        int64_t* padded_rows) {
     int64_t h0, h1;
     WindowRange(oh, g.stride_h, g.pad_top, g.window_h, hp, &h0, &h1);
+    *padded_rows = h1 - h0;
     *lo = std::max<int64_t>(h0, g.zero_top) - g.zero_top;
     *hi = std::max(*lo, std::min<int64_t>(h1, g.zero_top + g.in_h) - g.zero_top);
     *zeros = h0 < g.zero_top || h1 > g.zero_top + g.in_h;
@@ -95,9 +127,9 @@ void PoolRows(cpu::MaxPoolBody body, const int8_t* x, const MaxPoolGeometry& g,
   const int64_t row_bytes = g.in_w * c;
   for (int64_t r = begin; r < end; ++r) {
     const int64_t n = r / g.out_h, oh = r % g.out_h;
-    int64_t ih0, ih1;
+    int64_t ih0, ih1, padded_rows;
     bool zero_rows;
-    input_rows(oh, &ih0, &ih1, &zero_rows);
+    input_rows(oh, &ih0, &ih1, &zero_rows, &padded_rows);
     const int8_t* image = x + n * g.in_h * row_bytes;
     // The input rows the next output row reads first (past this row's):
     // prefetched while this row is pooled, so that a cold input streams in
@@ -105,9 +137,9 @@ void PoolRows(cpu::MaxPoolBody body, const int8_t* x, const MaxPoolGeometry& g,
     // Zen 5 thread: 270-330 us per op without, 155-165 with, against
     // 210-280 for TF's Pad + MaxPool, whose copy streams the input).
     if (r + 1 < end && oh + 1 < g.out_h) {
-      int64_t next0, next1;
+      int64_t next0, next1, unused_rows;
       bool unused;
-      input_rows(oh + 1, &next0, &next1, &unused);
+      input_rows(oh + 1, &next0, &next1, &unused, &unused_rows);
       for (int64_t ih = std::max(next0, ih1); ih < next1; ++ih) {
         const int8_t* line = image + ih * row_bytes;
         for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(line + b);
@@ -128,14 +160,14 @@ void PoolRows(cpu::MaxPoolBody body, const int8_t* x, const MaxPoolGeometry& g,
           cells[static_cast<size_t>(count++)] = image + (ih * g.in_w + iw) * c;
         }
       }
-      body(cells.data(), count, c, static_cast<int8_t>(zeros ? 0 : -128), dst);
+      emit(cells.data(), count, zeros, padded_rows * (w1 - w0), dst);
     }
   }
 }
 
 }  // namespace
 
-std::string ComputeMaxPoolGeometry(Padding padding, MaxPoolGeometry* g) {
+std::string ComputePoolGeometry(Padding padding, PoolGeometry* g) {
   if (padding != Padding::kSame && padding != Padding::kValid) {
     return "padding must be SAME or VALID";
   }
@@ -183,17 +215,22 @@ std::string ComputeMaxPoolGeometry(Padding padding, MaxPoolGeometry* g) {
   return "";
 }
 
-void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
+void MaxPoolInt8(const int8_t* x, const PoolGeometry& g, int8_t* out,
                  const ParallelFor& parallel_for) {
   const KernelPath path = cpu::ElementwiseKernelPath();
   MaxPoolInt8(x, g, out, parallel_for, path);
 }
 
-void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
+void MaxPoolInt8(const int8_t* x, const PoolGeometry& g, int8_t* out,
                  const ParallelFor& parallel_for, KernelPath path) {
   const int64_t rows = g.batch * g.out_h;
   if (rows == 0 || g.out_w == 0 || g.channels == 0) return;
-  const cpu::MaxPoolBody body = BodyFor(path);
+  const cpu::MaxPoolBody body = MaxBodyFor(path);
+  const int64_t c = g.channels;
+  auto emit = [body, c](const int8_t* const* cells, int64_t count, bool zeros,
+                        int64_t /*divisor*/, int8_t* dst) {
+    body(cells, count, c, static_cast<int8_t>(zeros ? 0 : -128), dst);
+  };
   // Cost of one output row, in cycles: about one VPMAXSB (and its load) per
   // window cell and 64 channels, two a cycle, plus the row's bookkeeping.
   // ResNet50's stem pool (3x3 / 2 over 112x112x64, 56 rows of 56) is then
@@ -204,11 +241,46 @@ void MaxPoolInt8(const int8_t* x, const MaxPoolGeometry& g, int8_t* out,
       g.out_w * (g.window_h * g.window_w * ((g.channels + 63) / 64) / 2 + 8);
   parallel_for(rows, std::max<int64_t>(per_row, 1),
                [&](int64_t begin, int64_t end) {
-                 PoolRows(body, x, g, out, begin, end);
+                 PoolRows(emit, x, g, out, begin, end);
                });
 }
 
-void MaxPoolInt8Reference(const int8_t* x, const MaxPoolGeometry& g,
+void AvgPoolInt8(const int8_t* x, const PoolGeometry& g, int8_t* out,
+                 const ParallelFor& parallel_for) {
+  AvgPoolInt8(x, g, out, parallel_for, cpu::ElementwiseKernelPath());
+}
+
+// Why the vector bodies' float32 division is exact (pool_kernels.h): with
+// |S| < 2^15 and 1 <= D < 2^16 both are exact floats. If S / D is a tie
+// (k + 1/2), it is exactly representable, so the correctly rounded VDIVPS
+// returns it and VCVTPS2DQ rounds it to even as the exact rational is.
+// Otherwise S / D lies at least 1 / (2D) > 2^-17 away from every
+// half-integer, while |S / D| <= 128 puts the division's error within half
+// an ulp of 128, 2^-17: the float quotient stays on the same side of every
+// half-integer and never lands on one, so it rounds to the same integer.
+void AvgPoolInt8(const int8_t* x, const PoolGeometry& g, int8_t* out,
+                 const ParallelFor& parallel_for, KernelPath path) {
+  const int64_t rows = g.batch * g.out_h;
+  if (rows == 0 || g.out_w == 0 || g.channels == 0) return;
+  const cpu::AvgPoolBody body = AvgBodyFor(path, g.window_h * g.window_w);
+  const int64_t c = g.channels;
+  auto emit = [body, c](const int8_t* const* cells, int64_t count,
+                        bool /*zeros*/, int64_t divisor, int8_t* dst) {
+    body(cells, count, divisor, c, dst);
+  };
+  // Cost of one output row, in cycles: about three uops (load, widen, add)
+  // per window cell and 32 channels, two a cycle, and about 16 per 16
+  // channels for the division and the packing.
+  const int64_t blocks = (g.channels + 31) / 32;
+  const int64_t per_row =
+      g.out_w * (g.window_h * g.window_w * blocks * 3 / 2 + 16 * blocks + 8);
+  parallel_for(rows, std::max<int64_t>(per_row, 1),
+               [&](int64_t begin, int64_t end) {
+                 PoolRows(emit, x, g, out, begin, end);
+               });
+}
+
+void MaxPoolInt8Reference(const int8_t* x, const PoolGeometry& g,
                           int8_t* out) {
   const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
   const int64_t wp = g.in_w + g.zero_left + g.zero_right;
@@ -233,6 +305,40 @@ void MaxPoolInt8Reference(const int8_t* x, const MaxPoolGeometry& g,
           }
           out[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] =
               static_cast<int8_t>(best);
+        }
+      }
+    }
+  }
+}
+
+void AvgPoolInt8Reference(const int8_t* x, const PoolGeometry& g,
+                          int8_t* out) {
+  const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
+  const int64_t wp = g.in_w + g.zero_left + g.zero_right;
+  for (int64_t n = 0; n < g.batch; ++n) {
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        for (int64_t c = 0; c < g.channels; ++c) {
+          int64_t sum = 0, cells = 0;
+          for (int64_t kh = 0; kh < g.window_h; ++kh) {
+            for (int64_t kw = 0; kw < g.window_w; ++kw) {
+              // Cell of X' (SAME cells outside X' are skipped).
+              const int64_t ph = oh * g.stride_h - g.pad_top + kh;
+              const int64_t pw = ow * g.stride_w - g.pad_left + kw;
+              if (ph < 0 || ph >= hp || pw < 0 || pw >= wp) continue;
+              ++cells;
+              const int64_t ih = ph - g.zero_top, iw = pw - g.zero_left;
+              if (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) {
+                sum += x[((n * g.in_h + ih) * g.in_w + iw) * g.channels + c];
+              }
+            }
+          }
+          // |sum| < 2^39 and cells < 2^31: the double quotient is within
+          // 2^-45 of the exact one, far closer than the 1 / (2 * cells) that
+          // separates a non-tie from a half-integer, and a tie is exact.
+          out[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] =
+              static_cast<int8_t>(std::nearbyint(static_cast<double>(sum) /
+                                                 static_cast<double>(cells)));
         }
       }
     }

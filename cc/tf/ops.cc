@@ -302,6 +302,39 @@ absl::Status ResourceFusedInt8ConvShape(InferenceContext* c) {
   return FusedInt8ConvShapeFrom(c, filter, bias, scale);
 }
 
+// FusedInt8MaxPool / FusedInt8AvgPool: [N, Ho, Wo, C] from the attrs and
+// the input's height and width where known.
+absl::Status PoolShape(InferenceContext* c, const char* op_name) {
+  std::vector<int32_t> ksize, strides, zero_paddings;
+  std::string padding_name;
+  TF_RETURN_IF_ERROR(c->GetAttr("ksize", &ksize));
+  TF_RETURN_IF_ERROR(c->GetAttr("strides", &strides));
+  TF_RETURN_IF_ERROR(c->GetAttr("zero_paddings", &zero_paddings));
+  TF_RETURN_IF_ERROR(c->GetAttr("padding", &padding_name));
+  PoolGeometry g;
+  Padding padding;
+  TF_RETURN_IF_ERROR(PoolAttrs(op_name, ksize, strides, zero_paddings,
+                               padding_name, &g, &padding));
+  ShapeHandle in;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &in));
+  DimensionHandle h = c->Dim(in, 1), w = c->Dim(in, 2);
+  DimensionHandle out_h = c->UnknownDim(), out_w = c->UnknownDim();
+  if (c->ValueKnown(h) && c->ValueKnown(w)) {
+    g.batch = 1;
+    g.channels = 1;
+    g.in_h = c->Value(h);
+    g.in_w = c->Value(w);
+    const std::string err = ComputePoolGeometry(padding, &g);
+    if (!err.empty()) {
+      return absl::InvalidArgumentError(std::string(op_name) + ": " + err);
+    }
+    out_h = c->MakeDim(g.out_h);
+    out_w = c->MakeDim(g.out_w);
+  }
+  c->set_output(0, c->MakeShape({c->Dim(in, 0), out_h, out_w, c->Dim(in, 3)}));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // The attrs of both convolution ops, identical by construction: freezing
@@ -424,35 +457,8 @@ REGISTER_OP("FusedInt8MaxPool")
     .Attr("strides: list(int) >= 4")
     .Attr("padding: {'SAME', 'VALID'}")
     .Attr("zero_paddings: list(int) = []")
-    .SetShapeFn([](InferenceContext* c) -> absl::Status {
-      std::vector<int32_t> ksize, strides, zero_paddings;
-      std::string padding_name;
-      TF_RETURN_IF_ERROR(c->GetAttr("ksize", &ksize));
-      TF_RETURN_IF_ERROR(c->GetAttr("strides", &strides));
-      TF_RETURN_IF_ERROR(c->GetAttr("zero_paddings", &zero_paddings));
-      TF_RETURN_IF_ERROR(c->GetAttr("padding", &padding_name));
-      MaxPoolGeometry g;
-      Padding padding;
-      TF_RETURN_IF_ERROR(
-          MaxPoolAttrs(ksize, strides, zero_paddings, padding_name, &g, &padding));
-      ShapeHandle in;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &in));
-      DimensionHandle h = c->Dim(in, 1), w = c->Dim(in, 2);
-      DimensionHandle out_h = c->UnknownDim(), out_w = c->UnknownDim();
-      if (c->ValueKnown(h) && c->ValueKnown(w)) {
-        g.batch = 1;
-        g.channels = 1;
-        g.in_h = c->Value(h);
-        g.in_w = c->Value(w);
-        const std::string err = ComputeMaxPoolGeometry(padding, &g);
-        if (!err.empty()) {
-          return absl::InvalidArgumentError("FusedInt8MaxPool: " + err);
-        }
-        out_h = c->MakeDim(g.out_h);
-        out_w = c->MakeDim(g.out_w);
-      }
-      c->set_output(0, c->MakeShape({c->Dim(in, 0), out_h, out_w, c->Dim(in, 3)}));
-      return absl::OkStatus();
+    .SetShapeFn([](InferenceContext* c) {
+      return PoolShape(c, "FusedInt8MaxPool");
     })
     .Doc(R"doc(
 int8 max pooling, NHWC (a quantized model's activations; exact at the
@@ -460,6 +466,28 @@ input's scale). The input is first surrounded by zero_paddings zeros
 ([top, bottom, left, right], as keras.layers.ZeroPadding2D; int8 0 is real
 0), then pooled as tf.nn.max_pool with ksize, strides and padding (SAME's
 padding cells are ignored, never zeros).
+)doc");
+
+REGISTER_OP("FusedInt8AvgPool")
+    .Input("input: int8")
+    .Output("output: int8")
+    .Attr("ksize: list(int) >= 4")
+    .Attr("strides: list(int) >= 4")
+    .Attr("padding: {'SAME', 'VALID'}")
+    .Attr("zero_paddings: list(int) = []")
+    .SetShapeFn([](InferenceContext* c) {
+      return PoolShape(c, "FusedInt8AvgPool");
+    })
+    .Doc(R"doc(
+int8 average pooling, NHWC, at the input's scale (a quantized model's
+activations). The input is first surrounded by zero_paddings zeros (as
+FusedInt8MaxPool), then each window of tf.nn.avg_pool (ksize, strides,
+padding) gives
+  output = round_half_to_even(S / D)
+with S the exact sum of its cells and D their number: zero padding cells
+count, SAME's padding cells do not (a border window is divided by the cells
+it holds, as tf.nn.avg_pool and keras.layers.AveragePooling2D do). The exact
+rational is rounded once, ties to even; it never leaves [-128, 127].
 )doc");
 
 }  // namespace tf_fused_int8

@@ -14,10 +14,11 @@ std::string List(const std::vector<int32_t>& v) {
   return s + "]";
 }
 
-absl::Status Window(const char* name, const std::vector<int32_t>& v) {
+absl::Status Window(const char* op_name, const char* name,
+                    const std::vector<int32_t>& v) {
   if (v.size() != 4 || v[0] != 1 || v[3] != 1 || v[1] < 1 || v[2] < 1) {
     return absl::InvalidArgumentError(
-        std::string("FusedInt8MaxPool: ") + name +
+        std::string(op_name) + ": " + name +
         " must be [1, height, width, 1] (NHWC) with positive height and "
         "width, got " + List(v));
   }
@@ -26,25 +27,27 @@ absl::Status Window(const char* name, const std::vector<int32_t>& v) {
 
 }  // namespace
 
-absl::Status MaxPoolAttrs(const std::vector<int32_t>& ksize,
-                          const std::vector<int32_t>& strides,
-                          const std::vector<int32_t>& zero_paddings,
-                          const std::string& padding_name, MaxPoolGeometry* g,
-                          Padding* padding) {
-  absl::Status s = Window("ksize", ksize);
+absl::Status PoolAttrs(const char* op_name, const std::vector<int32_t>& ksize,
+                       const std::vector<int32_t>& strides,
+                       const std::vector<int32_t>& zero_paddings,
+                       const std::string& padding_name, PoolGeometry* g,
+                       Padding* padding) {
+  absl::Status s = Window(op_name, "ksize", ksize);
   if (!s.ok()) return s;
-  s = Window("strides", strides);
+  s = Window(op_name, "strides", strides);
   if (!s.ok()) return s;
   if (!zero_paddings.empty() &&
       (zero_paddings.size() != 4 ||
        *std::min_element(zero_paddings.begin(), zero_paddings.end()) < 0)) {
     return absl::InvalidArgumentError(
-        "FusedInt8MaxPool: zero_paddings must be empty or 4 non-negative "
-        "values [top, bottom, left, right], got " + List(zero_paddings));
+        std::string(op_name) +
+        ": zero_paddings must be empty or 4 non-negative values [top, "
+        "bottom, left, right], got " + List(zero_paddings));
   }
   if (padding_name != "SAME" && padding_name != "VALID") {
-    return absl::InvalidArgumentError(
-        "FusedInt8MaxPool: padding must be SAME or VALID, got " + padding_name);
+    return absl::InvalidArgumentError(std::string(op_name) +
+                                      ": padding must be SAME or VALID, got " +
+                                      padding_name);
   }
   *padding = padding_name == "SAME" ? Padding::kSame : Padding::kValid;
   g->window_h = ksize[1];

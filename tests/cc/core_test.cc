@@ -1623,7 +1623,7 @@ void TestMaxPool() {
   int runs = 0;
   const int64_t channel_counts[] = {1, 3, 16, 31, 32, 33, 64, 65, 100, 128, 130};
   for (int it = 0; it < 400; ++it) {
-    MaxPoolGeometry g;
+    PoolGeometry g;
     g.batch = 1 + it % 2;
     g.in_h = 1 + rng() % 9;
     g.in_w = 1 + rng() % 9;
@@ -1637,7 +1637,7 @@ void TestMaxPool() {
       g.zero_left = rng() % 3; g.zero_right = rng() % 3;
     }
     const Padding padding = it % 2 ? Padding::kSame : Padding::kValid;
-    if (!ComputeMaxPoolGeometry(padding, &g).empty()) continue;  // VALID too small
+    if (!ComputePoolGeometry(padding, &g).empty()) continue;  // VALID too small
     std::vector<int8_t> x(static_cast<size_t>(g.InputElements()));
     const bool lowest = it % 5 == 0;
     for (auto& v : x) v = static_cast<int8_t>(lowest ? -128 : u8(rng));
@@ -1675,11 +1675,11 @@ void TestMaxPool() {
   // windows of the first output row and column hold a zero cell; those of
   // the last ones (X' cells 110..112 of 0..113) do not.
   {
-    MaxPoolGeometry g;
+    PoolGeometry g;
     g.batch = 1; g.in_h = g.in_w = 112; g.channels = 64;
     g.window_h = g.window_w = 3; g.stride_h = g.stride_w = 2;
     g.zero_top = g.zero_bottom = g.zero_left = g.zero_right = 1;
-    EXPECT(ComputeMaxPoolGeometry(Padding::kValid, &g).empty(), "stem geometry");
+    EXPECT(ComputePoolGeometry(Padding::kValid, &g).empty(), "stem geometry");
     EXPECT(g.out_h == 56 && g.out_w == 56, "stem output %lldx%lld",
            (long long)g.out_h, (long long)g.out_w);
     std::vector<int8_t> x(static_cast<size_t>(g.InputElements()), -128);
@@ -1693,10 +1693,10 @@ void TestMaxPool() {
   }
   // SAME ignores its padding cells: all -128 stays -128 everywhere.
   {
-    MaxPoolGeometry g;
+    PoolGeometry g;
     g.batch = 1; g.in_h = g.in_w = 5; g.channels = 8;
     g.window_h = g.window_w = 3; g.stride_h = g.stride_w = 2;
-    EXPECT(ComputeMaxPoolGeometry(Padding::kSame, &g).empty(), "same geometry");
+    EXPECT(ComputePoolGeometry(Padding::kSame, &g).empty(), "same geometry");
     std::vector<int8_t> x(static_cast<size_t>(g.InputElements()), -128);
     std::vector<int8_t> got(static_cast<size_t>(g.OutputElements()), 1);
     MaxPoolInt8(x.data(), g, got.data(), ThreadParallelFor(1));
@@ -1704,11 +1704,11 @@ void TestMaxPool() {
            "SAME pads are ignored, not zeros");
   }
   // Geometry errors name the argument.
-  auto error = [](MaxPoolGeometry g, Padding p) { return ComputeMaxPoolGeometry(p, &g); };
-  MaxPoolGeometry ok;
+  auto error = [](PoolGeometry g, Padding p) { return ComputePoolGeometry(p, &g); };
+  PoolGeometry ok;
   ok.batch = 1; ok.in_h = ok.in_w = 4; ok.channels = 2; ok.window_h = ok.window_w = 2;
   EXPECT(error(ok, Padding::kValid).empty(), "valid geometry");
-  MaxPoolGeometry bad = ok; bad.window_h = 0;
+  PoolGeometry bad = ok; bad.window_h = 0;
   EXPECT(error(bad, Padding::kValid).find("window height") != std::string::npos, "window 0");
   bad = ok; bad.stride_w = 0;
   EXPECT(error(bad, Padding::kSame).find("stride width") != std::string::npos, "stride 0");
@@ -1729,6 +1729,140 @@ void TestMaxPool() {
   std::printf("max pool: %d runs checked\n", runs);
 }
 
+void TestAvgPool() {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> u8(-128, 127);
+  int runs = 0;
+  const int64_t channel_counts[] = {1, 3, 16, 31, 32, 33, 63, 64, 65, 100, 128, 130, 192};
+  auto check_all = [&](const PoolGeometry& g, const std::vector<int8_t>& x, const char* what) {
+    std::vector<int8_t> want(static_cast<size_t>(g.OutputElements()));
+    AvgPoolInt8Reference(x.data(), g, want.data());
+    auto check = [&](const KernelPath* path, const char* name) {
+      for (int threads : {1, 3}) {
+        std::vector<int8_t> got(want.size(), 55);
+        if (path == nullptr) {
+          AvgPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads));
+        } else {
+          AvgPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads), *path);
+        }
+        size_t bad = 0;
+        while (bad < got.size() && got[bad] == want[bad]) ++bad;
+        EXPECT(bad == got.size(),
+               "avg pool %s (%s), %d threads: %lldx%lldx%lldx%lld window %lldx%lld stride "
+               "%lldx%lld zeros %lld,%lld,%lld,%lld: byte %zu got %d want %d",
+               name, what, threads, (long long)g.batch, (long long)g.in_h, (long long)g.in_w,
+               (long long)g.channels, (long long)g.window_h, (long long)g.window_w,
+               (long long)g.stride_h, (long long)g.stride_w, (long long)g.zero_top,
+               (long long)g.zero_bottom, (long long)g.zero_left, (long long)g.zero_right, bad,
+               bad < got.size() ? got[bad] : 0, bad < got.size() ? want[bad] : 0);
+        ++runs;
+      }
+    };
+    check(nullptr, "default");
+    for (KernelPath p : kFastPaths) {
+      if (KernelPathSupported(p)) check(&p, KernelPathName(p));
+    }
+    for (KernelPath p : kFastPaths) {
+      if (!KernelPathSupported(p)) { check(&p, KernelPathName(p)); break; }
+    }
+  };
+  for (int it = 0; it < 400; ++it) {
+    PoolGeometry g;
+    g.batch = 1 + it % 2;
+    g.in_h = 1 + rng() % 9;
+    g.in_w = 1 + rng() % 9;
+    g.channels = channel_counts[rng() % (sizeof(channel_counts) / sizeof(channel_counts[0]))];
+    g.window_h = 1 + rng() % 4;
+    g.window_w = 1 + rng() % 4;
+    g.stride_h = 1 + rng() % 3;
+    g.stride_w = 1 + rng() % 3;
+    if (it % 3 == 0) {
+      g.zero_top = rng() % 3; g.zero_bottom = rng() % 3;
+      g.zero_left = rng() % 3; g.zero_right = rng() % 3;
+    }
+    const Padding padding = it % 2 ? Padding::kSame : Padding::kValid;
+    if (!ComputePoolGeometry(padding, &g).empty()) continue;  // VALID too small
+    std::vector<int8_t> x(static_cast<size_t>(g.InputElements()));
+    // Extremes (every window's sum at its bound), small values (many ties:
+    // halves and quarters of odd sums), full range.
+    const int kind = it % 5;
+    std::uniform_int_distribution<int> small(-3, 3);
+    for (auto& v : x) {
+      v = static_cast<int8_t>(kind == 0 ? -128 : kind == 1 ? 127 : kind == 2 ? small(rng) : u8(rng));
+    }
+    check_all(g, x, "sweep");
+  }
+  // Ties both ways, against hand-computed values (the sweep's small values
+  // make ties of every even divisor; the reference is checked here).
+  {
+    PoolGeometry g;
+    g.batch = 1; g.in_h = 1; g.in_w = 2; g.channels = 8;
+    g.window_h = 1; g.window_w = 2; g.stride_h = g.stride_w = 1;
+    EXPECT(ComputePoolGeometry(Padding::kValid, &g).empty(), "pair geometry");
+    // Channel c: cells (a, b) with a + b = 1, 3, -1, -3, 5, -5, 254, -255:
+    // halves 0.5, 1.5, -0.5, -1.5, 2.5, -2.5 to even, 127, -127.5 to -128.
+    const int a[8] = {0, 1, 0, -1, 2, -2, 127, -128};
+    const int b[8] = {1, 2, -1, -2, 3, -3, 127, -127};
+    const int8_t want[8] = {0, 2, 0, -2, 2, -2, 127, -128};
+    std::vector<int8_t> x(16);
+    for (int c = 0; c < 8; ++c) { x[c] = static_cast<int8_t>(a[c]); x[8 + c] = static_cast<int8_t>(b[c]); }
+    std::vector<int8_t> ref(8);
+    AvgPoolInt8Reference(x.data(), g, ref.data());
+    for (int c = 0; c < 8; ++c) {
+      EXPECT(ref[c] == want[c], "reference tie channel %d: got %d want %d", c, ref[c], want[c]);
+    }
+    check_all(g, x, "ties");
+  }
+  // InceptionV3's pooling branch: 3x3 / 1 SAME over 35x35x192 and 17x17x768
+  // (border windows of 4 and 6 cells), two images.
+  for (int64_t size : {35, 17, 8}) {
+    PoolGeometry g;
+    g.batch = 2; g.in_h = g.in_w = size; g.channels = size == 35 ? 192 : size == 17 ? 768 : 1280;
+    g.window_h = g.window_w = 3; g.stride_h = g.stride_w = 1;
+    EXPECT(ComputePoolGeometry(Padding::kSame, &g).empty(), "inception geometry");
+    std::vector<int8_t> x(static_cast<size_t>(g.InputElements()));
+    for (auto& v : x) v = static_cast<int8_t>(u8(rng));
+    check_all(g, x, "inception");
+  }
+  // Windows past kAvgPoolVectorMaxCells (the exact int64 loop on every
+  // path): 16x17 = 272 cells, all 127 and all -128 (sums past int16).
+  for (int v : {127, -128, 0}) {
+    PoolGeometry g;
+    g.batch = 1; g.in_h = 18; g.in_w = 20; g.channels = 70;
+    g.window_h = 16; g.window_w = 17; g.stride_h = 2; g.stride_w = 3;
+    EXPECT(ComputePoolGeometry(Padding::kSame, &g).empty(), "large window geometry");
+    std::vector<int8_t> x(static_cast<size_t>(g.InputElements()), static_cast<int8_t>(v));
+    if (v == 0) for (auto& e : x) e = static_cast<int8_t>(u8(rng));
+    check_all(g, x, "large window");
+    if (v != 0) {
+      std::vector<int8_t> got(static_cast<size_t>(g.OutputElements()), 1);
+      AvgPoolInt8(x.data(), g, got.data(), ThreadParallelFor(1));
+      EXPECT(std::all_of(got.begin(), got.end(), [v](int8_t e) { return e == v; }),
+             "constant %d averages to itself", v);
+    }
+  }
+  // Zero padding counts as zeros, SAME's padding does not: a 1x1 input of
+  // 100 with one zero on each side, VALID 3x3 -> 100 / 9 = 11.1 -> 11; the
+  // same without zeros, SAME 3x3 -> 100.
+  {
+    PoolGeometry g;
+    g.batch = 1; g.in_h = g.in_w = 1; g.channels = 1;
+    g.window_h = g.window_w = 3;
+    g.zero_top = g.zero_bottom = g.zero_left = g.zero_right = 1;
+    EXPECT(ComputePoolGeometry(Padding::kValid, &g).empty(), "zeros geometry");
+    const int8_t x = 100;
+    int8_t got = 0;
+    AvgPoolInt8(&x, g, &got, ThreadParallelFor(1));
+    EXPECT(got == 11, "zero padding cells count: got %d", got);
+    PoolGeometry s;
+    s.batch = 1; s.in_h = s.in_w = 1; s.channels = 1; s.window_h = s.window_w = 3;
+    EXPECT(ComputePoolGeometry(Padding::kSame, &s).empty(), "same geometry");
+    AvgPoolInt8(&x, s, &got, ThreadParallelFor(1));
+    EXPECT(got == 100, "SAME padding cells do not count: got %d", got);
+  }
+  std::printf("avg pool: %d runs checked\n", runs);
+}
+
 }  // namespace
 }  // namespace tf_fused_int8
 
@@ -1741,6 +1875,7 @@ int main() {
   TestQuantize();
   TestChannelScale();
   TestMaxPool();
+  TestAvgPool();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
       std::printf("%d failures\n", testing::ExpectFailures());

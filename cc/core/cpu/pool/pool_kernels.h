@@ -1,10 +1,14 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// Vector bodies of int8 max pooling (cc/core/pool.cc), one file per
-// instruction set. A body sets out[c] = max(init, rows[0][c], ...,
-// rows[count - 1][c]) for every c in [0, channels): the channels of one
-// output pixel, `rows` its window cells in the input (count >= 0), `init`
-// 0 when the window holds zero padding and -128 otherwise.
+// Vector bodies of int8 max and average pooling (cc/core/pool.cc), one
+// file per instruction set and pooling. Each body computes the channels
+// [0, channels) of one output pixel from `rows`, its window cells in the
+// input (count >= 0):
+//   max:     out[c] = max(init, rows[0][c], ..., rows[count - 1][c]), `init`
+//            0 when the window holds zero padding and -128 otherwise;
+//   average: out[c] = round_half_to_even((rows[0][c] + ... +
+//            rows[count - 1][c]) / divisor), divisor >= 1 the window's cells
+//            of X' (its zero padding cells add nothing to the sum).
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_POOL_POOL_KERNELS_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_POOL_POOL_KERNELS_H_
 
@@ -30,7 +34,46 @@ inline void MaxPoolChannels(const int8_t* const* rows, int64_t count,
   }
 }
 
+using AvgPoolBody = void (*)(const int8_t* const* rows, int64_t count,
+                             int64_t divisor, int64_t channels, int8_t* out);
+
+// round_half_to_even(s / d) of the exact rational, d >= 1: floor division,
+// then up when the remainder is over half of d, or half of it and the floor
+// odd.
+inline int64_t RoundedQuotient(int64_t s, int64_t d) {
+  int64_t q = s / d, r = s % d;  // truncated toward zero
+  if (r < 0) {
+    q -= 1;
+    r += d;
+  }  // now s = q * d + r, 0 <= r < d
+  if (2 * r > d || (2 * r == d && (q & 1) != 0)) ++q;
+  return q;
+}
+
+// Channels [begin, channels) one at a time, exactly in int64 for any window
+// (the vector bodies' tail and their fallback, and the portable body).
+inline void AvgPoolChannels(const int8_t* const* rows, int64_t count,
+                            int64_t divisor, int64_t begin, int64_t channels,
+                            int8_t* out) {
+  for (int64_t c = begin; c < channels; ++c) {
+    int64_t s = 0;
+    for (int64_t j = 0; j < count; ++j) s += rows[j][c];
+    out[c] = static_cast<int8_t>(RoundedQuotient(s, divisor));
+  }
+}
+
+// The vector average bodies sum in int16 and divide in float32, which is
+// exact for these windows: |sum| <= 128 * 255 < 2^15, and the float32
+// quotient of two exact integers with divisor < 2^16 rounds to the nearest
+// integer as the exact rational does (pool.cc). Larger windows run
+// AvgPoolChannels.
+constexpr int64_t kAvgPoolVectorMaxCells = 255;
+
 #if defined(__x86_64__)
+void AvgPoolAvx2(const int8_t* const* rows, int64_t count, int64_t divisor,
+                 int64_t channels, int8_t* out);
+void AvgPoolAvx512(const int8_t* const* rows, int64_t count, int64_t divisor,
+                   int64_t channels, int8_t* out);
 void MaxPoolAvx2(const int8_t* const* rows, int64_t count, int64_t channels,
                  int8_t init, int8_t* out);
 void MaxPoolAvx512(const int8_t* const* rows, int64_t count, int64_t channels,
