@@ -2,11 +2,13 @@
 channel-axis Concatenate joins, when one of them is int8, shares one scale
 (the largest calibrated one), so the concatenation is a copy of int8 bytes;
 float inputs are quantized at that scale, max-pooled inputs keep their
-source's scale.
+source's scale, and so do average-pooled ones whose windows reach SAME's
+padding (Int8AveragePooling2D).
 
 Checked: the shared scales, the int8 graph (every QuantizedFusedConv2D bit
 for bit against tests/reference.py on its actual inputs, every
-Int8Concatenate the concatenation of its int8 inputs), the number of int8
+Int8Concatenate the concatenation of its int8 inputs, every
+Int8AveragePooling2D the numpy average of its int8 input), the number of int8
 regions, what stays float (with the warning), closeness to the float model,
 and .keras / SavedModel round trips.
 """
@@ -70,8 +72,10 @@ def test_concatenates_run_in_int8_with_shared_scales(quantized):
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert kinds.count("Int8Concatenate") == 4, kinds
   assert "Concatenate" not in kinds and "BatchNormalization" not in kinds
-  # The image, and the average-pooled branch (AveragePooling2D stays float).
-  assert kinds.count("Quantize") == 2, kinds
+  # The image only: the 3x3 'same' average pooling (its border windows
+  # reach SAME's padding) runs in int8 at its input's scale.
+  assert kinds.count("Quantize") == 1, kinds
+  assert type(qmodel.get_layer("i_avg")) is quantization.Int8AveragePooling2D  # pylint: disable=unidiomatic-typecheck
   for name in ("d0_concat", "d1_concat", "d2_concat", "i_concat"):
     assert qmodel.get_layer(name).output.dtype == "int8", name
   # One scale class: the dense block's features (stem, d*_conv) and, through
@@ -81,19 +85,22 @@ def test_concatenates_run_in_int8_with_shared_scales(quantized):
   producers = ["stem", "d0_conv", "d1_conv", "d2_conv", "i_1x1", "i_3x3",
                "i_avg_conv"]
   shared = max(np.float64(np.float32(scales[k])) for k in producers)
-  s_in = {"stem": qmodel.get_layer("image_quantize").scale,
-          "i_avg_conv": np.float32(scales["i_avg"])}
+  s_in = {"stem": qmodel.get_layer("image_quantize").scale}
   for i in range(3):
     s_in[f"d{i}_conv"] = np.float32(scales[f"d{i}_relu"])
-  s_in["i_1x1"] = s_in["i_3x3"] = shared  # they read the shared features
+  # They read the shared features (i_avg_conv through the average pooling,
+  # at its input's scale).
+  s_in["i_1x1"] = s_in["i_3x3"] = s_in["i_avg_conv"] = shared
   for k in producers:
     w = model.get_layer(k).kernel.numpy().astype(np.float64)
     s_w = np.abs(w).max(axis=(0, 1, 2)) / 127
     np.testing.assert_allclose(qmodel.get_layer(k).conv_input_scale.numpy(),
                                np.float64(s_in[k]) * s_w / shared, rtol=1e-6,
                                err_msg=k)
-  for k in ("i_concat_dequantize", "d2_concat_dequantize"):  # float readers
-    assert qmodel.get_layer(k).scale == np.float32(shared), k
+  # The float reader of the features (the output); the dense block's
+  # features have none left (the average pooling reads them in int8).
+  assert qmodel.get_layer("i_concat_dequantize").scale == np.float32(shared)
+  assert "d2_concat_dequantize" not in [l.name for l in qmodel.layers]
 
 
 def test_int8_graph_bit_exact_and_close_to_float(quantized):
@@ -114,6 +121,7 @@ def test_int8_graph_bit_exact_and_close_to_float(quantized):
     i += n + 1
     assert out.dtype == np.int8 and all(v.dtype == np.int8 for v in ins)
     np.testing.assert_array_equal(out, np.concatenate(ins, axis=-1), c.name)
+  check_average_poolings(qmodel, x, expected=1)
   # Closeness on calibration images (other images may exceed a calibrated
   # max|x|, which clips, shared scale or not).
   xc = images(24)[:6]
@@ -160,11 +168,29 @@ def test_round_trips(quantized, tmp_path):
 
 # ------------------------------------------- AveragePooling2D (transitions)
 
+def check_average_poolings(qmodel, x, expected):
+  """Every Int8AveragePooling2D of qmodel, on its actual int8 input, equals
+  the numpy average pooling (exact sum over the window's cells, rounded half
+  to even); returns how many were checked."""
+  from test_avg_pool_op import numpy_avg_pool  # pylint: disable=g-import-not-at-top
+  pools = [l for l in qmodel.layers if isinstance(l, quantization.Int8AveragePooling2D)]
+  assert len(pools) == expected, [l.name for l in pools]
+  for layer in pools:
+    got_in, got_out = (v.numpy() for v in keras.Model(
+        qmodel.input, [layer.input, layer.output])(x))
+    assert got_in.dtype == np.int8 and got_out.dtype == np.int8, layer.name
+    k, st = tuple(layer.pool_size), tuple(layer.strides)
+    np.testing.assert_array_equal(
+        got_out, numpy_avg_pool(got_in, k, st, layer.padding.upper()), layer.name)
+  return len(pools)
+
+
 def test_unpadded_average_pooling_runs_in_int8():
   """A DenseNet transition (conv -> AveragePooling2D(2, 2)) and a 'same'
   pooling that pads nothing become depthwise QuantizedFusedConv2D layers
   (filter 1 / (kh * kw), quantized to 127); poolings whose windows reach
-  into padding (Keras divides those by their valid elements) stay float."""
+  into padding (Keras divides those by their valid elements) run as
+  Int8AveragePooling2D at their input's scale."""
   inp = keras.Input((8, 8, 3), name="image")
   c = L.Conv2D(6, 3, padding="same", activation="relu", name="c")(inp)
   p1 = L.AveragePooling2D(2, name="trans_pool")(c)                # 4x4
@@ -190,7 +216,9 @@ def test_unpadded_average_pooling_runs_in_int8():
     src = "c" if name == "trans_pool" else "c2"
     want = np.float32(scales[src]) * (1.0 / (k[0] * k[1]) / 127) / np.float32(scales[name])
     np.testing.assert_allclose(s, np.full(6, want, np.float32), rtol=1e-6)
-  assert type(qmodel.get_layer("padded_pool")) is L.AveragePooling2D  # pylint: disable=unidiomatic-typecheck
+  assert type(qmodel.get_layer("padded_pool")) is quantization.Int8AveragePooling2D  # pylint: disable=unidiomatic-typecheck
+  assert sum(type(l).__name__ == "Quantize" for l in qmodel.layers) == 1
+  check_average_poolings(qmodel, x[:5], expected=1)
   check_layers_against_reference(qmodel, x[:5], min_unique=4)
   for w, g in zip(model(x[:6]), qmodel(x[:6])):
     w, g = w.numpy(), g.numpy()
@@ -230,3 +258,22 @@ def test_concatenate_edge_cases(tmp_path):
   for w, g in zip(again(x[:3]), qmodel(x[:3])):
     np.testing.assert_array_equal(w.numpy(), g.numpy())
 
+
+
+def test_keras_applications_inception_v3_is_one_region():
+  """keras.applications InceptionV3 (75x75, the smallest it takes): its nine
+  3x3 'same' average poolings run as Int8AveragePooling2D, so the whole
+  network is one int8 region; each pooling is exact on its real input and
+  the logits stay close to float."""
+  model, qmodel, rng = layer_helpers.applications_model_quantized(
+      keras.applications.InceptionV3, 75, classes=10,
+      classifier_activation=None)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 1, kinds
+  assert "AveragePooling2D" not in kinds and "Concatenate" not in kinds
+  x = rng.uniform(-1, 1, (4, 75, 75, 3)).astype(np.float32)
+  assert check_average_poolings(qmodel, x, expected=9) == 9
+  w = np.asarray(model(x, training=False))
+  g = np.asarray(qmodel(x))
+  cosine = np.sum(w * g, 1) / np.linalg.norm(w, axis=1) / np.linalg.norm(g, axis=1)
+  assert cosine.min() > 0.99, cosine

@@ -827,6 +827,9 @@ _DROPOUT_LAYERS = (keras.layers.Dropout, keras.layers.SpatialDropout2D)
 
 _INT8_PASSTHROUGH = {
     keras.layers.MaxPooling2D: Int8MaxPooling2D,
+    # Only where its windows reach SAME's padding (an unpadded one is a
+    # depthwise convolution with a calibrated output, _avg_pool_window).
+    keras.layers.AveragePooling2D: Int8AveragePooling2D,
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
     keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
     keras.layers.Flatten: Int8Flatten,
@@ -839,14 +842,19 @@ def _int8_passthrough(node, dense=True):
   """Whether a node can run on the int8 tensor of its one input as it is:
   MaxPooling2D, GlobalMaxPooling2D and ZeroPadding2D, channels_last (max
   commutes with the monotonic quantization, padding zeros are int8 zeros),
-  a ReLU / ReLU6 / ReLU(max_value=m) no conv absorbed (Int8ReLU), and, with
-  `dense` (quantize_model's), Flatten (a reshape); Dropout and
-  SpatialDropout2D (the identity at inference).
+  an AveragePooling2D whose windows reach SAME's padding (Keras divides
+  those by the cells they hold: Int8AveragePooling2D, the exact average
+  rounded once at the input's scale), a ReLU / ReLU6 / ReLU(max_value=m) no
+  conv absorbed (Int8ReLU), and, with `dense` (quantize_model's), Flatten
+  (a reshape); Dropout and SpatialDropout2D (the identity at inference).
   """
   op = node.operation
   if _relu_max(node) is not None:
     return True  # Int8ReLU
   if type(op) not in _INT8_PASSTHROUGH:  # pylint: disable=unidiomatic-typecheck
+    return False
+  if (type(op) is keras.layers.AveragePooling2D and  # pylint: disable=unidiomatic-typecheck
+      _avg_pool_window(node) is not None):
     return False
   if type(op) is keras.layers.Flatten and not dense:  # pylint: disable=unidiomatic-typecheck
     return False
@@ -856,11 +864,12 @@ def _int8_passthrough(node, dense=True):
 
 
 def _planned_passthrough_only(node):
-  """Passthroughs made int8 only where the plan put them (Flatten, ReLU),
-  unlike the poolings and paddings, which also run on a float tensor
-  quantized for a conv (ResNet's stem)."""
-  return (type(node.operation) in (keras.layers.Flatten,) + _DROPOUT_LAYERS or
-          _relu_max(node) is not None)
+  """Passthroughs made int8 only where the plan put them (Flatten, ReLU,
+  average pooling: it rounds), unlike the max poolings and paddings, which
+  also run on a float tensor quantized for a conv (ResNet's stem)."""
+  return (type(node.operation) in (keras.layers.Flatten,
+                                   keras.layers.AveragePooling2D) +
+          _DROPOUT_LAYERS or _relu_max(node) is not None)
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
@@ -1652,7 +1661,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     conv, with a ReLU after it, a 1x1 depthwise one; a channel Concatenate
     with an int8 input an Int8Concatenate, the tensors it joins sharing one
     scale; an AveragePooling2D of an int8 tensor whose windows never reach
-    into padding a depthwise one with the filter 1 / (kh * kw); with `dense`, a
+    into padding a depthwise one with the filter 1 / (kh * kw), one whose
+    windows do an Int8AveragePooling2D at its input's scale; with `dense`, a
     Dense on an int8 tensor a QuantizedDense and a GlobalAveragePooling2D
     of an int8 tensor of known size a depthwise one over the whole image), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. MaxPooling2D,
@@ -1791,6 +1801,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       # Max pooling and zero padding of an int8 tensor, in int8, at its
       # scale: exact (rounding and clipping are monotonic, so they commute
       # with max; padding zeros are int8 zeros), and no float round trip.
+      # Likewise an average pooling whose windows reach SAME's padding: the
+      # exact window average rounded once at the input's scale.
       # The copy is the int8 twin of the layer (same config).
       t, out = node.input_tensors[0], node.outputs[0]
       relu_max = _relu_max(node)
