@@ -9,6 +9,12 @@
    projection shortcut, global pooling, Dense) on scikit-learn's digits
    (1797 8x8 grey images of 0-9, shipped inside scikit-learn: nothing is
    downloaded). Seeded: the same numbers on every run on one machine.
+   ``--model efficientnet`` / ``--model mobilenetv3`` train small models
+   built like keras.applications EfficientNet (MBConv blocks: SiLU,
+   squeeze-excite with a sigmoid gate, Dropout before the residual Add) and
+   MobileNetV3 (hard-swish, squeeze-excite with a hard-sigmoid gate)
+   instead: their activations become int8 lookup tables and their gates
+   Int8ChannelMultiply.
 2. Quantizes it with ``tf_fused_int8.quantization.quantize_model``,
    calibrating on 256 training images: every conv stack becomes one
    QuantizedFusedConv2D (BN folded, ReLU fused, the residual Adds as side
@@ -88,11 +94,107 @@ def build_float_model(keras, width=24):
   return keras.Model(inp, logits, name="digits_resnet")
 
 
+def build_efficientnet_style_model(keras, width=16):
+  """An EfficientNet-style CNN for 8x8x1 images, built the way
+  keras.applications.EfficientNet builds its blocks: Conv + BN + SiLU stem,
+  two MBConv blocks (1x1 expand + BN + SiLU, 3x3 depthwise + BN + SiLU,
+  squeeze-excite: GAP -> 1x1 conv with silu -> 1x1 conv with sigmoid ->
+  Multiply, 1x1 project + BN; the first with Dropout and an identity Add),
+  a 1x1 head conv + BN + SiLU, GAP, Dropout, Dense."""
+  layers = keras.layers
+
+  def conv_bn_act(x, filters, kernel, strides, name, act="swish", depthwise=False):
+    if depthwise:
+      x = layers.DepthwiseConv2D(kernel, strides=strides, padding="same",
+                                 use_bias=False, name=name)(x)
+    else:
+      x = layers.Conv2D(filters, kernel, strides=strides, padding="same",
+                        use_bias=False, name=name)(x)
+    x = layers.BatchNormalization(momentum=0.9, name=name + "_bn")(x)
+    return layers.Activation(act, name=name + "_act")(x) if act else x
+
+  def mbconv(x, filters, strides, expand, name):
+    inputs = x
+    c = x.shape[-1] * expand
+    x = conv_bn_act(x, c, 1, 1, name + "_expand")
+    x = conv_bn_act(x, c, 3, strides, name + "_dw", depthwise=True)
+    se = layers.GlobalAveragePooling2D(keepdims=True, name=name + "_se_squeeze")(x)
+    se = layers.Conv2D(max(1, c // 4), 1, activation="swish", name=name + "_se_reduce")(se)
+    se = layers.Conv2D(c, 1, activation="sigmoid", name=name + "_se_expand")(se)
+    x = layers.Multiply(name=name + "_se_excite")([x, se])
+    x = conv_bn_act(x, filters, 1, 1, name + "_project", act=None)
+    if strides == 1 and inputs.shape[-1] == filters:
+      x = layers.Dropout(0.1, name=name + "_drop")(x)
+      x = layers.Add(name=name + "_add")([x, inputs])
+    return x
+
+  inp = keras.Input((8, 8, 1), name="image")
+  x = conv_bn_act(inp, width, 3, 1, "stem")
+  x = mbconv(x, width, 1, 4, "block1")
+  x = mbconv(x, 2 * width, 2, 4, "block2")
+  x = conv_bn_act(x, 4 * width, 1, 1, "top")
+  x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
+  x = layers.Dropout(0.2, name="top_dropout")(x)
+  logits = layers.Dense(10, name="logits")(x)
+  return keras.Model(inp, logits, name="digits_efficientnet")
+
+
+def build_mobilenetv3_style_model(keras, width=16):
+  """A MobileNetV3-style CNN for 8x8x1 images, built the way
+  keras.applications.MobileNetV3 builds its blocks: Conv + BN + hard-swish
+  stem, two inverted residual blocks (1x1 expand + BN + hard-swish, 3x3
+  depthwise + BN + hard-swish, squeeze-excite: GAP -> 1x1 conv + ReLU ->
+  1x1 conv -> hard sigmoid ReLU6(x + 3) / 6 -> Multiply, 1x1 project + BN;
+  the first with an identity Add), a 1x1 head conv + BN + hard-swish, GAP,
+  Dense."""
+  layers = keras.layers
+
+  def conv_bn_act(x, filters, kernel, strides, name, act="hard_swish", depthwise=False):
+    if depthwise:
+      x = layers.DepthwiseConv2D(kernel, strides=strides, padding="same",
+                                 use_bias=False, name=name)(x)
+    else:
+      x = layers.Conv2D(filters, kernel, strides=strides, padding="same",
+                        use_bias=False, name=name)(x)
+    x = layers.BatchNormalization(epsilon=1e-3, momentum=0.9, name=name + "_bn")(x)
+    return layers.Activation(act, name=name + "_act")(x) if act else x
+
+  def block(x, filters, strides, expand, name):
+    inputs = x
+    c = x.shape[-1] * expand
+    x = conv_bn_act(x, c, 1, 1, name + "_expand")
+    x = conv_bn_act(x, c, 3, strides, name + "_dw", depthwise=True)
+    se = layers.GlobalAveragePooling2D(keepdims=True, name=name + "_se_pool")(x)
+    se = layers.Conv2D(max(8, c // 4), 1, name=name + "_se_conv")(se)
+    se = layers.ReLU(name=name + "_se_relu")(se)
+    se = layers.Conv2D(c, 1, name=name + "_se_conv_1")(se)
+    se = layers.ReLU(6.0, name=name + "_se_relu6")(se + 3.0) * (1.0 / 6.0)
+    x = layers.Multiply(name=name + "_se_mul")([x, se])
+    x = conv_bn_act(x, filters, 1, 1, name + "_project", act=None)
+    if strides == 1 and inputs.shape[-1] == filters:
+      x = layers.Add(name=name + "_add")([inputs, x])
+    return x
+
+  inp = keras.Input((8, 8, 1), name="image")
+  x = conv_bn_act(inp, width, 3, 1, "stem")
+  x = block(x, width, 1, 3, "block1")
+  x = block(x, 2 * width, 2, 4, "block2")
+  x = conv_bn_act(x, 4 * width, 1, 1, "top")
+  x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
+  logits = layers.Dense(10, name="logits")(x)
+  return keras.Model(inp, logits, name="digits_mobilenetv3")
+
+
+BUILDERS = {"resnet": build_float_model,
+            "efficientnet": build_efficientnet_style_model,
+            "mobilenetv3": build_mobilenetv3_style_model}
+
+
 def train_float_model(keras, x_train, y_train, epochs=EPOCHS, seed=SEED,
-                      verbose=0):
-  """Builds and trains the float model (seeded)."""
+                      verbose=0, model="resnet"):
+  """Builds and trains the float model `model` (a BUILDERS key; seeded)."""
   keras.utils.set_random_seed(seed)
-  model = build_float_model(keras)
+  model = BUILDERS[model](keras)
   model.compile(
       optimizer=keras.optimizers.Adam(3e-3),
       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -114,6 +216,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--epochs", type=int, default=EPOCHS)
   parser.add_argument("--seed", type=int, default=SEED)
+  parser.add_argument("--model", choices=sorted(BUILDERS), default="resnet")
   cli = parser.parse_args()
 
   wall0 = time.perf_counter()
@@ -135,8 +238,9 @@ def main():
 
   t0 = time.perf_counter()
   float_model = train_float_model(keras, x_train, y_train, cli.epochs,
-                                  cli.seed)
-  print(f"trained the float ResNet-style CNN ({float_model.count_params()} "
+                                  cli.seed, model=cli.model)
+  print(f"trained the float {cli.model}-style CNN "
+        f"({float_model.count_params()} "
         f"parameters, {cli.epochs} epochs) in {time.perf_counter() - t0:.1f} "
         f"s")
 

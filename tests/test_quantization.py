@@ -305,6 +305,8 @@ def test_unsupported_layers_warn_and_stay_float():
   h = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(
       L.Conv2D(8, 3, padding="same", name="c1")(inp)))
   h = L.LayerNormalization(name="ln")(h)                    # unknown layer
+  h = L.Conv2D(8, 3, padding="same", activation="softmax", name="c_soft")(h)
+  # int8: its own sigmoid is split off and becomes its lookup table.
   h = L.Conv2D(8, 3, padding="same", activation="sigmoid", name="c_sig")(h)
   h = L.Conv2D(8, 3, padding="same", activation="relu", name="c2")(h)
   h = L.BatchNormalization(name="bn_after_relu")(h)  # int8: a 1x1 depthwise
@@ -319,18 +321,24 @@ def test_unsupported_layers_warn_and_stay_float():
   with pytest.warns(quantization.QuantizationWarning) as record:
     qmodel = quantization.quantize_model(model, x, verbose=0)
   message = str(record[0].message)
-  for name in ("'ln' (LayerNormalization)", "'c_sig' (Conv2D: activation",
+  for name in ("'ln' (LayerNormalization)",
+               "'c_soft' (Conv2D: activation='softmax' (the fused op has relu,",
                "'bn_rows' (BatchNormalization: it does not normalize the "
                "channel axis"):
     assert name in message, (name, message)
   assert "3 layer(s) stay float" in message and "'sep'" not in message
-  for name in ("c1", "c2", "c3", "bn_after_relu", "sep_depthwise", "sep"):
+  for name in ("c1", "c_sig", "c2", "c3", "bn_after_relu", "sep_depthwise",
+               "sep"):
     assert isinstance(qmodel.get_layer(name), QFC), name
+  # c_sig's sigmoid is its table (no Activation layer left for it).
+  assert qmodel.get_layer("c_sig").output_lut is not None
+  assert qmodel.get_layer("c_sig").activation is None
+  assert not [l for l in qmodel.layers if isinstance(l, L.Activation)]
   assert qmodel.get_layer("bn_after_relu").groups == 8
   # The head after c3 is int8: Flatten of an int8 tensor, QuantizedDense.
   assert type(qmodel.get_layer("flat")).__name__ == "Int8Flatten"
   assert isinstance(qmodel.get_layer("head"), tf_fused_int8.QuantizedDense)
-  for name, cls in [("ln", L.LayerNormalization), ("c_sig", L.Conv2D),
+  for name, cls in [("ln", L.LayerNormalization), ("c_soft", L.Conv2D),
                     ("bn_rows", L.BatchNormalization)]:
     layer = qmodel.get_layer(name)
     assert type(layer) is cls, name  # pylint: disable=unidiomatic-typecheck

@@ -260,8 +260,12 @@ def test_what_stays_float_in_the_head():
   assert kinds["gap"] == "GlobalAveragePooling2D"
   assert kinds["after_float_gap"] == "Dense"
   assert kinds["gap2"] == "QuantizedFusedConv2D"  # int8, read by two floats
-  for name in ("softmax_head", "tanh_head", "on_input"):
+  for name in ("softmax_head", "on_input"):
     assert kinds[name] == "Dense", name
+  # An element-wise activation of an int8 Dense is its lookup table (a tanh
+  # head is int8 to its output, as in TFLite's full-integer conversion).
+  assert kinds["tanh_head"] == "QuantizedDense"
+  assert qmodel.get_layer("tanh_head").output_lut is not None
   # The model input is quantized for c2, but Flatten's reader is float: the
   # Flatten stays float too (no int8 round trip on a float path).
   assert kinds["flat_in"] == "Flatten"

@@ -65,7 +65,7 @@ def xception_like(seed=0):
 def test_split_model_computes_the_same_float_values():
   model = xception_like()
   nodes_before = {l.name: len(l._inbound_nodes) for l in model.layers}  # pylint: disable=protected-access
-  split = quantization._split_separable(model)  # pylint: disable=protected-access
+  split = quantization._split_layers(model)  # pylint: disable=protected-access
   assert split is not model
   kinds = {l.name: type(l).__name__ for l in split.layers}
   for name in ("sep1", "sep2", "sep3", "sep4"):
@@ -87,7 +87,7 @@ def test_split_model_computes_the_same_float_values():
   # A model without SeparableConv2D is returned as it is.
   inp = keras.Input((4, 4, 2))
   plain = keras.Model(inp, L.Conv2D(2, 1)(inp))
-  assert quantization._split_separable(plain) is plain  # pylint: disable=protected-access
+  assert quantization._split_layers(plain) is plain  # pylint: disable=protected-access
 
 
 @pytest.fixture(scope="module")

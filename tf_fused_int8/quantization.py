@@ -312,25 +312,47 @@ def _separable_ok(node):
           op.data_format == "channels_last" and _float_dtype_ok(op))
 
 
-def _split_separable(model):
+def _own_lut_activation(op):
+  """The name of a Conv2D / DepthwiseConv2D / Dense layer's own activation
+  when it is one of _LUT_ACTIVATIONS (SiLU, sigmoid, hard-swish, GELU, ...),
+  else None."""
+  if type(op) not in (keras.layers.Conv2D, keras.layers.DepthwiseConv2D,  # pylint: disable=unidiomatic-typecheck
+                      keras.layers.Dense, keras.layers.SeparableConv2D):
+    return None
+  name = _activation_name(op.activation)
+  return name if isinstance(name, str) and name in _LUT_ACTIVATIONS else None
+
+
+def _split_layers(model):
   """`model` with each SeparableConv2D written as the DepthwiseConv2D and
-  1x1 Conv2D it computes (a float model with the same weights; the same
-  model when it has none).
+  1x1 Conv2D it computes, and each Conv2D / DepthwiseConv2D / Dense /
+  SeparableConv2D with its own table activation (SiLU, sigmoid, hard-swish,
+  GELU, ...: the squeeze-excite convolutions of EfficientNet) as the layer
+  without it followed by an Activation layer (a float model with the same
+  weights; the same model when there is nothing to split).
 
   The depthwise part, ``<name>_depthwise`` (depth_multiplier, strides,
   padding, dilation of the SeparableConv2D, no bias), feeds the pointwise
   part, a 1x1 Conv2D that keeps the layer's name, its bias and its
-  activation, so every other tensor keeps its key (scales calibrated on
-  either form match) and the intermediate tensor gets a key of its own to
-  calibrate. Every layer is a copy (same config and weights): the user's
-  layers gain no nodes. The float result equals the SeparableConv2D's up to
-  float summation order (it is the same two products)."""
+  activation. A split activation is ``<name>_activation``; the layer keeps
+  its name, so its quantized form does too, and the Activation then becomes
+  its output lookup table (_Plan). The new intermediate tensors get keys of
+  their own to calibrate. Every layer is a copy (same config and weights):
+  the user's layers gain no nodes. The float result equals the original's
+  up to float summation order (the same products, and the activation
+  applied to the same pre-activation values)."""
   nodes = [n for d in sorted(model._nodes_by_depth, reverse=True)  # pylint: disable=protected-access
            for n in model._nodes_by_depth[d]]  # pylint: disable=protected-access
-  split = {id(n) for n in nodes if not n.is_input and
-           type(n.operation) is keras.layers.SeparableConv2D and  # pylint: disable=unidiomatic-typecheck
-           _separable_ok(n)}
-  if not split:
+  separable = {id(n) for n in nodes if not n.is_input and
+               type(n.operation) is keras.layers.SeparableConv2D and  # pylint: disable=unidiomatic-typecheck
+               _separable_ok(n)}
+  own_act = {id(n) for n in nodes if not n.is_input and
+             _own_lut_activation(n.operation) is not None and
+             _single_tensor_call(n) is not None and
+             _float_dtype_ok(n.operation) and
+             (type(n.operation) is not keras.layers.SeparableConv2D or  # pylint: disable=unidiomatic-typecheck
+              id(n) in separable)}
+  if not separable and not own_act:
     return model
   names = _UniqueNames(l.name for l in model.layers)
   new_of, clones = {}, {}
@@ -339,28 +361,46 @@ def _split_separable(model):
     if node.is_input:
       continue
     op = node.operation
-    if id(node) in split:
-      first_call = id(op) not in clones
-      if first_call:
+    if id(node) not in separable and id(node) not in own_act:
+      _call_float_copy(node, clones, new_of,
+                       {id(t): new_of[id(t)] for t in node.input_tensors})
+      continue
+    first_call = id(op) not in clones
+    act = _own_lut_activation(op) if id(node) in own_act else None
+    if first_call:
+      if id(node) in separable:
         dw = keras.layers.DepthwiseConv2D(
             op.kernel_size, strides=op.strides, padding=op.padding,
             depth_multiplier=op.depth_multiplier,
             dilation_rate=op.dilation_rate, use_bias=False,
             dtype=op.dtype_policy, name=names(f"{op.name}_depthwise"))
-        pw = keras.layers.Conv2D(
-            op.filters, 1, activation=op.activation, use_bias=op.use_bias,
-            dtype=op.dtype_policy, name=op.name)
-        clones[id(op)] = (dw, pw)
-      dw, pw = clones[id(op)]
-      y = pw(dw(new_of[id(node.input_tensors[0])]))
-      if first_call:
+        main = keras.layers.Conv2D(
+            op.filters, 1, activation=None if act else op.activation,
+            use_bias=op.use_bias, dtype=op.dtype_policy, name=op.name)
+      else:
+        dw = None
+        config = op.get_config()
+        config["activation"] = "linear"
+        main = type(op).from_config(config)
+      activation = (keras.layers.Activation(
+          act, dtype=op.dtype_policy, name=names(f"{op.name}_activation"))
+                    if act else None)
+      clones[id(op)] = (dw, main, activation)
+    dw, main, activation = clones[id(op)]
+    y = new_of[id(node.input_tensors[0])]
+    if dw is not None:
+      y = dw(y)
+    y = main(y)
+    if first_call:
+      if dw is not None:
         dw.set_weights([op.depthwise_kernel.numpy()])
-        pw.set_weights([op.pointwise_kernel.numpy()] +
-                       ([op.bias.numpy()] if op.use_bias else []))
-      new_of[id(node.outputs[0])] = y
-      continue
-    _call_float_copy(node, clones, new_of,
-                     {id(t): new_of[id(t)] for t in node.input_tensors})
+        main.set_weights([op.pointwise_kernel.numpy()] +
+                         ([op.bias.numpy()] if op.use_bias else []))
+      else:
+        main.set_weights(op.get_weights())
+    if activation is not None:
+      y = activation(y)
+    new_of[id(node.outputs[0])] = y
   outputs = keras.tree.map_structure(lambda t: new_of[id(t)], model.output)
   return keras.Model(inputs, outputs, name=model.name)
 
@@ -544,8 +584,9 @@ def _conv_problem(node):
     return f"padding={op.padding!r}"
   act = _activation_name(op.activation)
   if act != "linear" and _activation_relu_max(op.activation) is None:
-    return (f"activation={act!r} (the fused op has only relu and relu6; "
-            f"use activation=None and a separate activation layer)")
+    return (f"activation={act!r} (the fused op has relu, relu6 and the "
+            f"element-wise activations of tf_fused_int8.LUT_ACTIVATIONS as "
+            f"lookup tables)")
   if getattr(op, "quantization_mode", None):
     return f"it is already quantized ({op.quantization_mode})"
   if not _float_dtype_ok(op):
@@ -833,6 +874,8 @@ _INT8_PASSTHROUGH = {
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
     keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
     keras.layers.Flatten: Int8Flatten,
+    # A squeeze-excite branch's GAP -> Reshape([1, 1, C]) -> conv.
+    keras.layers.Reshape: Int8Reshape,
     # EfficientNet's GAP -> Dropout -> Dense head.
     **{cls: Int8Dropout for cls in _DROPOUT_LAYERS},
 }
@@ -846,7 +889,8 @@ def _int8_passthrough(node, dense=True):
   those by the cells they hold: Int8AveragePooling2D, the exact average
   rounded once at the input's scale), a ReLU / ReLU6 / ReLU(max_value=m) no
   conv absorbed (Int8ReLU), and, with `dense` (quantize_model's), Flatten
-  (a reshape); Dropout and SpatialDropout2D (the identity at inference).
+  (a reshape); Reshape (exact); Dropout and SpatialDropout2D (the identity
+  at inference).
   """
   op = node.operation
   if _relu_max(node) is not None:
@@ -867,7 +911,7 @@ def _planned_passthrough_only(node):
   """Passthroughs made int8 only where the plan put them (Flatten, ReLU,
   average pooling: it rounds), unlike the max poolings and paddings, which
   also run on a float tensor quantized for a conv (ResNet's stem)."""
-  return (type(node.operation) in (keras.layers.Flatten,
+  return (type(node.operation) in (keras.layers.Flatten, keras.layers.Reshape,
                                    keras.layers.AveragePooling2D) +
           _DROPOUT_LAYERS or _relu_max(node) is not None)
 
@@ -1535,7 +1579,7 @@ def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
   ``model.fit``; only ``x`` is used. `steps` limits the number of batches.
   `dense` as in ``quantize_model`` (the scales of dense=True serve both).
   """
-  graph = _Graph(_split_separable(_functional(model)))
+  graph = _Graph(_split_layers(_functional(model)))
   plan = _Plan(graph, dense=dense)
   return _calibrate_tensors(graph.model, plan.calibration_tensors(),
                             calibration_data, method, percentile, batch_size,
@@ -1676,7 +1720,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     not a plain float head/glue layer (e.g. a Conv2D with a sigmoid, a
     BatchNormalization that could not be folded, an unknown layer).
   """
-  graph = _Graph(_split_separable(_functional(model)))
+  graph = _Graph(_split_layers(_functional(model)))
   src = graph.model
   plan = _Plan(graph, dense=dense)
   plan.warn()
