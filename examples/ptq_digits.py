@@ -94,6 +94,22 @@ def build_float_model(keras, width=24):
   return keras.Model(inp, logits, name="digits_resnet")
 
 
+def _conv_bn_act(layers, x, filters, kernel, strides, name, act, depthwise,
+                 epsilon):
+  """Conv2D (or DepthwiseConv2D) without bias + BatchNormalization
+  (momentum 0.9: the short training's moving statistics keep up) + an
+  Activation layer (none when act is None)."""
+  if depthwise:
+    x = layers.DepthwiseConv2D(kernel, strides=strides, padding="same",
+                               use_bias=False, name=name)(x)
+  else:
+    x = layers.Conv2D(filters, kernel, strides=strides, padding="same",
+                      use_bias=False, name=name)(x)
+  x = layers.BatchNormalization(epsilon=epsilon, momentum=0.9,
+                                name=name + "_bn")(x)
+  return layers.Activation(act, name=name + "_act")(x) if act else x
+
+
 def build_efficientnet_style_model(keras, width=16):
   """An EfficientNet-style CNN for 8x8x1 images, built the way
   keras.applications.EfficientNet builds its blocks: Conv + BN + SiLU stem,
@@ -104,14 +120,8 @@ def build_efficientnet_style_model(keras, width=16):
   layers = keras.layers
 
   def conv_bn_act(x, filters, kernel, strides, name, act="swish", depthwise=False):
-    if depthwise:
-      x = layers.DepthwiseConv2D(kernel, strides=strides, padding="same",
-                                 use_bias=False, name=name)(x)
-    else:
-      x = layers.Conv2D(filters, kernel, strides=strides, padding="same",
-                        use_bias=False, name=name)(x)
-    x = layers.BatchNormalization(momentum=0.9, name=name + "_bn")(x)
-    return layers.Activation(act, name=name + "_act")(x) if act else x
+    return _conv_bn_act(layers, x, filters, kernel, strides, name, act,
+                        depthwise, epsilon=1e-3)
 
   def mbconv(x, filters, strides, expand, name):
     inputs = x
@@ -150,14 +160,8 @@ def build_mobilenetv3_style_model(keras, width=16):
   layers = keras.layers
 
   def conv_bn_act(x, filters, kernel, strides, name, act="hard_swish", depthwise=False):
-    if depthwise:
-      x = layers.DepthwiseConv2D(kernel, strides=strides, padding="same",
-                                 use_bias=False, name=name)(x)
-    else:
-      x = layers.Conv2D(filters, kernel, strides=strides, padding="same",
-                        use_bias=False, name=name)(x)
-    x = layers.BatchNormalization(epsilon=1e-3, momentum=0.9, name=name + "_bn")(x)
-    return layers.Activation(act, name=name + "_act")(x) if act else x
+    return _conv_bn_act(layers, x, filters, kernel, strides, name, act,
+                        depthwise, epsilon=1e-3)
 
   def block(x, filters, strides, expand, name):
     inputs = x
