@@ -308,14 +308,15 @@ def test_relu_variants_and_what_stays_float():
   e = L.DepthwiseConv2D(3, padding="same", activation="tanh", name="e")(d)
   f = L.Activation("relu6", name="f_relu")(L.Add(name="f_add")([
       L.Conv2D(4, 1, name="f")(e), e]))
-  model = keras.Model(inp, f)
+  g = L.DepthwiseConv2D(3, padding="same", activation="softmax", name="g")(f)
+  model = keras.Model(inp, g)
   randomize(model, np.random.default_rng(5))
   x = np.random.default_rng(6).uniform(-3, 3, (4, 6, 6, 4)).astype(np.float32)
   with pytest.warns(quantization.QuantizationWarning) as record:
     qmodel = quantization.quantize_model(model, x, verbose=0)
   message = str(record[0].message)
   assert "1 layer(s) stay float" in message, message
-  assert "'e' (DepthwiseConv2D: activation='tanh'" in message, message
+  assert "'g' (DepthwiseConv2D: activation='softmax'" in message, message
   acts = {n: qmodel.get_layer(n).activation for n in "abcdf"}
   # ReLU(max_value=4) is a clipped ReLU: Relu with output_max from s_out.
   assert acts == {"a": "relu6", "b": "relu6", "c": "relu6", "d": "relu",
@@ -324,7 +325,11 @@ def test_relu_variants_and_what_stays_float():
   assert qmodel.get_layer("d").output_max == clipped_relu_max(4.0, s_d)
   assert qmodel.get_layer("f").use_side_input
   assert "d_relu4" not in [l.name for l in qmodel.layers]
-  assert type(qmodel.get_layer("e")) is L.DepthwiseConv2D  # pylint: disable=unidiomatic-typecheck
+  # e's own tanh is split off and becomes its lookup table; g's softmax
+  # (not element-wise) keeps it float.
+  assert isinstance(qmodel.get_layer("e"), QFC) and qmodel.get_layer("e").groups == 4
+  assert qmodel.get_layer("e").output_lut is not None
+  assert type(qmodel.get_layer("g")) is L.DepthwiseConv2D  # pylint: disable=unidiomatic-typecheck
   assert qmodel.get_layer("b").groups == 4
   want, got = model(x).numpy(), qmodel(x).numpy()
   assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
