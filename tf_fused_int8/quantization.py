@@ -319,8 +319,7 @@ def _own_lut_activation(op):
   if type(op) not in (keras.layers.Conv2D, keras.layers.DepthwiseConv2D,  # pylint: disable=unidiomatic-typecheck
                       keras.layers.Dense, keras.layers.SeparableConv2D):
     return None
-  name = _activation_name(op.activation)
-  return name if isinstance(name, str) and name in _LUT_ACTIVATIONS else None
+  return _table_activation_name(op.activation)
 
 
 def _split_layers(model):
@@ -511,6 +510,13 @@ _LUT_ACTIVATIONS = frozenset(ops.LUT_ACTIVATIONS) - {"linear", "relu",
                                                          "relu6"}
 
 
+def _table_activation_name(fn):
+  """The name of a Keras activation function when it is one of
+  _LUT_ACTIVATIONS, else None."""
+  name = _activation_name(fn)  # a dict for some custom activations
+  return name if isinstance(name, str) and name in _LUT_ACTIVATIONS else None
+
+
 def _lut_activation(node):
   """The activation's name when the node is an Activation layer computing
   one of _LUT_ACTIVATIONS (SiLU / swish, sigmoid, hard-swish, GELU, ...)
@@ -519,8 +525,7 @@ def _lut_activation(node):
   if (_single_tensor_call(node) is None or
       type(op) is not keras.layers.Activation):  # pylint: disable=unidiomatic-typecheck
     return None
-  name = _activation_name(op.activation)
-  return name if isinstance(name, str) and name in _LUT_ACTIVATIONS else None
+  return _table_activation_name(op.activation)
 
 
 def _conv_relu_max(op):
@@ -733,8 +738,8 @@ class _Int8Pooling2D(_KeepsInputDtype):
 
   def call(self, inputs):
     if inputs.dtype == tf.int8 and self.data_format == "channels_last":
-      return type(self)._int8_op(inputs, self.pool_size, self.strides,
-                                 self.padding.upper(), self.zero_padding)
+      return self._int8_op(inputs, self.pool_size, self.strides,
+                           self.padding.upper(), self.zero_padding)
     if self.zero_padding is not None:
       (t, b), (l, r) = self.zero_padding
       spatial = [[t, b], [l, r]]

@@ -17,8 +17,10 @@
 namespace tf_fused_int8 {
 namespace {
 
+// The core's pooling on the default path (MaxPoolInt8 / AvgPoolInt8: the
+// template argument picks that overload).
 using PoolFn = void (*)(const int8_t*, const PoolGeometry&, int8_t*,
-                       const ParallelFor&);
+                        const ParallelFor&);
 
 template <PoolFn kPool>
 class FusedInt8PoolCpuOp : public tensorflow::OpKernel {
@@ -74,21 +76,11 @@ class FusedInt8PoolCpuOp : public tensorflow::OpKernel {
   Padding padding_ = Padding::kValid;
 };
 
-// The core's overloads without a path (the default path).
-void MaxPool(const int8_t* x, const PoolGeometry& g, int8_t* out,
-             const ParallelFor& parallel_for) {
-  MaxPoolInt8(x, g, out, parallel_for);
-}
-void AvgPool(const int8_t* x, const PoolGeometry& g, int8_t* out,
-             const ParallelFor& parallel_for) {
-  AvgPoolInt8(x, g, out, parallel_for);
-}
-
 }  // namespace
 
 REGISTER_KERNEL_BUILDER(Name("FusedInt8MaxPool").Device(tensorflow::DEVICE_CPU),
-                        FusedInt8PoolCpuOp<MaxPool>);
+                        FusedInt8PoolCpuOp<MaxPoolInt8>);
 REGISTER_KERNEL_BUILDER(Name("FusedInt8AvgPool").Device(tensorflow::DEVICE_CPU),
-                        FusedInt8PoolCpuOp<AvgPool>);
+                        FusedInt8PoolCpuOp<AvgPoolInt8>);
 
 }  // namespace tf_fused_int8

@@ -1617,6 +1617,74 @@ void TestChannelScale() {
   std::printf("channel scale: %zu paths, %d runs checked\n", paths.size(), runs);
 }
 
+// The two poolings' test harness (TestMaxPool, TestAvgPool).
+using PoolDefaultFn = void (*)(const int8_t*, const PoolGeometry&, int8_t*,
+                               const ParallelFor&);
+using PoolOnPathFn = void (*)(const int8_t*, const PoolGeometry&, int8_t*,
+                              const ParallelFor&, KernelPath);
+
+// Sweep iteration `it`'s random geometry (batch 1-2, 1-9 x 1-9, a channel
+// count from the list, windows 1-4, strides 1-3, zero padding every third
+// iteration, SAME on odd iterations). False when VALID's window does not fit.
+template <size_t kCounts>
+bool RandomPoolGeometry(std::mt19937& rng, int it, const int64_t (&channel_counts)[kCounts],
+                        PoolGeometry* g, Padding* padding) {
+  *g = PoolGeometry();
+  g->batch = 1 + it % 2;
+  g->in_h = 1 + rng() % 9;
+  g->in_w = 1 + rng() % 9;
+  g->channels = channel_counts[rng() % kCounts];
+  g->window_h = 1 + rng() % 4;
+  g->window_w = 1 + rng() % 4;
+  g->stride_h = 1 + rng() % 3;
+  g->stride_w = 1 + rng() % 3;
+  if (it % 3 == 0) {
+    g->zero_top = rng() % 3; g->zero_bottom = rng() % 3;
+    g->zero_left = rng() % 3; g->zero_right = rng() % 3;
+  }
+  *padding = it % 2 ? Padding::kSame : Padding::kValid;
+  return ComputePoolGeometry(*padding, g).empty();
+}
+
+// Runs a pooling on the default path, every fast path this CPU has and the
+// first it lacks (the portable loop), on 1 and 3 threads, each against
+// `want`; returns the number of runs.
+int CheckPoolOnEveryPath(const char* pooling, PoolDefaultFn pool, PoolOnPathFn pool_on_path,
+                         const PoolGeometry& g, const std::vector<int8_t>& x,
+                         const std::vector<int8_t>& want, const char* what) {
+  int runs = 0;
+  auto check = [&](const KernelPath* path, const char* name) {
+    for (int threads : {1, 3}) {
+      std::vector<int8_t> got(want.size(), 55);
+      if (path == nullptr) {
+        pool(x.data(), g, got.data(), ThreadParallelFor(threads));
+      } else {
+        pool_on_path(x.data(), g, got.data(), ThreadParallelFor(threads), *path);
+      }
+      size_t bad = 0;
+      while (bad < got.size() && got[bad] == want[bad]) ++bad;
+      EXPECT(bad == got.size(),
+             "%s pool %s (%s), %d threads: %lldx%lldx%lldx%lld window %lldx%lld stride "
+             "%lldx%lld zeros %lld,%lld,%lld,%lld: byte %zu got %d want %d",
+             pooling, name, what, threads, (long long)g.batch, (long long)g.in_h,
+             (long long)g.in_w, (long long)g.channels, (long long)g.window_h,
+             (long long)g.window_w, (long long)g.stride_h, (long long)g.stride_w,
+             (long long)g.zero_top, (long long)g.zero_bottom, (long long)g.zero_left,
+             (long long)g.zero_right, bad, bad < got.size() ? got[bad] : 0,
+             bad < got.size() ? want[bad] : 0);
+      ++runs;
+    }
+  };
+  check(nullptr, "default");
+  for (KernelPath p : kFastPaths) {
+    if (KernelPathSupported(p)) check(&p, KernelPathName(p));
+  }
+  for (KernelPath p : kFastPaths) {
+    if (!KernelPathSupported(p)) { check(&p, KernelPathName(p)); break; }
+  }
+  return runs;
+}
+
 void TestMaxPool() {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> u8(-128, 127);
@@ -1624,52 +1692,15 @@ void TestMaxPool() {
   const int64_t channel_counts[] = {1, 3, 16, 31, 32, 33, 64, 65, 100, 128, 130};
   for (int it = 0; it < 400; ++it) {
     PoolGeometry g;
-    g.batch = 1 + it % 2;
-    g.in_h = 1 + rng() % 9;
-    g.in_w = 1 + rng() % 9;
-    g.channels = channel_counts[rng() % (sizeof(channel_counts) / sizeof(channel_counts[0]))];
-    g.window_h = 1 + rng() % 4;
-    g.window_w = 1 + rng() % 4;
-    g.stride_h = 1 + rng() % 3;
-    g.stride_w = 1 + rng() % 3;
-    if (it % 3 == 0) {
-      g.zero_top = rng() % 3; g.zero_bottom = rng() % 3;
-      g.zero_left = rng() % 3; g.zero_right = rng() % 3;
-    }
-    const Padding padding = it % 2 ? Padding::kSame : Padding::kValid;
-    if (!ComputePoolGeometry(padding, &g).empty()) continue;  // VALID too small
+    Padding padding;
+    if (!RandomPoolGeometry(rng, it, channel_counts, &g, &padding)) continue;
     std::vector<int8_t> x(static_cast<size_t>(g.InputElements()));
     const bool lowest = it % 5 == 0;
     for (auto& v : x) v = static_cast<int8_t>(lowest ? -128 : u8(rng));
     std::vector<int8_t> want(static_cast<size_t>(g.OutputElements()));
     MaxPoolInt8Reference(x.data(), g, want.data());
-    auto check = [&](const KernelPath* path, const char* name) {
-      for (int threads : {1, 3}) {
-        std::vector<int8_t> got(want.size(), 55);
-        if (path == nullptr) {
-          MaxPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads));
-        } else {
-          MaxPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads), *path);
-        }
-        EXPECT(got == want,
-               "max pool %s, %lld threads: %lldx%lldx%lld window %lldx%lld stride %lldx%lld "
-               "zeros %lld,%lld,%lld,%lld %s",
-               name, (long long)threads, (long long)g.in_h, (long long)g.in_w,
-               (long long)g.channels, (long long)g.window_h, (long long)g.window_w,
-               (long long)g.stride_h, (long long)g.stride_w, (long long)g.zero_top,
-               (long long)g.zero_bottom, (long long)g.zero_left, (long long)g.zero_right,
-               padding == Padding::kSame ? "SAME" : "VALID");
-        ++runs;
-      }
-    };
-    check(nullptr, "default");
-    for (KernelPath p : kFastPaths) {
-      if (KernelPathSupported(p)) check(&p, KernelPathName(p));
-    }
-    // A path this CPU lacks still pools (the portable loop).
-    for (KernelPath p : kFastPaths) {
-      if (!KernelPathSupported(p)) { check(&p, KernelPathName(p)); break; }
-    }
+    runs += CheckPoolOnEveryPath("max", MaxPoolInt8, MaxPoolInt8, g, x, want,
+                                 padding == Padding::kSame ? "SAME" : "VALID");
   }
   // ResNet50's stem pool, zero padding 1 then VALID 3x3 / 2, all -128: the
   // windows of the first output row and column hold a zero cell; those of
@@ -1737,51 +1768,12 @@ void TestAvgPool() {
   auto check_all = [&](const PoolGeometry& g, const std::vector<int8_t>& x, const char* what) {
     std::vector<int8_t> want(static_cast<size_t>(g.OutputElements()));
     AvgPoolInt8Reference(x.data(), g, want.data());
-    auto check = [&](const KernelPath* path, const char* name) {
-      for (int threads : {1, 3}) {
-        std::vector<int8_t> got(want.size(), 55);
-        if (path == nullptr) {
-          AvgPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads));
-        } else {
-          AvgPoolInt8(x.data(), g, got.data(), ThreadParallelFor(threads), *path);
-        }
-        size_t bad = 0;
-        while (bad < got.size() && got[bad] == want[bad]) ++bad;
-        EXPECT(bad == got.size(),
-               "avg pool %s (%s), %d threads: %lldx%lldx%lldx%lld window %lldx%lld stride "
-               "%lldx%lld zeros %lld,%lld,%lld,%lld: byte %zu got %d want %d",
-               name, what, threads, (long long)g.batch, (long long)g.in_h, (long long)g.in_w,
-               (long long)g.channels, (long long)g.window_h, (long long)g.window_w,
-               (long long)g.stride_h, (long long)g.stride_w, (long long)g.zero_top,
-               (long long)g.zero_bottom, (long long)g.zero_left, (long long)g.zero_right, bad,
-               bad < got.size() ? got[bad] : 0, bad < got.size() ? want[bad] : 0);
-        ++runs;
-      }
-    };
-    check(nullptr, "default");
-    for (KernelPath p : kFastPaths) {
-      if (KernelPathSupported(p)) check(&p, KernelPathName(p));
-    }
-    for (KernelPath p : kFastPaths) {
-      if (!KernelPathSupported(p)) { check(&p, KernelPathName(p)); break; }
-    }
+    runs += CheckPoolOnEveryPath("avg", AvgPoolInt8, AvgPoolInt8, g, x, want, what);
   };
   for (int it = 0; it < 400; ++it) {
     PoolGeometry g;
-    g.batch = 1 + it % 2;
-    g.in_h = 1 + rng() % 9;
-    g.in_w = 1 + rng() % 9;
-    g.channels = channel_counts[rng() % (sizeof(channel_counts) / sizeof(channel_counts[0]))];
-    g.window_h = 1 + rng() % 4;
-    g.window_w = 1 + rng() % 4;
-    g.stride_h = 1 + rng() % 3;
-    g.stride_w = 1 + rng() % 3;
-    if (it % 3 == 0) {
-      g.zero_top = rng() % 3; g.zero_bottom = rng() % 3;
-      g.zero_left = rng() % 3; g.zero_right = rng() % 3;
-    }
-    const Padding padding = it % 2 ? Padding::kSame : Padding::kValid;
-    if (!ComputePoolGeometry(padding, &g).empty()) continue;  // VALID too small
+    Padding padding;
+    if (!RandomPoolGeometry(rng, it, channel_counts, &g, &padding)) continue;
     std::vector<int8_t> x(static_cast<size_t>(g.InputElements()));
     // Extremes (every window's sum at its bound), small values (many ties:
     // halves and quarters of odd sums), full range.
