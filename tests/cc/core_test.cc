@@ -35,6 +35,7 @@
 #include "cc/core/cpu/lut/lut.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
+#include "cc/core/layer_norm.h"
 #include "cc/core/pool.h"
 #include "cc/core/quantize.h"
 
@@ -1617,6 +1618,113 @@ void TestChannelScale() {
   std::printf("channel scale: %zu paths, %d runs checked\n", paths.size(), runs);
 }
 
+// FusedInt8LayerNorm: every path against LayerNormRowReference, and the
+// reference against the real-valued layer norm (within half a step plus
+// float32's error). Rows: random, constant (D == 0), extremes, few
+// distinct values (exact halves), channel counts around the vector widths
+// and up to kLayerNormMaxChannels; gamma / beta with NaN and Inf.
+void TestLayerNorm() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<KernelPath> paths = {KernelPath::kPortable};
+  for (KernelPath p : {KernelPath::kAvx2, KernelPath::kAvxVnni,
+                       KernelPath::kAvx512Vnni, KernelPath::kNeon}) {
+    if (KernelPathSupported(p)) paths.push_back(p);
+  }
+  // Fixed: C = 2, q = (1, -1): D = 2 * 2 - 0 = 4, r = 1 / sqrt(4) = 0.5 with
+  // epsilon 0; t = (2, -2), t r = (1, -1).
+  {
+    const int8_t x[2] = {1, -1};
+    const float g[2] = {2.5f, 3.5f}, b[2] = {0.0f, 0.0f};
+    int8_t o[2];
+    LayerNormRowReference(x, 2, g, b, 0.0f, o);
+    EXPECT(o[0] == 2 && o[1] == -4, "layer norm reference (1, -1): %d %d", o[0], o[1]);
+    // D == 0: r = 0, so beta rounded; an Inf gamma then gives 0 * Inf = NaN,
+    // which is 0.
+    const int8_t k[3] = {-7, -7, -7};
+    const float g3[3] = {100.0f, nan, inf}, b3[3] = {2.5f, -3.5f, 200.0f};
+    int8_t o3[3];
+    LayerNormRowReference(k, 3, g3, b3, 0.0f, o3);
+    EXPECT(o3[0] == 2 && o3[1] == 0 && o3[2] == 0,
+           "layer norm reference constant row: %d %d %d", o3[0], o3[1], o3[2]);
+  }
+  std::mt19937 rng(37);
+  const int64_t counts[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65,
+                            96, 100, 127, 128, 129, 192, 384, 768, 1000};
+  int runs = 0;
+  double worst = 0.0;
+  for (int t = 0; t < 160; ++t) {
+    LayerNormArgs a;
+    a.rows = 1 + rng() % 7;
+    a.channels = t == 0 ? kLayerNormMaxChannels : t == 1 ? 4099 : counts[rng() % 24];
+    const int kind = t % 6;
+    std::vector<int8_t> x(a.rows * a.channels);
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = kind == 1 ? static_cast<int8_t>(rng() % 3 - 1)         // few values
+             : kind == 2 ? static_cast<int8_t>(i % 2 ? 127 : -128)  // extremes
+             : kind == 3 ? static_cast<int8_t>(-128)                 // D == 0
+             : static_cast<int8_t>(rng() % 256 - 128);
+    }
+    if (kind == 4) {  // one constant row among random ones
+      for (int64_t c = 0; c < a.channels; ++c) x[c] = 55;
+    }
+    std::vector<float> g(a.channels), b(a.channels);
+    const bool special = t % 7 == 5;
+    for (int64_t c = 0; c < a.channels; ++c) {
+      g[c] = static_cast<float>(std::ldexp(double(rng() % 4001) - 2000.0, -6));
+      b[c] = static_cast<float>(std::ldexp(double(rng() % 4001) - 2000.0, -5));
+      if (special && c % 5 == 0) g[c] = c % 3 ? nan : -inf;
+      if (special && c % 5 == 1) b[c] = c % 3 ? inf : nan;
+    }
+    const float eps[] = {0.0f, 1e-6f, 0.25f, 3.0f, 1e6f};
+    a.epsilon = eps[t % 5];
+    a.x = x.data(); a.gamma = g.data(); a.beta = b.data();
+    std::vector<int8_t> want(x.size());
+    for (int64_t row = 0; row < a.rows; ++row) {
+      LayerNormRowReference(x.data() + row * a.channels, a.channels, g.data(), b.data(),
+                            a.epsilon, want.data() + row * a.channels);
+      if (special) continue;
+      // The reference against the layer norm in long double.
+      long double mean = 0, var = 0;
+      for (int64_t c = 0; c < a.channels; ++c) mean += x[row * a.channels + c];
+      mean /= a.channels;
+      for (int64_t c = 0; c < a.channels; ++c) {
+        const long double d = x[row * a.channels + c] - mean;
+        var += d * d;
+      }
+      var /= a.channels;
+      for (int64_t c = 0; c < a.channels; ++c) {
+        const long double d = x[row * a.channels + c] - mean;
+        long double y = var == 0 ? (long double)b[c]
+                        : d / std::sqrt(var + (long double)a.epsilon) * g[c] + b[c];
+        y = std::max<long double>(-128, std::min<long double>(127, y));
+        const double err = std::fabs(double(want[row * a.channels + c] - y)) -
+                           0.5 - 1e-5 * (std::fabs(double(y)) + std::fabs(g[c]) * 256);
+        worst = std::max(worst, err);
+      }
+    }
+    for (KernelPath path : paths) {
+      std::vector<int8_t> out(x.size(), 99);
+      a.out = out.data();
+      RunLayerNorm(a, t % 2 ? ThreadParallelFor(2) : ParallelFor(), path);
+      size_t bad = 0, first = out.size();
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i] != want[i]) {
+          ++bad;
+          first = std::min(first, i);
+        }
+      }
+      EXPECT(bad == 0, "layer norm %s: %zu of %zu differ (rows %ld, C %ld, eps %g; "
+             "first at %zu: %d, want %d)", KernelPathName(path), bad, out.size(),
+             long(a.rows), long(a.channels), a.epsilon, first,
+             bad ? out[first] : 0, bad ? want[first] : 0);
+      ++runs;
+    }
+  }
+  EXPECT(worst <= 0.0, "layer norm reference is %g past half a step of the real value", worst);
+  std::printf("layer norm: %zu paths, %d runs checked\n", paths.size(), runs);
+}
+
 // The two poolings' test harness (TestMaxPool, TestAvgPool).
 using PoolDefaultFn = void (*)(const int8_t*, const PoolGeometry&, int8_t*,
                                const ParallelFor&);
@@ -1866,6 +1974,7 @@ int main() {
   TestKernelPathNames();
   TestQuantize();
   TestChannelScale();
+  TestLayerNorm();
   TestMaxPool();
   TestAvgPool();
   if (!SelectPaths()) {
