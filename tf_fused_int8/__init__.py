@@ -13,6 +13,7 @@ from tf_fused_int8.ops import activation_lut
 from tf_fused_int8.ops import fused_conv2d_bias_activation
 from tf_fused_int8.ops import hwio_to_oihw_vect_i
 from tf_fused_int8.ops import avg_pool2d_int8
+from tf_fused_int8.ops import layer_norm_int8
 from tf_fused_int8.ops import max_pool2d_int8
 from tf_fused_int8.ops import nchw_vect_c_to_nhwc
 from tf_fused_int8.ops import nhwc_to_nchw_vect_c
@@ -43,6 +44,7 @@ __all__ = [
     "hwio_to_oihw_vect_i",
     "load_ops",
     "avg_pool2d_int8",
+    "layer_norm_int8",
     "max_pool2d_int8",
     "nchw_vect_c_to_nhwc",
     "nhwc_to_nchw_vect_c",

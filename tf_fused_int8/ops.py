@@ -509,6 +509,50 @@ def quantize_to_int8(x, scale, name=None):
     return ops.fused_int8_quantize(x=x, scale=s32)
 
 
+def layer_norm_int8(x, gamma, beta, epsilon=0.0, name=None):
+  """Layer normalization of an int8 tensor over its last axis, to int8.
+
+  The op FusedInt8LayerNorm (CPU kernel). Per row q of C values (the last
+  axis), with S1 = sum q and S2 = sum q^2 exact and D = C * S2 - S1^2::
+
+      r = float32(1 / sqrt(float64(D) + float64(epsilon) * C^2))  # 0 if D == 0
+      out[c] = clip(round_half_to_even(
+                   fmaf(float32(C * q[c] - S1) * r, gamma[c], beta[c])),
+                   -128, 127)                                      # NaN -> 0
+
+  ``(C q - S1) r`` is ``(q - mean) / sqrt(var + epsilon)`` in q's units, so
+  Keras's ``LayerNormalization(axis=-1, epsilon=e)`` of x at scale s_in,
+  quantized at s_out, is ``gamma = gamma_k / s_out``, ``beta = beta_k /
+  s_out`` and ``epsilon = e / s_in**2``; every CPU path gives the same bits.
+  What ``quantization.Int8LayerNormalization`` runs.
+
+  Args:
+    x: int8 [..., C], 1 <= C <= 65536.
+    gamma: float32 [C].
+    beta: float32 [C].
+    epsilon: a finite float >= 0 (in q's units squared).
+    name: optional name scope (graph mode).
+
+  Returns:
+    int8, x's shape.
+  """
+  epsilon = float(epsilon)
+  if not (np.isfinite(epsilon) and epsilon >= 0):
+    raise ValueError(f"layer_norm_int8: epsilon must be finite and >= 0, got "
+                     f"{epsilon}")
+  ops = _loader.load_ops()
+  eager = tf.executing_eagerly()
+  scope = _op_scope(eager, name, "layer_norm_int8")
+  with scope:
+    x = tf.convert_to_tensor(x)
+    if x.dtype != tf.int8:
+      raise TypeError(f"layer_norm_int8: x must be int8, got {x.dtype.name}")
+    gamma = tf.convert_to_tensor(gamma, tf.float32)
+    beta = tf.convert_to_tensor(beta, tf.float32)
+    return ops.fused_int8_layer_norm(x=x, gamma=gamma, beta=beta,
+                                     epsilon=epsilon)
+
+
 def channel_scale_int8(x, multiplier, name=None):
   """int8 x [N, H, W, C] times a float32 multiplier per image and channel.
 

@@ -202,6 +202,87 @@ class Int8ChannelMultiply(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8LayerNormalization(keras.layers.Layer):
+  """Keras's ``LayerNormalization(axis=-1)`` of an int8 tensor, to int8.
+
+  x int8 [..., C] at scale ``input_scale``; the output is int8 at
+  ``output_scale``. Per row of C values (the op FusedInt8LayerNorm,
+  ``ops.layer_norm_int8``: exact integer sums, one float64 reciprocal square
+  root per row, then float32 per element)::
+
+      out = clip(round_half_to_even(fmaf((C q - S1) r, gamma', beta')))
+
+  with ``r = 1 / sqrt(C * S2 - S1^2 + epsilon' C^2)``, ``epsilon' =
+  float32(epsilon / input_scale^2)``, and the weights ``gamma`` and ``beta``
+  held in output steps: ``gamma' = float32(gamma_k / output_scale)``,
+  ``beta' = float32(beta_k / output_scale)`` of the float layer's
+  ``gamma_k`` / ``beta_k`` (``from_float_weights``).
+  """
+
+  def __init__(self, input_scale, output_scale, epsilon=1e-3, **kwargs):
+    kwargs.pop("trainable", None)
+    kwargs.setdefault("dtype", "float32")
+    super().__init__(trainable=False, **kwargs)
+    self.input_scale = _check_scale(input_scale,
+                                    "Int8LayerNormalization input_scale")
+    self.output_scale = _check_scale(output_scale,
+                                     "Int8LayerNormalization output_scale")
+    epsilon = float(epsilon)
+    if not (math.isfinite(epsilon) and epsilon >= 0):
+      raise ValueError(f"Int8LayerNormalization: epsilon must be finite and "
+                       f">= 0, got {epsilon}")
+    self.epsilon = epsilon
+    steps = epsilon / self.input_scale ** 2
+    if not steps <= float(np.finfo(np.float32).max):
+      raise ValueError(
+          f"Int8LayerNormalization: epsilon / input_scale^2 = "
+          f"{steps} does not fit in float32")
+    self.epsilon_steps = float(np.float32(steps))
+
+  def build(self, input_shape):
+    c = input_shape[-1]
+    if c is None:
+      raise ValueError("Int8LayerNormalization: the last dimension of the "
+                       f"input must be known, got {tuple(input_shape)}")
+    self.gamma = self.add_weight(name="gamma", shape=(c,), initializer="ones",
+                                 trainable=False)
+    self.beta = self.add_weight(name="beta", shape=(c,), initializer="zeros",
+                                trainable=False)
+
+  @classmethod
+  def from_float_weights(cls, gamma, beta, channels, *, input_scale,
+                         output_scale, epsilon, name=None):
+    """The layer of a float LayerNormalization's gamma / beta (None: its
+    `scale` / `center` is off), built for C = channels."""
+    layer = cls(input_scale, output_scale, epsilon=epsilon, name=name)
+    layer.build((None, channels))
+    s_out = layer.output_scale
+    g = np.ones(channels) if gamma is None else np.asarray(gamma, np.float64)
+    b = np.zeros(channels) if beta is None else np.asarray(beta, np.float64)
+    layer.gamma.assign((g / s_out).astype(np.float32))
+    layer.beta.assign((b / s_out).astype(np.float32))
+    return layer
+
+  def call(self, inputs):
+    return ops.layer_norm_int8(inputs, self.gamma, self.beta,
+                               epsilon=self.epsilon_steps)
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape)
+
+  def compute_output_spec(self, inputs):
+    return keras.KerasTensor(inputs.shape, dtype="int8")
+
+  def get_config(self):
+    config = super().get_config()
+    config.pop("trainable", None)
+    config["input_scale"] = self.input_scale
+    config["output_scale"] = self.output_scale
+    config["epsilon"] = self.epsilon
+    return config
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Dequantize(keras.layers.Layer):
   """int8 -> float32: ``x = float32(q) * scale`` (exact for int8 q)."""
 

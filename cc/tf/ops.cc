@@ -450,6 +450,33 @@ int8 x [N, H, W, C] times a float32 multiplier per image and channel
 with one IEEE float32 multiply; a NaN product gives 0. CPU.
 )doc");
 
+REGISTER_OP("FusedInt8LayerNorm")
+    .Input("x: int8")
+    .Input("gamma: float")
+    .Input("beta: float")
+    .Output("output: int8")
+    .Attr("epsilon: float = 0.0")
+    .SetShapeFn([](InferenceContext* c) -> absl::Status {
+      ShapeHandle x, v;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &x));
+      DimensionHandle channels = c->Dim(x, -1);
+      for (int i : {1, 2}) {
+        TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 1, &v));
+        TF_RETURN_IF_ERROR(c->Merge(channels, c->Dim(v, 0), &channels));
+      }
+      c->set_output(0, x);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Layer normalization of int8 x [..., C] over its last axis, to int8. Per row
+q[0..C): S1 = sum q, S2 = sum q^2 (exact), D = C * S2 - S1^2,
+r = float32(1 / sqrt(double(D) + double(epsilon) * C^2)) (0 where D == 0),
+output[c] = clip(round_half_to_even(fmaf(float32(C * q[c] - S1) * r,
+gamma[c], beta[c])), -128, 127), NaN -> 0. With x at scale s_in and the
+output at s_out: epsilon = Keras's epsilon / s_in^2, gamma = gamma / s_out,
+beta = beta / s_out. C <= 65536. CPU.
+)doc");
+
 REGISTER_OP("FusedInt8MaxPool")
     .Input("input: int8")
     .Output("output: int8")
