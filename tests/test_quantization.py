@@ -304,7 +304,8 @@ def test_unsupported_layers_warn_and_stay_float():
   inp = keras.Input((8, 8, 3), name="image")
   h = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(
       L.Conv2D(8, 3, padding="same", name="c1")(inp)))
-  h = L.LayerNormalization(name="ln")(h)                    # unknown layer
+  # Over the rows, not the last axis: not Int8LayerNormalization's form.
+  h = L.LayerNormalization(axis=1, name="ln")(h)
   h = L.Conv2D(8, 3, padding="same", activation="softmax", name="c_soft")(h)
   # int8: its own sigmoid is split off and becomes its lookup table.
   h = L.Conv2D(8, 3, padding="same", activation="sigmoid", name="c_sig")(h)

@@ -403,8 +403,24 @@ def _own_lut_activation(op):
   return _table_activation_name(op.activation)
 
 
+def _nested_sequential(node):
+  """The layers of a built keras.Sequential called as a layer on one tensor
+  (ConvNeXt's stem and downsampling blocks), when each is a plain layer
+  (not itself a model), else None."""
+  op = node.operation
+  if (not isinstance(op, keras.Sequential) or not op.built or
+      _single_tensor_call(node) is None or len(node.outputs) != 1):
+    return None
+  layers = [l for l in op.layers if not isinstance(l, keras.layers.InputLayer)]
+  if not layers or any(isinstance(l, keras.Model) for l in layers):
+    return None
+  return layers
+
+
 def _split_layers(model):
-  """`model` with each SeparableConv2D written as the DepthwiseConv2D and
+  """`model` with each nested Sequential's layers called in its place (the
+  stem and downsampling blocks of ConvNeXt), each SeparableConv2D written as
+  the DepthwiseConv2D and
   1x1 Conv2D it computes, and each Conv2D / DepthwiseConv2D / Dense /
   SeparableConv2D with its own table activation (SiLU, sigmoid, hard-swish,
   GELU, ...: the squeeze-excite convolutions of EfficientNet) as the layer
@@ -432,7 +448,9 @@ def _split_layers(model):
              _float_dtype_ok(n.operation) and
              (type(n.operation) is not keras.layers.SeparableConv2D or  # pylint: disable=unidiomatic-typecheck
               id(n) in separable)}
-  if not separable and not own_act:
+  nested = {id(n) for n in nodes if not n.is_input and
+            _nested_sequential(n) is not None}
+  if not separable and not own_act and not nested:
     return model
   names = _UniqueNames(l.name for l in model.layers)
   new_of, clones = {}, {}
@@ -441,6 +459,21 @@ def _split_layers(model):
     if node.is_input:
       continue
     op = node.operation
+    if id(node) in nested:
+      # The nested Sequential's layers, called one after the other on
+      # copies (each copy made once: a Sequential called twice shares them).
+      y = new_of[id(node.input_tensors[0])]
+      for inner in _nested_sequential(node):
+        first_call = id(inner) not in clones
+        if first_call:
+          config = inner.get_config()
+          config["name"] = names(inner.name)
+          clones[id(inner)] = type(inner).from_config(config)
+        y = clones[id(inner)](y)
+        if first_call:
+          clones[id(inner)].set_weights(inner.get_weights())
+      new_of[id(node.outputs[0])] = y
+      continue
     if id(node) not in separable and id(node) not in own_act:
       _call_float_copy(node, clones, new_of,
                        {id(t): new_of[id(t)] for t in node.input_tensors})
@@ -747,6 +780,9 @@ class _Group:
     # scale of pre_lut (its input, calibrated) to the scale of the tail.
     self.lut = None
     self.pre_lut = None
+    # channel_scale: float64 [Co] of a per-channel multiply after a linear
+    # Dense (ConvNeXt's LayerScale), folded into its kernel and bias.
+    self.channel_scale = None
     self.members = [conv_node]
     self.input = conv_node.input_tensors[0]
     self.tail = conv_node.outputs[0]
@@ -1008,8 +1044,19 @@ class Int8Concatenate(_KeepsInputDtype, keras.layers.Concatenate):
 
 
 def _two_input_add(node):
-  """The two input tensors of an Add called on a list of two distinct
-  tensors (no other arguments), else None."""
+  """The two input tensors of an Add layer called on a list of two distinct
+  tensors, or of `a + b` on two distinct KerasTensors (keras.ops.add, as
+  ConvNeXt's residual connection; no other arguments), else None."""
+  op = node.operation
+  if (type(op).__name__ == "Add" and
+      type(op).__module__ == "keras.src.ops.numpy"):
+    args, ins = node.arguments.args, node.input_tensors
+    if (len(args) == 2 and not any(
+        v is not None for v in node.arguments.kwargs.values()) and
+        len(ins) == 2 and args[0] is ins[0] and args[1] is ins[1] and
+        ins[0] is not ins[1] and len(node.outputs) == 1):
+      return list(ins)
+    return None
   return _two_tensor_call(node, keras.layers.Add)
 
 
@@ -1032,9 +1079,60 @@ _IDENTITY_LAYERS = _DROPOUT_LAYERS + (keras.layers.Identity,)
 
 
 def _inference_identity(node):
-  """Whether the node is one of _IDENTITY_LAYERS called on one tensor."""
-  return (type(node.operation) in _IDENTITY_LAYERS and
+  """Whether the node is one of _IDENTITY_LAYERS, or an
+  Activation("linear") (ConvNeXt's `_identity` before its residual Add),
+  called on one tensor."""
+  op = node.operation
+  return ((type(op) in _IDENTITY_LAYERS or  # pylint: disable=unidiomatic-typecheck
+           (type(op) is keras.layers.Activation and  # pylint: disable=unidiomatic-typecheck
+            _activation_name(op.activation) == "linear")) and
           _single_tensor_call(node) is not None)
+
+
+def _channel_multiplier(node):
+  """w (float64 [C]) when the node's layer multiplies its one input [..., C]
+  by a vector, one value per channel (ConvNeXt's LayerScale: x * gamma):
+  a layer that is not one of Keras's own, with one weight, of shape (C,),
+  whose output on a random probe is exactly probe * w in float32; else
+  None."""
+  op = node.operation
+  t = _single_tensor_call(node)
+  if (t is None or not isinstance(op, keras.layers.Layer) or
+      isinstance(op, keras.Model) or
+      type(op).__module__.startswith("keras.src.layers") or
+      len(t.shape) < 2 or t.shape[-1] is None or len(node.outputs) != 1 or
+      len(op.weights) != 1 or tuple(op.weights[0].shape) != (t.shape[-1],) or
+      tuple(node.outputs[0].shape) != tuple(t.shape)):
+    return None
+  w = np.asarray(op.weights[0].numpy(), np.float32)
+  probe = np.random.default_rng(0).standard_normal(
+      (2,) + (1,) * (len(t.shape) - 2) + (t.shape[-1],)).astype(np.float32)
+  try:
+    got = np.asarray(op(probe))
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if got.shape != probe.shape or not np.array_equal(got, probe * w):
+    return None
+  return w.astype(np.float64)
+
+
+def _layer_norm_input(node):
+  """The input tensor of a LayerNormalization over the last axis only (not
+  RMS scaling) of a tensor of rank >= 2 whose last dimension is known and at
+  most FusedInt8LayerNorm's 65536, else None."""
+  op = node.operation
+  if type(op) is not keras.layers.LayerNormalization:  # pylint: disable=unidiomatic-typecheck
+    return None
+  t = _single_tensor_call(node)
+  if t is None or getattr(op, "rms_scaling", False) or not _float_dtype_ok(op):
+    return None
+  rank = len(t.shape)
+  c = t.shape[-1] if rank else None
+  axes = op.axis if isinstance(op.axis, (list, tuple)) else [op.axis]
+  if (rank < 2 or c is None or not 1 <= c <= 65536 or
+      [a % rank for a in axes] != [rank - 1]):
+    return None
+  return t
 
 
 def _gate_multiply_inputs(node):
@@ -1270,6 +1368,9 @@ class _Plan:
     # -> (x, gate, output), run as Int8ChannelMultiply; the output is
     # calibrated and int8 (x, int8 already, has its scale).
     self.gate_multiplies = {}
+    # LayerNormalizations (last axis) of an int8 tensor: id(node) -> (x,
+    # output), run as Int8LayerNormalization; the output is calibrated.
+    self.layer_norms = {}
     tensors = {}
     source = {}  # max pooling / zero padding output -> the tensor it pools
     for node in self.graph.nodes:
@@ -1300,6 +1401,7 @@ class _Plan:
         elif _dense_ok(node):
           g = _Group(node, dense=True)
           if g.relu_max is None:
+            self._fuse_channel_multiply(g, member)
             self._fuse_relu(g, member)
         if g is not None:
           self.groups.append(g)
@@ -1319,6 +1421,12 @@ class _Plan:
         self.groups.append(g)
         member.update(id(n) for n in g.members)
         int8_able.add(id(g.tail))
+        continue
+      x = _layer_norm_input(node)
+      if x is not None and id(x) in int8_able:
+        self.layer_norms[id(node)] = (x, node.outputs[0])
+        member.add(id(node))
+        int8_able.add(id(node.outputs[0]))
         continue
       gated = _gate_multiply_inputs(node)
       if gated is not None and id(gated[0]) in int8_able:
@@ -1342,6 +1450,23 @@ class _Plan:
     for key in parent:
       classes[find(key)].append(tensors[key])
     self.scale_classes = [c for c in classes.values() if len(c) > 1]
+
+  def _fuse_channel_multiply(self, g, member):
+    """Extends a linear Dense group by the per-channel multiply that alone
+    reads its tail (ConvNeXt's LayerScale), and by the identity layers after
+    it, so that a residual Add after them reads the group's int8 output."""
+    nxt = self.graph.sole_consumer(g.tail)
+    if nxt is None or id(nxt) in member:
+      return
+    w = _channel_multiplier(nxt)
+    if w is None:
+      return
+    g.channel_scale = w
+    g.extend(nxt)
+    nxt = self.graph.sole_consumer(g.tail)
+    while nxt is not None and id(nxt) not in member and _inference_identity(nxt):
+      g.extend(nxt)
+      nxt = self.graph.sole_consumer(g.tail)
 
   def _fuse_relu(self, g, member):
     """Extends g by the ReLU / ReLU6 / ReLU(max_value=m) that alone reads
@@ -1454,7 +1579,8 @@ class _Plan:
           seen.add(id(t))
           out.append(t)
     for t in self.concat_inputs + [
-        out for _, _, out in self.gate_multiplies.values()]:
+        out for _, _, out in self.gate_multiplies.values()] + [
+            out for _, out in self.layer_norms.values()]:
       if id(t) not in seen:
         seen.add(id(t))
         out.append(t)
@@ -1699,6 +1825,9 @@ def _group_weights(group):
     kernel = np.asarray(conv.kernel.numpy(), np.float64)
     b = (np.asarray(conv.bias.numpy(), np.float64) if conv.use_bias else
          np.zeros(kernel.shape[-1]))
+    if group.channel_scale is not None:
+      kernel = kernel * group.channel_scale
+      b = b * group.channel_scale
     return kernel.reshape((1, 1) + kernel.shape), b, 1
   if group.avg_pool is not None:
     (kh, kw), _ = group.avg_pool
@@ -1921,6 +2050,18 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           name=(names(f"{op.name}_int8") if len(op._inbound_nodes) > 1  # pylint: disable=protected-access
                 else op.name))([get_int8(x), get_float(gate)])
       counts["multiply"] += 1
+      continue
+    if id(node) in plan.layer_norms:
+      x, out = plan.layer_norms[id(node)]
+      op = node.operation
+      int8_of[id(out)] = Int8LayerNormalization.from_float_weights(
+          op.gamma.numpy() if op.scale else None,
+          op.beta.numpy() if op.center else None, int(x.shape[-1]),
+          input_scale=scale_of[id(x)], output_scale=scale_of[id(out)],
+          epsilon=op.epsilon,
+          name=(names(f"{op.name}_int8") if len(op._inbound_nodes) > 1  # pylint: disable=protected-access
+                else op.name))(get_int8(x))
+      counts["layer_norm"] += 1
       continue
     if id(node) in plan.member_ids:
       continue  # part of a fused convolution, built at its last node
