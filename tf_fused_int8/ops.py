@@ -509,6 +509,14 @@ def quantize_to_int8(x, scale, name=None):
     return ops.fused_int8_quantize(x=x, scale=s32)
 
 
+def _int8_input(x, api_name):
+  """x as a tensor; a TypeError naming api_name unless it is int8."""
+  x = tf.convert_to_tensor(x)
+  if x.dtype != tf.int8:
+    raise TypeError(f"{api_name}: x must be int8, got {x.dtype.name}")
+  return x
+
+
 def layer_norm_int8(x, gamma, beta, epsilon=0.0, name=None):
   """Layer normalization of an int8 tensor over its last axis, to int8.
 
@@ -544,9 +552,7 @@ def layer_norm_int8(x, gamma, beta, epsilon=0.0, name=None):
   eager = tf.executing_eagerly()
   scope = _op_scope(eager, name, "layer_norm_int8")
   with scope:
-    x = tf.convert_to_tensor(x)
-    if x.dtype != tf.int8:
-      raise TypeError(f"layer_norm_int8: x must be int8, got {x.dtype.name}")
+    x = _int8_input(x, "layer_norm_int8")
     gamma = tf.convert_to_tensor(gamma, tf.float32)
     beta = tf.convert_to_tensor(beta, tf.float32)
     return ops.fused_int8_layer_norm(x=x, gamma=gamma, beta=beta,
@@ -574,9 +580,7 @@ def channel_scale_int8(x, multiplier, name=None):
   eager = tf.executing_eagerly()
   scope = _op_scope(eager, name, "channel_scale_int8")
   with scope:
-    x = tf.convert_to_tensor(x)
-    if x.dtype != tf.int8:
-      raise TypeError(f"channel_scale_int8: x must be int8, got {x.dtype.name}")
+    x = _int8_input(x, "channel_scale_int8")
     multiplier = tf.convert_to_tensor(multiplier)
     if multiplier.dtype != tf.float32:
       raise TypeError(f"channel_scale_int8: multiplier must be float32, got "
@@ -678,8 +682,6 @@ def _pool2d_int8(api_name, op_name, x, ksize, strides, padding, zero_padding,
   eager = tf.executing_eagerly()
   scope = _op_scope(eager, name, api_name)
   with scope:
-    x = tf.convert_to_tensor(x)
-    if x.dtype != tf.int8:
-      raise TypeError(f"x must be int8, got {x.dtype.name}")
+    x = _int8_input(x, api_name)
     return getattr(ops, op_name)(input=x, ksize=ksize, strides=strides,
                                  padding=padding, zero_paddings=pads)

@@ -158,8 +158,32 @@ class Quantize(keras.layers.Layer):
     return config
 
 
+class _Int8ScaledLayer(keras.layers.Layer):
+  """An inference-only float32-policy layer from an int8 tensor at
+  `input_scale` to an int8 tensor at `output_scale` (both checked, both in
+  its config)."""
+
+  def __init__(self, input_scale, output_scale, **kwargs):
+    kwargs.pop("trainable", None)
+    kwargs.setdefault("dtype", "float32")
+    super().__init__(trainable=False, **kwargs)
+    cls = type(self).__name__
+    self.input_scale = _check_scale(input_scale, f"{cls} input_scale")
+    self.output_scale = _check_scale(output_scale, f"{cls} output_scale")
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape)
+
+  def get_config(self):
+    config = super().get_config()
+    config.pop("trainable", None)
+    config["input_scale"] = self.input_scale
+    config["output_scale"] = self.output_scale
+    return config
+
+
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Int8ChannelMultiply(keras.layers.Layer):
+class Int8ChannelMultiply(_Int8ScaledLayer):
   """An int8 tensor times a float gate per image and channel, in int8.
 
   ``layer([x, gate])``: x int8 [N, H, W, C] at scale ``input_scale``, gate
@@ -174,12 +198,7 @@ class Int8ChannelMultiply(keras.layers.Layer):
   """
 
   def __init__(self, input_scale, output_scale, **kwargs):
-    kwargs.pop("trainable", None)
-    kwargs.setdefault("dtype", "float32")
-    super().__init__(trainable=False, **kwargs)
-    self.input_scale = _check_scale(input_scale, "Int8ChannelMultiply input_scale")
-    self.output_scale = _check_scale(output_scale,
-                                     "Int8ChannelMultiply output_scale")
+    super().__init__(input_scale, output_scale, **kwargs)
     self.ratio = float(np.float32(self.input_scale / self.output_scale))
 
   def call(self, inputs):
@@ -193,16 +212,9 @@ class Int8ChannelMultiply(keras.layers.Layer):
   def compute_output_spec(self, inputs):
     return keras.KerasTensor(inputs[0].shape, dtype="int8")
 
-  def get_config(self):
-    config = super().get_config()
-    config.pop("trainable", None)
-    config["input_scale"] = self.input_scale
-    config["output_scale"] = self.output_scale
-    return config
-
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Int8LayerNormalization(keras.layers.Layer):
+class Int8LayerNormalization(_Int8ScaledLayer):
   """Keras's ``LayerNormalization(axis=-1)`` of an int8 tensor, to int8.
 
   x int8 [..., C] at scale ``input_scale``; the output is int8 at
@@ -220,13 +232,7 @@ class Int8LayerNormalization(keras.layers.Layer):
   """
 
   def __init__(self, input_scale, output_scale, epsilon=1e-3, **kwargs):
-    kwargs.pop("trainable", None)
-    kwargs.setdefault("dtype", "float32")
-    super().__init__(trainable=False, **kwargs)
-    self.input_scale = _check_scale(input_scale,
-                                    "Int8LayerNormalization input_scale")
-    self.output_scale = _check_scale(output_scale,
-                                     "Int8LayerNormalization output_scale")
+    super().__init__(input_scale, output_scale, **kwargs)
     epsilon = float(epsilon)
     if not (math.isfinite(epsilon) and epsilon >= 0):
       raise ValueError(f"Int8LayerNormalization: epsilon must be finite and "
@@ -267,17 +273,11 @@ class Int8LayerNormalization(keras.layers.Layer):
     return ops.layer_norm_int8(inputs, self.gamma, self.beta,
                                epsilon=self.epsilon_steps)
 
-  def compute_output_shape(self, input_shape):
-    return tuple(input_shape)
-
   def compute_output_spec(self, inputs):
     return keras.KerasTensor(inputs.shape, dtype="int8")
 
   def get_config(self):
     config = super().get_config()
-    config.pop("trainable", None)
-    config["input_scale"] = self.input_scale
-    config["output_scale"] = self.output_scale
     config["epsilon"] = self.epsilon
     return config
 

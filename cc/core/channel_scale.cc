@@ -20,19 +20,9 @@ void PortableBody(const int8_t* x, int64_t pixels, int64_t channels,
 }
 
 cpu::ChannelScaleBody BodyFor(KernelPath path) {
-#if defined(__x86_64__)
-  switch (cpu::VectorIsaOf(path)) {
-    case cpu::VectorIsa::kAvx512:
-      return cpu::ChannelScaleAvx512;
-    case cpu::VectorIsa::kAvx2:
-      return cpu::ChannelScaleAvx2;
-    case cpu::VectorIsa::kBaseline:
-      break;
-  }
-#else
-  (void)path;
-#endif
-  return PortableBody;
+  return cpu::BodyForPath<cpu::ChannelScaleBody>(
+      path, PortableBody, TF_FUSED_INT8_X86_BODY(cpu::ChannelScaleAvx2),
+      TF_FUSED_INT8_X86_BODY(cpu::ChannelScaleAvx512));
 }
 
 // Bytes per unit of work.

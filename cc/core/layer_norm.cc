@@ -29,19 +29,9 @@ void PortableBody(const int8_t* x, int64_t rows, int64_t channels,
 }
 
 cpu::LayerNormBody BodyFor(KernelPath path) {
-#if defined(__x86_64__)
-  switch (cpu::VectorIsaOf(path)) {
-    case cpu::VectorIsa::kAvx512:
-      return cpu::LayerNormAvx512;
-    case cpu::VectorIsa::kAvx2:
-      return cpu::LayerNormAvx2;
-    case cpu::VectorIsa::kBaseline:
-      break;
-  }
-#else
-  (void)path;
-#endif
-  return PortableBody;
+  return cpu::BodyForPath<cpu::LayerNormBody>(
+      path, PortableBody, TF_FUSED_INT8_X86_BODY(cpu::LayerNormAvx2),
+      TF_FUSED_INT8_X86_BODY(cpu::LayerNormAvx512));
 }
 
 // Bytes per unit of work (whole rows).

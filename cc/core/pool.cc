@@ -58,47 +58,25 @@ inline void WindowRange(int64_t o, int64_t stride, int64_t pad, int64_t window,
 }
 
 cpu::MaxPoolBody MaxBodyFor(KernelPath path) {
-#if defined(__x86_64__)
-  switch (cpu::VectorIsaOf(path)) {
-    case cpu::VectorIsa::kAvx512:
-      return cpu::MaxPoolAvx512;
-    case cpu::VectorIsa::kAvx2:
-      return cpu::MaxPoolAvx2;
-    case cpu::VectorIsa::kBaseline:
-      break;
-  }
-#else
-  (void)path;
-#endif
-  return [](const int8_t* const* rows, int64_t count, int64_t channels,
-            int8_t init, int8_t* out) {
-    cpu::MaxPoolChannels(rows, count, 0, channels, init, out);
-  };
+  return cpu::BodyForPath<cpu::MaxPoolBody>(
+      path,
+      [](const int8_t* const* rows, int64_t count, int64_t channels, int8_t init,
+         int8_t* out) { cpu::MaxPoolChannels(rows, count, 0, channels, init, out); },
+      TF_FUSED_INT8_X86_BODY(cpu::MaxPoolAvx2), TF_FUSED_INT8_X86_BODY(cpu::MaxPoolAvx512));
 }
 
 // The average body of `path` for windows of `cells` cells: a vector body
 // for windows of at most kAvgPoolVectorMaxCells cells, else the exact int64
 // loop.
 cpu::AvgPoolBody AvgBodyFor(KernelPath path, int64_t cells) {
-#if defined(__x86_64__)
-  if (cells <= cpu::kAvgPoolVectorMaxCells) {
-    switch (cpu::VectorIsaOf(path)) {
-      case cpu::VectorIsa::kAvx512:
-        return cpu::AvgPoolAvx512;
-      case cpu::VectorIsa::kAvx2:
-        return cpu::AvgPoolAvx2;
-      case cpu::VectorIsa::kBaseline:
-        break;
-    }
-  }
-#else
-  (void)path;
-  (void)cells;
-#endif
-  return [](const int8_t* const* rows, int64_t count, int64_t divisor,
-            int64_t channels, int8_t* out) {
+  const cpu::AvgPoolBody exact = [](const int8_t* const* rows, int64_t count,
+                                    int64_t divisor, int64_t channels, int8_t* out) {
     cpu::AvgPoolChannels(rows, count, divisor, 0, channels, out);
   };
+  if (cells > cpu::kAvgPoolVectorMaxCells) return exact;
+  return cpu::BodyForPath<cpu::AvgPoolBody>(
+      path, exact, TF_FUSED_INT8_X86_BODY(cpu::AvgPoolAvx2),
+      TF_FUSED_INT8_X86_BODY(cpu::AvgPoolAvx512));
 }
 
 // Output rows [begin, end) of the flattened (batch, out_h). For each output

@@ -37,19 +37,9 @@ using VectorBody = int64_t (*)(const float*, int64_t, float, int8_t*);
 // The vector body of a CPU path (cc/core/cpu/quantize/), or null for the
 // SSE2 / portable loop below. All give the same bits.
 VectorBody BodyFor(KernelPath path) {
-#if defined(__x86_64__)
-  switch (cpu::VectorIsaOf(path)) {
-    case cpu::VectorIsa::kAvx512:
-      return cpu::QuantizeAvx512;
-    case cpu::VectorIsa::kAvx2:
-      return cpu::QuantizeAvx2;
-    case cpu::VectorIsa::kBaseline:
-      break;
-  }
-#else
-  (void)path;
-#endif
-  return nullptr;
+  return cpu::BodyForPath<VectorBody>(path, nullptr,
+                                      TF_FUSED_INT8_X86_BODY(cpu::QuantizeAvx2),
+                                      TF_FUSED_INT8_X86_BODY(cpu::QuantizeAvx512));
 }
 
 void QuantizeRange(VectorBody body, const float* x, int64_t n, float scale,

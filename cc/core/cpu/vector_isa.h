@@ -38,6 +38,29 @@ inline VectorIsa VectorIsaOf(KernelPath path) {
   return VectorIsa::kBaseline;
 }
 
+// The element-wise body of `path`: `avx512` or `avx2` where VectorIsaOf
+// says so, else `baseline`. Name the vector bodies with
+// TF_FUSED_INT8_X86_BODY(fn): fn on x86-64, where they exist, and nullptr
+// elsewhere (where VectorIsaOf is always kBaseline).
+template <typename Body>
+Body BodyForPath(KernelPath path, Body baseline, Body avx2, Body avx512) {
+  switch (VectorIsaOf(path)) {
+    case VectorIsa::kAvx512:
+      return avx512;
+    case VectorIsa::kAvx2:
+      return avx2;
+    case VectorIsa::kBaseline:
+      break;
+  }
+  return baseline;
+}
+
+#if defined(__x86_64__)
+#define TF_FUSED_INT8_X86_BODY(fn) (fn)
+#else
+#define TF_FUSED_INT8_X86_BODY(fn) nullptr
+#endif
+
 // The path an element-wise op follows by default: the convolutions' path
 // (TF_FUSED_INT8_CPU_KERNEL, or the best this CPU has); portable when the
 // variable forces a path that cannot run here.
