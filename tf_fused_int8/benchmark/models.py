@@ -37,12 +37,24 @@ def _randomize_batch_norm(model, rng):
       testing.randomize_batch_norm(layer, rng)
 
 
+def _leaf_layers(model):
+  """The model's layers, those of nested models (ConvNeXt's Sequential stem
+  and downsampling blocks) in their place."""
+  import keras  # pylint: disable=g-import-not-at-top
+  for layer in model.layers:
+    if isinstance(layer, keras.Model):
+      yield from _leaf_layers(layer)
+    else:
+      yield layer
+
+
 def conv_macs(model):
   """Multiply-accumulates per image of the Conv2D / DepthwiseConv2D /
-  SeparableConv2D / Dense layers (what GOPS counts)."""
+  SeparableConv2D / Dense layers, nested models' included (what GOPS
+  counts)."""
   import keras  # pylint: disable=g-import-not-at-top
   total = 0
-  for layer in model.layers:
+  for layer in _leaf_layers(model):
     if isinstance(layer, keras.layers.SeparableConv2D):
       _, h, w, co = layer.output.shape
       kh, kw = layer.kernel_size
