@@ -214,6 +214,8 @@ def _emulated_vs_numpy_reference(lib, case, seed):
       if case.per_channel else p["scale"][0], side_input_scale=p["conv"].side_input_scale,
       strides=case.stride, padding=case.padding, activation="Relu" if case.relu else "None",
       dilations=case.dilation)
+  if case.lut:
+    want = p["lut"][want.astype(np.int16) + 128]
   np.testing.assert_array_equal(p["want"], want, err_msg=f"C++ reference vs numpy: {case}")
   for layout in harness.LAYOUTS:
     if layout == "x32" and case.in_c % 32:
@@ -225,7 +227,8 @@ def _emulated_vs_numpy_reference(lib, case, seed):
 
 
 SMALL_CASES = [c for c in harness.make_cases() if not c.perf][::5] + [
-    c for c in harness.make_cases() if c.special]
+    c for c in harness.make_cases() if c.special or c.lut]
+SMALL_CASES = list({c.name: c for c in SMALL_CASES}.values())
 
 
 @pytest.mark.parametrize("case", SMALL_CASES, ids=[c.name for c in SMALL_CASES])
@@ -249,6 +252,7 @@ def test_harness_sweep_covers_what_the_gpu_check_needs():
   assert any(c.h % 2 or c.w % 2 for c in cases)
   assert any(c.in_c % 32 == 0 for c in cases) and any(c.in_c % 32 for c in cases)
   assert {"nan_inf", "big_acc"} <= {c.special for c in cases}
+  assert any(c.lut and c.in_c % 32 == 0 for c in cases) and any(c.lut and c.side for c in cases)
   assert any(c.deterministic for c in cases) and any(c.dilation != (1, 1) for c in cases)
   # SAME with odd total padding (asymmetric: graph path only) is in the sweep.
   asym = [c for c in cases if c.padding == "SAME" and c.stride == (2, 2) and c.h % 2 == 0]

@@ -98,10 +98,6 @@ class FusedInt8ConvGpuOp : public OpKernel {
                 absl::UnimplementedError(
                     "the GPU kernel takes data_format NCHW_VECT_C (convert with "
                     "tf_fused_int8.nhwc_to_nchw_vect_c) or run NHWC on the CPU"));
-    OP_REQUIRES(ctx, attrs_.output_lut.empty(),
-                absl::UnimplementedError(
-                    "output_lut is not implemented by the GPU kernel yet; run "
-                    "the op on the CPU (tf.device('/CPU:0'))"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -138,6 +134,8 @@ class FusedInt8ConvGpuOp : public OpKernel {
     args.conv_input_scale = reinterpret_cast<const float*>(scale.tensor_data().data());
     args.per_channel_scale = v.per_channel_scale;
     args.side_input_scale = v.side_input_scale;
+    // The 256 bytes go into the epilogue kernel's parameters (by value).
+    args.output_lut = attrs_.output_lut.empty() ? nullptr : attrs_.output_lut.data();
     args.activation = attrs_.activation;
     args.output_min = attrs_.output_min;
     args.output_max = attrs_.output_max;

@@ -436,7 +436,11 @@ void TestEpilogueEdges() {
   const int32_t accs[] = {0, 1, -1, 3, 255, -256, 16777217, -16777219, 2147483647, -2147483647};
   const int8_t sides[] = {0, 1, -1, 127, -128};
   const float side_scales[] = {0.0f, 0.5f, -1.25f, 1e-3f, nan};
-  int checked = 0, bad = 0;
+  int checked = 0, bad = 0, lut_checked = 0;
+  // An output lookup table (every third case): a scrambled one, so that each
+  // clipped value maps to a different byte.
+  int8_t lut[256];
+  for (int i = 0; i < 256; ++i) lut[i] = static_cast<int8_t>((i * 37 + 11) % 256 - 128);
   const float bounds[][2] = {{0.0f, 127.0f}, {-128.0f, 127.0f}, {0.0f, 6.0f}, {-5.0f, 20.0f}};
   for (const auto& lohi : bounds) {
     const float lo = lohi[0], hi = lohi[1];
@@ -470,8 +474,16 @@ void TestEpilogueEdges() {
               p.hi = hi;
               p.per_channel = 0;
               p.has_side = has_side;
+              const bool use_lut = checked % 3 == 1;
+              if (use_lut) {
+                p.has_lut = 1;
+                std::memcpy(p.lut, lut, sizeof(lut));
+                ++lut_checked;
+              }
               EpilogueWord(p, 0);
-              const int8_t want = EpilogueScalar(acc, scale, bias, has_side, side, ss, lo, hi);
+              const int8_t want =
+                  LutScalar(use_lut ? lut : nullptr,
+                            EpilogueScalar(acc, scale, bias, has_side, side, ss, lo, hi));
               ++checked;
               for (int v = 0; v < 4; ++v) {
                 if (out[v] != want) ++bad;
@@ -482,7 +494,8 @@ void TestEpilogueEdges() {
       }
     }
   }
-  EXPECT(bad == 0, "%d of %d epilogue edge cases differ", bad, checked);
+  EXPECT(bad == 0, "%d of %d epilogue edge cases differ (%d with a lookup table)", bad, checked,
+         lut_checked);
 
   // One rounding in the side-input step: side = 5, side_scale = 0.3f (= 10066330 * 2^-25), so
   // side * side_scale = 1.5 + 2^-24 exactly; with y = -1, fmaf gives 0.5 + 2^-24 (-> 1), while a

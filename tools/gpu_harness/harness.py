@@ -44,7 +44,8 @@ class TfiConv(ctypes.Structure):
           ("per_channel_scale", ctypes.c_int32),
           ("deterministic", ctypes.c_int32),
           ("side_input_scale", ctypes.c_float),
-          ("reserved", ctypes.c_int32),
+          ("has_lut", ctypes.c_int32),
+          ("lut", ctypes.c_int8 * 256),
       ]
 
 
@@ -67,6 +68,7 @@ class Case:
   special: str = ""  # "", "nan_inf", "big_acc"
   perf: bool = False  # a larger shape, mainly for timing
   deterministic: bool = False
+  lut: bool = False  # an output lookup table (the op's output_lut)
 
   def describe(self):
     s = (f"n{self.batch} {self.h}x{self.w}x{self.in_c}->{self.out_c} "
@@ -79,9 +81,10 @@ class Case:
     s += " pc" if self.per_channel else ""
     s += f" {self.special}" if self.special else ""
     s += " det" if self.deterministic else ""
+    s += " lut" if self.lut else ""
     return s
 
-  def conv_struct(self, side_scale):
+  def conv_struct(self, side_scale, lut=None):
     c = TfiConv()
     c.batch, c.in_h, c.in_w = self.batch, self.h, self.w
     c.in_c, c.out_c = self.in_c, self.out_c
@@ -93,6 +96,9 @@ class Case:
     c.per_channel_scale = 1 if self.per_channel else 0
     c.deterministic = 1 if self.deterministic else 0
     c.side_input_scale = side_scale if self.side else 0.0
+    if lut is not None:
+      c.has_lut = 1
+      c.lut[:] = [int(v) for v in lut]
     return c
 
 
@@ -133,6 +139,10 @@ def make_cases():
            per_channel=True, side=True, special="big_acc"),
       Case("deterministic", 2, 14, 14, 32, 32, 3, 3, side=True, deterministic=True),
       Case("one_by_one_wide", 1, 7, 7, 256, 256, 1, 1, per_channel=True),
+      Case("lut", 1, 9, 9, 16, 16, 3, 3, side=True, per_channel=True, lut=True),
+      Case("lut_x32", 2, 8, 8, 32, 32, 1, 1, lut=True),
+      Case("lut_nan_inf", 1, 8, 8, 16, 16, 3, 3, per_channel=True, relu=False,
+           special="nan_inf", lut=True),
       Case("resnet_56_64_k3", 8, 56, 56, 64, 64, 3, 3, per_channel=True, perf=True),
       Case("resnet_28_128_k3_s2", 8, 56, 56, 128, 128, 3, 3, stride=(2, 2), per_channel=True,
            side=False, perf=True),
@@ -170,8 +180,11 @@ def make_data(case, seed):
       scale[3], scale[4], scale[5] = np.nan, np.inf, -np.inf
     bias[6] = 1e30
   side_scale = np.float32(rng.choice([0.5, -0.75, 0.3, 1.0 / 3.0, 2.5]))
+  # A scrambled table: each output value maps to a different byte.
+  lut = rng.permutation(256).astype(np.int16).astype(np.int8) if case.lut else None
   # The side input's shape is the output's, known once the geometry is: prepare() makes it.
-  return dict(x=x, w=w, bias=bias, scale=scale, side_scale=side_scale, side_seed=seed + 1)
+  return dict(x=x, w=w, bias=bias, scale=scale, side_scale=side_scale, side_seed=seed + 1,
+              lut=lut)
 
 
 class Lib:
@@ -183,7 +196,7 @@ class Lib:
     p = ctypes.c_void_p
     i64 = ctypes.c_int64
     L.tfi_abi_version.restype = ctypes.c_int
-    if L.tfi_abi_version() != 2 or L.tfi_sizeof_conv() != ctypes.sizeof(TfiConv):
+    if L.tfi_abi_version() != 3 or L.tfi_sizeof_conv() != ctypes.sizeof(TfiConv):
       raise RuntimeError(f"{path}: unexpected ABI (struct size {L.tfi_sizeof_conv()} vs "
                          f"{ctypes.sizeof(TfiConv)})")
     L.tfi_output_geometry.argtypes = [ctypes.POINTER(TfiConv), ctypes.POINTER(i64),
@@ -315,7 +328,7 @@ def prepare(lib, case, seed):
   """Host inputs (NHWC and NCHW_VECT_C) and the reference output of `case`."""
   d = make_data(case, seed)
   side_scale = float(d["side_scale"])
-  conv = case.conv_struct(side_scale)
+  conv = case.conv_struct(side_scale, d["lut"])
   oh, ow, pads = lib.output_geometry(conv)
   side = None
   if case.side:
@@ -323,6 +336,7 @@ def prepare(lib, case, seed):
         -128, 128, (case.batch, oh, ow, case.out_c), dtype=np.int8)
   want = lib.reference(conv, d["x"], d["w"], d["bias"], side, d["scale"])
   return dict(conv=conv, x=d["x"], w=d["w"], bias=d["bias"], scale=d["scale"], side=side,
+              lut=d["lut"],
               xv=lib.nhwc_to_vect(d["x"]), wv=lib.hwio_to_vect(d["w"]),
               sidev=None if side is None else lib.nhwc_to_vect(side),
               want=want, wantv=lib.nhwc_to_vect(want), out_hw=(oh, ow), pads=pads)

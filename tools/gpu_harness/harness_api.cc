@@ -38,7 +38,8 @@ struct TfiConv {
   int32_t per_channel_scale;  // conv_input_scale has out_c entries
   int32_t deterministic;      // GPU: drop non-deterministic engines
   float side_input_scale;
-  int32_t reserved;
+  int32_t has_lut;            // apply lut, the output lookup table
+  int8_t lut[256];            // out = lut[q + 128]
 };
 
 namespace {
@@ -81,6 +82,7 @@ GpuConvArgs VectArgs(const TfiConv& c, const ConvGeometry& g, const void* input,
   a.per_channel_scale = c.per_channel_scale != 0;
   a.side_input_scale = c.side_input_scale;
   a.activation = c.relu ? Activation::kRelu : Activation::kNone;
+  a.output_lut = c.has_lut ? c.lut : nullptr;
   a.output = static_cast<int8_t*>(output);
   return a;
 }
@@ -176,7 +178,7 @@ ArenaAllocator* g_arena = nullptr;
 using namespace tf_fused_int8;       // NOLINT
 using namespace tf_fused_int8::gpu;  // NOLINT
 
-TFI_API int tfi_abi_version() { return 2; }
+TFI_API int tfi_abi_version() { return 3; }
 
 TFI_API int tfi_sizeof_conv() { return static_cast<int>(sizeof(TfiConv)); }
 
@@ -213,6 +215,7 @@ TFI_API int tfi_reference_nhwc(const TfiConv* c, const int8_t* input, const int8
   a.per_channel_scale = c->per_channel_scale != 0;
   a.side_input_scale = c->side_input_scale;
   a.activation = c->relu ? Activation::kRelu : Activation::kNone;
+  a.output_lut = c->has_lut ? c->lut : nullptr;
   a.output = output;
   if (a.geo.OutputElements() > 0) RunReference(a);
   return 0;

@@ -87,6 +87,8 @@ struct EpilogueParams {
   int32_t per_channel;  // scale has out_c entries
   int32_t has_side;     // side != nullptr and side_scale != 0
   float hi;
+  int32_t has_lut;      // apply lut (the op's output_lut) after the clip
+  int8_t lut[256];      // out = lut[r + 128] (by value: no device memory)
 };
 
 TFI_HD void EpilogueWord(const EpilogueParams& a, uint32_t t) {
@@ -108,7 +110,8 @@ TFI_HD void EpilogueWord(const EpilogueParams& a, uint32_t t) {
     y = TFI_FADD(y, a.bias[c]);
     y = (y > a.lo) ? y : a.lo;  // NaN -> lo
     y = (y < a.hi) ? y : a.hi;
-    const int32_t r = TFI_RINT(y);  // half to even
+    int32_t r = TFI_RINT(y);  // half to even, in [lo, hi] within [-128, 127]
+    if (a.has_lut) r = a.lut[r + 128];  // the output lookup table (LutScalar)
     out_word |= (static_cast<uint32_t>(r) & 0xffu) << (8 * v);
   }
   reinterpret_cast<uint32_t*>(a.out)[t] = out_word;

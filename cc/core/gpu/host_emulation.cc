@@ -67,7 +67,7 @@ Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
 
   const EpilogueParams p = MakeEpilogueParams(
       g, s.Output(y.data()), a.conv_input_scale, a.per_channel_scale, a.bias, a.side_input,
-      a.side_input_scale, a.activation, a.output, a.output_min, a.output_max);
+      a.side_input_scale, a.activation, a.output, a.output_min, a.output_max, a.output_lut);
   for (uint32_t t = 0; t < p.words; ++t) EpilogueWord(p, t);
   return Status::Ok();
 }

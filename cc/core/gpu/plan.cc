@@ -2,6 +2,7 @@
 #include "cc/core/gpu/plan.h"
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace tf_fused_int8 {
@@ -153,7 +154,7 @@ EpilogueParams MakeEpilogueParams(const ConvGeometry& g, const ConvOutput& conv,
                                   const float* bias, const int8_t* side,
                                   float side_scale, Activation activation,
                                   int8_t* out, int32_t output_min,
-                                  int32_t output_max) {
+                                  int32_t output_max, const int8_t* output_lut) {
   EpilogueParams p{};
   const int64_t pixels = g.out_h * g.out_w;
   p.conv = conv;
@@ -172,6 +173,10 @@ EpilogueParams MakeEpilogueParams(const ConvGeometry& g, const ConvOutput& conv,
   p.per_channel = per_channel_scale ? 1 : 0;
   p.has_side = (side != nullptr && side_scale != 0.0f) ? 1 : 0;
   if (!p.has_side) p.side = nullptr;
+  if (output_lut != nullptr) {
+    p.has_lut = 1;
+    std::memcpy(p.lut, output_lut, sizeof(p.lut));
+  }
   return p;
 }
 
@@ -237,7 +242,7 @@ int64_t ConvertedFilterBytes(const ConvGeometry& g, ConvLayout layout) {
 // The kernel parameter blocks are shared with the PTX (see the .param sizes in
 // device_kernels_ptx.inc).
 static_assert(sizeof(ConvOutput) == 40, "ConvOutput layout");
-static_assert(sizeof(EpilogueParams) == 104, "EpilogueParams layout");
+static_assert(sizeof(EpilogueParams) == 368, "EpilogueParams layout");
 static_assert(sizeof(VectParams) == 40, "VectParams layout");
 static_assert(sizeof(TransposeParams) == 32, "TransposeParams layout");
 static_assert(sizeof(CompareParams) == 104, "CompareParams layout");

@@ -41,6 +41,9 @@ struct GpuConvArgs {
   float side_input_scale = 0.0f;  // host value
   Activation activation = Activation::kNone;
   int32_t output_min = -128, output_max = 127;  // see OutputBounds
+  // 256 host bytes or nullptr: the output lookup table (FusedConvArgs::
+  // output_lut), copied into the epilogue's kernel parameters.
+  const int8_t* output_lut = nullptr;
   int8_t* output = nullptr;  // [N, out_c/4, Ho, Wo, 4]
 };
 
@@ -126,7 +129,8 @@ EpilogueParams MakeEpilogueParams(const ConvGeometry& g, const ConvOutput& conv,
                                   const float* bias, const int8_t* side,
                                   float side_scale, Activation activation,
                                   int8_t* out, int32_t output_min = -128,
-                                  int32_t output_max = 127);
+                                  int32_t output_max = 127,
+                                  const int8_t* output_lut = nullptr);
 
 // Kernel parameters of the int8x4 -> int8x32 conversion of an activation
 // ([N, C/4, H, W, 4], is_filter = false) or a filter ([O, I/4, Kh, Kw, 4]).
