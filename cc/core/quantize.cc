@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cc/core/cpu/quantize/quantize_kernels.h"
+#include "cc/core/cpu/round_int8.h"
 #include "cc/core/cpu/vector_isa.h"
 #include "cc/core/fused_conv.h"
 
@@ -15,21 +16,9 @@
 namespace tf_fused_int8 {
 namespace {
 
-// 1.5 * 2^23: for |v| <= 2^22, (v + kRound) - kRound is v rounded to an
-// integer in the current rounding mode (round to nearest even, TF's and
-// the C++ default): the sum lies in [2^23, 2^24), where float32's spacing
-// is exactly 1. Both additions are plain IEEE operations (this file is built
-// without -ffast-math and with -ffp-contract=off, so they are not merged).
-constexpr float kRound = 12582912.0f;
-
 // One element, portably (the tail, and every element on CPUs without SSE2).
 inline int8_t QuantizeOne(float x, float scale) {
-  float v = x / scale;
-  v = v == v ? v : 0.0f;          // NaN -> 0
-  v = v < -128.0f ? -128.0f : v;
-  v = v > 127.0f ? 127.0f : v;
-  v = (v + kRound) - kRound;      // round half to even: |v| <= 128
-  return static_cast<int8_t>(static_cast<int32_t>(v));
+  return cpu::RoundClipToInt8(x / scale);
 }
 
 using VectorBody = int64_t (*)(const float*, int64_t, float, int8_t*);

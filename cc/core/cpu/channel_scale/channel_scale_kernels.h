@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "cc/core/cpu/round_int8.h"
+
 namespace tf_fused_int8 {
 namespace cpu {
 
@@ -17,17 +19,8 @@ using ChannelScaleBody = void (*)(const int8_t* x, int64_t pixels,
                                   int64_t channels, const float* m,
                                   int8_t* out);
 
-// 1.5 * 2^23: for |v| <= 2^22, (v + kRound) - kRound is v rounded to an
-// integer in the current rounding mode (nearest even by default).
-constexpr float kChannelScaleRound = 12582912.0f;
-
 inline int8_t ChannelScaleOne(int8_t x, float m) {
-  float v = static_cast<float>(x) * m;
-  v = v == v ? v : 0.0f;  // NaN -> 0
-  v = v < -128.0f ? -128.0f : v;
-  v = v > 127.0f ? 127.0f : v;
-  v = (v + kChannelScaleRound) - kChannelScaleRound;
-  return static_cast<int8_t>(static_cast<int32_t>(v));
+  return RoundClipToInt8(static_cast<float>(x) * m);
 }
 
 #if defined(__x86_64__)

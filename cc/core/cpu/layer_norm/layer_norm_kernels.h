@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cc/core/cpu/round_int8.h"
 #include "cc/core/layer_norm.h"
 
 namespace tf_fused_int8 {
@@ -19,20 +20,11 @@ using LayerNormBody = void (*)(const int8_t* x, int64_t rows, int64_t channels,
                                const float* gamma, const float* beta,
                                float epsilon, int8_t* out);
 
-// 1.5 * 2^23: for |v| <= 2^22, (v + kLayerNormRound) - kLayerNormRound is v
-// rounded to an integer in the current rounding mode (nearest even).
-constexpr float kLayerNormRound = 12582912.0f;
-
 // One element: t = C * q - S1 (exact in int32 and in float32), r the row's
 // factor. Compile with -ffp-contract=off (the multiply stays a multiply).
 inline int8_t LayerNormOne(int32_t t, float r, float gamma, float beta) {
   const float u = static_cast<float>(t) * r;
-  float y = std::fma(u, gamma, beta);
-  y = y == y ? y : 0.0f;  // NaN -> 0
-  y = y < -128.0f ? -128.0f : y;
-  y = y > 127.0f ? 127.0f : y;
-  y = (y + kLayerNormRound) - kLayerNormRound;
-  return static_cast<int8_t>(static_cast<int32_t>(y));
+  return RoundClipToInt8(std::fma(u, gamma, beta));
 }
 
 #if defined(__x86_64__)
