@@ -359,6 +359,9 @@ void TestLayerShapes() {
       {1, 28, 28, 144, 3, 144, 1, 144, false},  // depthwise 3x3
       {2, 29, 27, 96, 3, 96, 2, 96, true},      // depthwise 3x3 / 2
       {1, 14, 14, 35, 5, 35, 1, 35, true},      // depthwise 5x5, tail lanes
+      {1, 14, 15, 40, 7, 40, 1, 40, true},      // depthwise 7x7 (ConvNeXt), tail lanes
+      {2, 17, 16, 96, 7, 96, 1, 96, false},     // depthwise 7x7, 8-pixel blocks + rest
+      {1, 12, 12, 64, 7, 64, 2, 64, false},     // depthwise 7x7 / 2 (generic)
       {1, 9, 10, 24, 3, 48, 1, 24, false},      // channel multiplier 2
       {1, 14, 14, 128, 3, 128, 1, 32, false},   // ResNeXt-like 32 x 4
       {2, 12, 13, 48, 3, 96, 2, 3, true},       // 3 groups of 16 -> 32

@@ -107,10 +107,11 @@ struct Zmm16 {
                         out);
   }
   // Interior block widths: 8 pixels for 3-wide stride 1 (10 loads and 24
-  // VPDPWSSD per filter row, 8 chains), else 4.
+  // VPDPWSSD per filter row, 8 chains) and 7-wide stride 1 (14 loads and 56
+  // VPDPWSSD), else 4.
   template <int kKw, int kSw>
   static constexpr int Pixels() {
-    return kKw == 3 && kSw == 1 ? 8 : 4;
+    return (kKw == 3 || kKw == 7) && kSw == 1 ? 8 : 4;
   }
 };
 

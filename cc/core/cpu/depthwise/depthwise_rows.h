@@ -112,10 +112,17 @@ struct DepthwiseRowKernel {
       const int8_t* row = row0 + r * g.in_w * cc;
       const int32_t* w = wide + r * kKw * pc;
       typename V::W wv[kKw];
+#pragma GCC unroll 8
       for (int kx = 0; kx < kKw; ++kx) wv[kx] = V::LoadW(w + kx * pc);
       constexpr int kCols = (kP - 1) * kSw + kKw;
+      // Fully unrolled, so that every tap test below is decided at compile
+      // time and the weights stay in registers (7-wide, 8 pixels: without
+      // it GCC kept a loop, tested kx at run time and read the weights from
+      // the stack).
+#pragma GCC unroll 32
       for (int col = 0; col < kCols; ++col) {
         const auto x = V::template Load<kFull>(row + col * cc, b.tail);
+#pragma GCC unroll 8
         for (int p = 0; p < kP; ++p) {
           const int kx = col - p * kSw;
           if (kx >= 0 && kx < kKw) V::Mac(&acc[p], x, wv[kx]);
@@ -165,6 +172,11 @@ struct DepthwiseRowKernel {
     } else if (g.filter_w == 5 && g.stride_w == 2) {
       *full = InteriorRun<5, 2, true>;
       *part = InteriorRun<5, 2, false>;
+    } else if (g.filter_w == 7 && g.stride_w == 1) {
+      // ConvNeXt's depthwise 7x7 (Generic4 reloaded every input column for
+      // each of the 7 taps).
+      *full = InteriorRun<7, 1, true>;
+      *part = InteriorRun<7, 1, false>;
     }
   }
 
