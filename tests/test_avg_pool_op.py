@@ -6,18 +6,16 @@ window's int64 sum over its cell count, SAME's own padding cells left out,
 rounded half to even) and within half a step of TF's tf.pad +
 tf.nn.avg_pool2d of the same values, over windows, strides, SAME / VALID,
 ties, extremes, the ZeroPadding2D forms and channel counts around the
-vector widths, on every CPU path; then the layer, graphs with unknown
-sizes, and every bad input.
+vector widths, on every CPU path; then the layer and graphs with unknown
+sizes. Its bad inputs and empty tensors are checked with the max pooling's,
+for both ops, in test_max_pool_op.py.
 """
-
-import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_fused_int8
-from tf_fused_int8 import _loader
 from tf_fused_int8 import quantization
 
 import op_harness
@@ -130,50 +128,6 @@ def test_graph_with_unknown_sizes_and_static_shape():
                                  ).structured_outputs.shape.as_list() == [None, 35, 35, 192]
   assert g.get_concrete_function(tf.TensorSpec([3, None, 9, 4], tf.int8)
                                  ).structured_outputs.shape.as_list() == [3, None, None, 4]
-
-
-def test_empty_batch_and_channels():
-  for shape in ((0, 5, 5, 4), (2, 5, 5, 0)):
-    got = tf_fused_int8.avg_pool2d_int8(np.zeros(shape, np.int8), 2, 2, "VALID")
-    assert got.shape == (shape[0], 2, 2, shape[3])
-
-
-def raw(x, **attrs):
-  kw = dict(ksize=[1, 2, 2, 1], strides=[1, 1, 1, 1], padding="VALID", zero_paddings=[])
-  kw.update(attrs)
-  return _loader.load_ops().fused_int8_avg_pool(input=x, **kw)
-
-
-@pytest.mark.parametrize("attrs, message", [
-    (dict(ksize=[2, 2]), r"'ksize' .*(of 2|length 2).*minimum 4"),
-    (dict(ksize=[1, 0, 2, 1]), re.escape("FusedInt8AvgPool: ksize must be [1, height, width, 1]")),
-    (dict(strides=[1, 1, -1, 1]), re.escape("FusedInt8AvgPool: strides must be [1, height, width, 1]")),
-    (dict(zero_paddings=[0, 0, -1, 0]), "FusedInt8AvgPool: zero_paddings must be empty or 4"),
-    (dict(ksize=[1, 9, 2, 1]), "FusedInt8AvgPool: .*smaller than the window height"),
-])
-def test_bad_attrs_are_clean_errors(attrs, message):
-  x = tf.constant(inputs((1, 4, 4, 2), seed=6))
-  with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
-    raw(x, **attrs)
-  f = tf.function(lambda t: raw(t, **attrs), input_signature=[tf.TensorSpec(None, tf.int8)])
-  with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
-    f(x)
-
-
-@pytest.mark.parametrize("shape", [(4, 4, 2), (1, 4, 4, 2, 1), ()])
-def test_bad_rank_is_a_clean_error(shape):
-  f = tf.function(lambda t: raw(t), input_signature=[tf.TensorSpec(None, tf.int8)])
-  with pytest.raises(tf.errors.InvalidArgumentError, match="FusedInt8AvgPool: input must be rank 4"):
-    f(tf.zeros(shape, tf.int8))
-
-
-def test_bad_dtype_is_a_clean_error():
-  with pytest.raises((TypeError, tf.errors.InvalidArgumentError), match="int8"):
-    raw(tf.zeros((1, 4, 4, 2), tf.float32))
-  with pytest.raises(TypeError, match="x must be int8"):
-    tf_fused_int8.avg_pool2d_int8(np.zeros((1, 4, 4, 2), np.float32), 2, 1, "VALID")
-  with pytest.raises(ValueError, match="padding must be one of"):
-    tf_fused_int8.avg_pool2d_int8(np.zeros((1, 4, 4, 2), np.int8), 2, 1, "EXPLICIT")
 
 
 def test_layer():

@@ -5,7 +5,8 @@ Checked bit for bit against a plain numpy model (zeros added, then every
 window's max, SAME's own padding cells ignored) and against TF's
 tf.pad + tf.nn.max_pool2d, over windows, strides, SAME / VALID, the
 ZeroPadding2D forms and channel counts around the vector widths, on every
-CPU path; then the layer, graphs with unknown sizes, and every bad input.
+CPU path; then the layer, graphs with unknown sizes, and every bad input
+(of both pooling ops: FusedInt8AvgPool's are checked here too).
 """
 
 import re
@@ -135,58 +136,78 @@ def test_graph_with_unknown_sizes_and_static_shape():
                                  ).structured_outputs.shape.as_list() == [3, None, None, 4]
 
 
-def test_empty_batch_and_channels():
+# The two pooling ops (name, Python function, raw op): the input checks below
+# run on both (test_avg_pool_op.py checks the average pooling's results).
+POOLS = [("FusedInt8MaxPool", tf_fused_int8.max_pool2d_int8, "fused_int8_max_pool"),
+         ("FusedInt8AvgPool", tf_fused_int8.avg_pool2d_int8, "fused_int8_avg_pool")]
+POOL_IDS = [name for name, _, _ in POOLS]
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=POOL_IDS)
+def test_empty_batch_and_channels(pool):
+  _, fn, _ = pool
   for shape in ((0, 5, 5, 4), (2, 5, 5, 0)):
-    got = tf_fused_int8.max_pool2d_int8(np.zeros(shape, np.int8), 2, 2, "VALID")
+    got = fn(np.zeros(shape, np.int8), 2, 2, "VALID")
     assert got.shape == (shape[0], 2, 2, shape[3])
 
 
-def raw(x, **attrs):
+def raw(x, op="fused_int8_max_pool", **attrs):
   kw = dict(ksize=[1, 2, 2, 1], strides=[1, 1, 1, 1], padding="VALID", zero_paddings=[])
   kw.update(attrs)
-  return _loader.load_ops().fused_int8_max_pool(input=x, **kw)
+  return getattr(_loader.load_ops(), op)(input=x, **kw)
 
 
-@pytest.mark.parametrize("attrs, message", [
+@pytest.mark.parametrize("pool", POOLS, ids=POOL_IDS)
+@pytest.mark.parametrize("attrs, ours, message", [
     # TF's own attr check (eager and graph word it differently).
-    (dict(ksize=[2, 2]), r"'ksize' .*(of 2|length 2).*minimum 4"),
-    (dict(ksize=[1, 2, 2, 1, 1]), re.escape("ksize must be [1, height, width, 1]")),
-    (dict(ksize=[1, 0, 2, 1]), re.escape("ksize must be [1, height, width, 1]")),
-    (dict(ksize=[2, 2, 2, 1]), re.escape("ksize must be [1, height, width, 1]")),
-    (dict(strides=[1, 1, -1, 1]), re.escape("strides must be [1, height, width, 1]")),
-    (dict(zero_paddings=[1, 1]), "zero_paddings must be empty or 4"),
-    (dict(zero_paddings=[0, 0, -1, 0]), "zero_paddings must be empty or 4"),
-    (dict(ksize=[1, 9, 2, 1]), "smaller than the window height"),
+    (dict(ksize=[2, 2]), False, r"'ksize' .*(of 2|length 2).*minimum 4"),
+    # Ours, after the op's name.
+    (dict(ksize=[1, 2, 2, 1, 1]), True, re.escape("ksize must be [1, height, width, 1]")),
+    (dict(ksize=[1, 0, 2, 1]), True, re.escape("ksize must be [1, height, width, 1]")),
+    (dict(ksize=[2, 2, 2, 1]), True, re.escape("ksize must be [1, height, width, 1]")),
+    (dict(strides=[1, 1, -1, 1]), True, re.escape("strides must be [1, height, width, 1]")),
+    (dict(zero_paddings=[1, 1]), True, "zero_paddings must be empty or 4"),
+    (dict(zero_paddings=[0, 0, -1, 0]), True, "zero_paddings must be empty or 4"),
+    (dict(ksize=[1, 9, 2, 1]), True, "smaller than the window height"),
 ])
-def test_bad_attrs_are_clean_errors(attrs, message):
+def test_bad_attrs_are_clean_errors(pool, attrs, ours, message):
+  name, _, op = pool
+  if ours:
+    message = f"{name}: .*{message}"
   x = tf.constant(inputs((1, 4, 4, 2), seed=6))
   with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
                      match=message):
-    raw(x, **attrs)
-  f = tf.function(lambda t: raw(t, **attrs),
+    raw(x, op, **attrs)
+  f = tf.function(lambda t: raw(t, op, **attrs),
                   input_signature=[tf.TensorSpec(None, tf.int8)])
   with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
                      match=message):
     f(x)
 
 
+@pytest.mark.parametrize("pool", POOLS, ids=POOL_IDS)
 @pytest.mark.parametrize("shape", [(4, 4, 2), (1, 4, 4, 2, 1), ()])
-def test_bad_rank_is_a_clean_error(shape):
-  f = tf.function(lambda t: raw(t), input_signature=[tf.TensorSpec(None, tf.int8)])
-  with pytest.raises(tf.errors.InvalidArgumentError, match="must be rank 4"):
+def test_bad_rank_is_a_clean_error(pool, shape):
+  name, _, op = pool
+  f = tf.function(lambda t: raw(t, op), input_signature=[tf.TensorSpec(None, tf.int8)])
+  with pytest.raises(tf.errors.InvalidArgumentError, match=f"{name}: input must be rank 4"):
     f(tf.zeros(shape, tf.int8))
 
 
-def test_python_argument_errors():
+@pytest.mark.parametrize("pool", POOLS, ids=POOL_IDS)
+def test_python_argument_errors(pool):
+  _, fn, op = pool
   x = inputs((1, 4, 4, 2), seed=7)
+  with pytest.raises((TypeError, tf.errors.InvalidArgumentError), match="int8"):
+    raw(tf.zeros((1, 4, 4, 2), tf.float32), op)
   with pytest.raises(TypeError, match="x must be int8"):
-    tf_fused_int8.max_pool2d_int8(x.astype(np.float32), 2, 1, "VALID")
+    fn(x.astype(np.float32), 2, 1, "VALID")
   with pytest.raises(ValueError, match="padding must be one of"):
-    tf_fused_int8.max_pool2d_int8(x, 2, 1, "EXPLICIT")
+    fn(x, 2, 1, "EXPLICIT")
   with pytest.raises(ValueError, match="zero_padding must be non-negative"):
-    tf_fused_int8.max_pool2d_int8(x, 2, 1, "VALID", zero_padding=-1)
+    fn(x, 2, 1, "VALID", zero_padding=-1)
   with pytest.raises(ValueError, match="zero_padding must be"):
-    tf_fused_int8.max_pool2d_int8(x, 2, 1, "VALID", zero_padding=(1, 2, 3))
+    fn(x, 2, 1, "VALID", zero_padding=(1, 2, 3))
 
 
 def test_layer_with_zero_padding():
