@@ -258,69 +258,62 @@ void AvgPoolInt8(const int8_t* x, const PoolGeometry& g, int8_t* out,
                });
 }
 
-void MaxPoolInt8Reference(const int8_t* x, const PoolGeometry& g,
-                          int8_t* out) {
+namespace {
+
+// The references' walk, written the obvious way: for each output element,
+// the values of its window's cells of X' (zero-padding cells as 0, SAME's
+// cells outside X' left out), reduced to the output byte by `reduce`.
+template <typename Reduce>
+void PoolReference(const int8_t* x, const PoolGeometry& g, int8_t* out,
+                   Reduce reduce) {
   const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
   const int64_t wp = g.in_w + g.zero_left + g.zero_right;
+  std::vector<int> cells;
   for (int64_t n = 0; n < g.batch; ++n) {
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
       for (int64_t ow = 0; ow < g.out_w; ++ow) {
         for (int64_t c = 0; c < g.channels; ++c) {
-          int best = std::numeric_limits<int>::min();
+          cells.clear();
           for (int64_t kh = 0; kh < g.window_h; ++kh) {
             for (int64_t kw = 0; kw < g.window_w; ++kw) {
-              // Cell of X' (SAME cells outside X' are skipped).
               const int64_t ph = oh * g.stride_h - g.pad_top + kh;
               const int64_t pw = ow * g.stride_w - g.pad_left + kw;
               if (ph < 0 || ph >= hp || pw < 0 || pw >= wp) continue;
               const int64_t ih = ph - g.zero_top, iw = pw - g.zero_left;
               const bool real = ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
-              const int v = real ? x[((n * g.in_h + ih) * g.in_w + iw) *
-                                         g.channels + c]
-                                 : 0;
-              best = std::max(best, v);
+              cells.push_back(
+                  real ? x[((n * g.in_h + ih) * g.in_w + iw) * g.channels + c] : 0);
             }
           }
-          out[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] =
-              static_cast<int8_t>(best);
+          out[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] = reduce(cells);
         }
       }
     }
   }
 }
 
+}  // namespace
+
+void MaxPoolInt8Reference(const int8_t* x, const PoolGeometry& g,
+                          int8_t* out) {
+  PoolReference(x, g, out, [](const std::vector<int>& cells) {
+    int best = std::numeric_limits<int>::min();
+    for (int v : cells) best = std::max(best, v);
+    return static_cast<int8_t>(best);
+  });
+}
+
 void AvgPoolInt8Reference(const int8_t* x, const PoolGeometry& g,
                           int8_t* out) {
-  const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
-  const int64_t wp = g.in_w + g.zero_left + g.zero_right;
-  for (int64_t n = 0; n < g.batch; ++n) {
-    for (int64_t oh = 0; oh < g.out_h; ++oh) {
-      for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        for (int64_t c = 0; c < g.channels; ++c) {
-          int64_t sum = 0, cells = 0;
-          for (int64_t kh = 0; kh < g.window_h; ++kh) {
-            for (int64_t kw = 0; kw < g.window_w; ++kw) {
-              // Cell of X' (SAME cells outside X' are skipped).
-              const int64_t ph = oh * g.stride_h - g.pad_top + kh;
-              const int64_t pw = ow * g.stride_w - g.pad_left + kw;
-              if (ph < 0 || ph >= hp || pw < 0 || pw >= wp) continue;
-              ++cells;
-              const int64_t ih = ph - g.zero_top, iw = pw - g.zero_left;
-              if (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) {
-                sum += x[((n * g.in_h + ih) * g.in_w + iw) * g.channels + c];
-              }
-            }
-          }
-          // |sum| < 2^39 and cells < 2^31: the double quotient is within
-          // 2^-45 of the exact one, far closer than the 1 / (2 * cells) that
-          // separates a non-tie from a half-integer, and a tie is exact.
-          out[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] =
-              static_cast<int8_t>(std::nearbyint(static_cast<double>(sum) /
-                                                 static_cast<double>(cells)));
-        }
-      }
-    }
-  }
+  PoolReference(x, g, out, [](const std::vector<int>& cells) {
+    int64_t sum = 0;
+    for (int v : cells) sum += v;
+    // |sum| < 2^39 and cells < 2^31: the double quotient is within 2^-45 of
+    // the exact one, far closer than the 1 / (2 * cells) that separates a
+    // non-tie from a half-integer, and a tie is exact.
+    return static_cast<int8_t>(std::nearbyint(
+        static_cast<double>(sum) / static_cast<double>(cells.size())));
+  });
 }
 
 }  // namespace tf_fused_int8
