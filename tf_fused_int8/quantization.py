@@ -1959,6 +1959,12 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
   plan.share_scales(scale_of)
 
   names = _UniqueNames(l.name for l in src.layers)
+
+  def int8_name(op):
+    """The name of op's int8 layer: op's own, or a fresh `<name>_int8` when
+    op is called more than once (its int8 layers are one per call)."""
+    return (names(f"{op.name}_int8") if len(op._inbound_nodes) > 1  # pylint: disable=protected-access
+            else op.name)
   float_of, int8_of = {}, {}
   clones, int8_clones = {}, {}
   counts = collections.Counter()
@@ -2047,8 +2053,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       op = node.operation
       int8_of[id(out)] = Int8ChannelMultiply(
           scale_of[id(x)], scale_of[id(out)],
-          name=(names(f"{op.name}_int8") if len(op._inbound_nodes) > 1  # pylint: disable=protected-access
-                else op.name))([get_int8(x), get_float(gate)])
+          name=int8_name(op))([get_int8(x), get_float(gate)])
       counts["multiply"] += 1
       continue
     if id(node) in plan.layer_norms:
@@ -2059,8 +2064,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           op.beta.numpy() if op.center else None, int(x.shape[-1]),
           input_scale=scale_of[id(x)], output_scale=scale_of[id(out)],
           epsilon=op.epsilon,
-          name=(names(f"{op.name}_int8") if len(op._inbound_nodes) > 1  # pylint: disable=protected-access
-                else op.name))(get_int8(x))
+          name=int8_name(op))(get_int8(x))
       counts["layer_norm"] += 1
       continue
     if id(node) in plan.member_ids:
@@ -2087,8 +2091,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         int8_clones[id(op)] = int8_op
       elif int8_op is None:
         config = op.get_config()
-        if len(op._inbound_nodes) > 1:  # pylint: disable=protected-access
-          config["name"] = names(f"{op.name}_int8")
+        config["name"] = int8_name(op)
         pad = _folded_zero_padding(node, graph, int8_of)
         if pad is not None:
           # A ZeroPadding2D feeding only this pooling: its zeros are added
@@ -2109,8 +2112,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       int8_op = int8_clones.get(id(op))
       if int8_op is None:
         config = op.get_config()
-        if len(op._inbound_nodes) > 1:  # pylint: disable=protected-access
-          config["name"] = names(f"{op.name}_int8")
+        config["name"] = int8_name(op)
         int8_op = int8_clones[id(op)] = Int8Concatenate.from_config(config)
       out = node.outputs[0]
       int8_of[id(out)] = int8_op([get_int8(t) for t in node.input_tensors])
