@@ -1463,6 +1463,12 @@ class _Plan:
       return
     g.channel_scale = w
     g.extend(nxt)
+    self._extend_through_identities(g, member)
+
+  def _extend_through_identities(self, g, member=()):
+    """Extends g by the layers that are the identity at inference (Dropout,
+    Identity, Activation("linear")) that alone read its tail, one after the
+    other, so that an Add after them still reads the group's output."""
     nxt = self.graph.sole_consumer(g.tail)
     while nxt is not None and id(nxt) not in member and _inference_identity(nxt):
       g.extend(nxt)
@@ -1512,10 +1518,7 @@ class _Plan:
     # Layers that are the identity at inference (Dropout before a residual
     # Add, as in EfficientNet): part of the stack, so that the Add after them
     # still takes the stack's output as its side input.
-    nxt = self.graph.sole_consumer(g.tail)
-    while nxt is not None and _inference_identity(nxt):
-      g.extend(nxt)
-      nxt = self.graph.sole_consumer(g.tail)
+    self._extend_through_identities(g)
     return g
 
   def _assign_adds(self):
