@@ -19,12 +19,6 @@ void PortableBody(const int8_t* x, int64_t pixels, int64_t channels,
   }
 }
 
-cpu::ChannelScaleBody BodyFor(KernelPath path) {
-  return cpu::BodyForPath<cpu::ChannelScaleBody>(
-      path, PortableBody, TF_FUSED_INT8_X86_BODY(cpu::ChannelScaleAvx2),
-      TF_FUSED_INT8_X86_BODY(cpu::ChannelScaleAvx512));
-}
-
 // Bytes per unit of work.
 constexpr int64_t kUnitBytes = 16 << 10;
 
@@ -37,7 +31,9 @@ void RunChannelScale(const ChannelScaleArgs& a, const ParallelFor& parallel_for)
 void RunChannelScale(const ChannelScaleArgs& a, const ParallelFor& parallel_for,
                      KernelPath path) {
   if (a.batch <= 0 || a.pixels <= 0 || a.channels <= 0) return;
-  const cpu::ChannelScaleBody body = BodyFor(path);
+  const cpu::ChannelScaleBody body = cpu::BodyForPath<cpu::ChannelScaleBody>(
+      path, PortableBody, TF_FUSED_INT8_X86_BODY(cpu::ChannelScaleAvx2),
+      TF_FUSED_INT8_X86_BODY(cpu::ChannelScaleAvx512));
   // Units of whole pixels of one image (each unit reads one row of m).
   const int64_t per_unit = std::max<int64_t>(1, kUnitBytes / a.channels);
   const int64_t units_per_image = (a.pixels + per_unit - 1) / per_unit;

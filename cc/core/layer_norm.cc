@@ -28,12 +28,6 @@ void PortableBody(const int8_t* x, int64_t rows, int64_t channels,
   }
 }
 
-cpu::LayerNormBody BodyFor(KernelPath path) {
-  return cpu::BodyForPath<cpu::LayerNormBody>(
-      path, PortableBody, TF_FUSED_INT8_X86_BODY(cpu::LayerNormAvx2),
-      TF_FUSED_INT8_X86_BODY(cpu::LayerNormAvx512));
-}
-
 // Bytes per unit of work (whole rows).
 constexpr int64_t kUnitBytes = 16 << 10;
 
@@ -54,7 +48,9 @@ void RunLayerNorm(const LayerNormArgs& a, const ParallelFor& parallel_for) {
 void RunLayerNorm(const LayerNormArgs& a, const ParallelFor& parallel_for,
                   KernelPath path) {
   if (a.rows <= 0 || a.channels <= 0) return;
-  const cpu::LayerNormBody body = BodyFor(path);
+  const cpu::LayerNormBody body = cpu::BodyForPath<cpu::LayerNormBody>(
+      path, PortableBody, TF_FUSED_INT8_X86_BODY(cpu::LayerNormAvx2),
+      TF_FUSED_INT8_X86_BODY(cpu::LayerNormAvx512));
   const int64_t per_unit = std::max<int64_t>(1, kUnitBytes / a.channels);
   const int64_t units = (a.rows + per_unit - 1) / per_unit;
   // About 3 cycles a byte (sums, then the normalization).
