@@ -21,32 +21,21 @@ from tf_fused_int8 import quantization
 import op_harness
 from test_max_pool_op import cases
 from test_max_pool_op import inputs
+from test_max_pool_op import numpy_pool
 
 
 def numpy_avg_pool(x, ksize, strides, padding, zeros=(0, 0, 0, 0)):
   """The op in numpy: pad with zeros (they count), then TF's SAME / VALID
   windows (SAME's padding cells do not count); the exact int64 sum over the
   count, rounded half to even (np.round)."""
-  t, b, l, r = zeros
-  x = np.pad(np.asarray(x, np.int64), ((0, 0), (t, b), (l, r), (0, 0)))
-  n, h, w, c = x.shape
-  (kh, kw), (sh, sw) = ksize, strides
-  if padding == "VALID":
-    oh, ow, ph, pw = (h - kh) // sh + 1, (w - kw) // sw + 1, 0, 0
-  else:
-    oh, ow = -(-h // sh), -(-w // sw)
-    ph = max((oh - 1) * sh + kh - h, 0) // 2
-    pw = max((ow - 1) * sw + kw - w, 0) // 2
-  out = np.empty((n, oh, ow, c), np.int8)
-  for i in range(oh):
-    for j in range(ow):
-      r0, c0 = i * sh - ph, j * sw - pw
-      win = x[:, max(r0, 0):max(r0 + kh, 0), max(c0, 0):max(c0 + kw, 0), :]
-      count = win.shape[1] * win.shape[2]
-      # |sum| < 2^31 and count < 2^16 here: the float64 quotient rounds as
-      # the exact rational does.
-      out[:, i, j, :] = np.round(win.sum(axis=(1, 2)) / count)
-  return out
+
+  def average(win):
+    count = win.shape[1] * win.shape[2]
+    # |sum| < 2^31 and count < 2^16 here: the float64 quotient rounds as
+    # the exact rational does.
+    return np.round(win.sum(axis=(1, 2)) / count)
+
+  return numpy_pool(x, ksize, strides, padding, zeros, average)
 
 
 def tf_pad_and_pool(x, ksize, strides, padding, zeros=(0, 0, 0, 0)):

@@ -22,11 +22,12 @@ from tf_fused_int8 import quantization
 import op_harness
 
 
-def numpy_max_pool(x, ksize, strides, padding, zeros=(0, 0, 0, 0)):
-  """The op in numpy: pad with zeros, then TF's SAME / VALID max pooling
-  (SAME's padding cells never win: they are left out of the window)."""
+def numpy_pool(x, ksize, strides, padding, zeros, reduce):
+  """Pooling in numpy: pad with zeros, then TF's SAME / VALID windows
+  (SAME's padding cells left out of the window); reduce(window) maps each
+  window [n, wh, ww, c] (int64) to its [n, c] result."""
   t, b, l, r = zeros
-  x = np.pad(np.asarray(x, np.int8), ((0, 0), (t, b), (l, r), (0, 0)))
+  x = np.pad(np.asarray(x, np.int64), ((0, 0), (t, b), (l, r), (0, 0)))
   n, h, w, c = x.shape
   (kh, kw), (sh, sw) = ksize, strides
   if padding == "VALID":
@@ -39,9 +40,16 @@ def numpy_max_pool(x, ksize, strides, padding, zeros=(0, 0, 0, 0)):
   for i in range(oh):
     for j in range(ow):
       r0, c0 = i * sh - ph, j * sw - pw
-      win = x[:, max(r0, 0):max(r0 + kh, 0), max(c0, 0):max(c0 + kw, 0), :]
-      out[:, i, j, :] = win.max(axis=(1, 2))
+      out[:, i, j, :] = reduce(
+          x[:, max(r0, 0):max(r0 + kh, 0), max(c0, 0):max(c0 + kw, 0), :])
   return out
+
+
+def numpy_max_pool(x, ksize, strides, padding, zeros=(0, 0, 0, 0)):
+  """The op in numpy: pad with zeros, then TF's SAME / VALID max pooling
+  (SAME's padding cells never win: they are left out of the window)."""
+  return numpy_pool(x, ksize, strides, padding, zeros,
+                    lambda win: win.max(axis=(1, 2)))
 
 
 def tf_pad_and_pool(x, ksize, strides, padding, zeros=(0, 0, 0, 0)):
