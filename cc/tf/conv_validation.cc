@@ -80,9 +80,25 @@ absl::Status InferGroups(int64_t in_c, int64_t filter_in_c,
 
 absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
                             ConvAttrs* attrs) {
-  std::string data_format, filter_format, padding, activation;
-  TF_RETURN_IF_ERROR(ctx->GetAttr("data_format", &data_format));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("filter_format", &filter_format));
+  ConvAttrValues v;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("data_format", &v.data_format));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("filter_format", &v.filter_format));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("strides", &v.strides));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("dilations", &v.dilations));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("padding", &v.padding));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("explicit_paddings", &v.explicit_paddings));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("activation_mode", &v.activation_mode));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("output_min", &v.output_min));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("output_max", &v.output_max));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("output_lut", &v.output_lut));
+  return MakeConvAttrs(v, attrs);
+}
+
+absl::Status MakeConvAttrs(const ConvAttrValues& v, ConvAttrs* attrs) {
+  const std::string& data_format = v.data_format;
+  const std::string& filter_format = v.filter_format;
+  const std::string& padding = v.padding;
+  const std::string& activation = v.activation_mode;
   if (data_format != "NHWC" && data_format != "NCHW_VECT_C") {
     return absl::UnimplementedError("data_format must be NHWC or NCHW_VECT_C, got " +
                                     data_format);
@@ -95,14 +111,12 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
         ", got " + filter_format + " (convert with tf_fused_int8." +
         (attrs->vect ? "hwio_to_oihw_vect_i" : "oihw_vect_i_to_hwio") + ")");
   }
-  std::vector<int32_t> strides, dilations;
-  TF_RETURN_IF_ERROR(ctx->GetAttr("strides", &strides));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("dilations", &dilations));
+  const std::vector<int32_t>& strides = v.strides;
+  const std::vector<int32_t>& dilations = v.dilations;
   TF_RETURN_IF_ERROR(CheckWindowAttr("strides", strides, attrs->vect,
                                      &attrs->stride_h, &attrs->stride_w));
   TF_RETURN_IF_ERROR(CheckWindowAttr("dilations", dilations, attrs->vect,
                                      &attrs->dilation_h, &attrs->dilation_w));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("padding", &padding));
   if (padding == "SAME") {
     attrs->padding = Padding::kSame;
   } else if (padding == "VALID") {
@@ -113,8 +127,7 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
     return absl::InvalidArgumentError(
         "padding must be SAME, VALID or EXPLICIT, got " + padding);
   }
-  std::vector<int64_t> explicit_paddings;
-  TF_RETURN_IF_ERROR(ctx->GetAttr("explicit_paddings", &explicit_paddings));
+  const std::vector<int64_t>& explicit_paddings = v.explicit_paddings;
   if (attrs->padding == Padding::kExplicit) {
     const std::string form =
         attrs->vect ? "[0, 0, 0, 0, top, bottom, left, right] (NCHW_VECT_C)"
@@ -158,7 +171,6 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
         padding + ", got " + std::to_string(explicit_paddings.size()) +
         " values)");
   }
-  TF_RETURN_IF_ERROR(ctx->GetAttr("activation_mode", &activation));
   if (activation == "Relu") {
     attrs->activation = Activation::kRelu;
   } else if (activation == "None") {
@@ -167,9 +179,7 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
     return absl::InvalidArgumentError("activation_mode must be Relu or None, got " +
                                       activation);
   }
-  int64_t output_min = 0, output_max = 0;
-  TF_RETURN_IF_ERROR(ctx->GetAttr("output_min", &output_min));
-  TF_RETURN_IF_ERROR(ctx->GetAttr("output_max", &output_max));
+  const int64_t output_min = v.output_min, output_max = v.output_max;
   if (output_min < -128 || output_max > 127 || output_min > output_max) {
     return absl::InvalidArgumentError(
         "output_min and output_max must satisfy -128 <= output_min <= "
@@ -183,8 +193,7 @@ absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
   }
   attrs->output_min = static_cast<int32_t>(output_min);
   attrs->output_max = static_cast<int32_t>(output_max);
-  std::vector<int64_t> lut;
-  TF_RETURN_IF_ERROR(ctx->GetAttr("output_lut", &lut));
+  const std::vector<int64_t>& lut = v.output_lut;
   TF_RETURN_IF_ERROR(CheckOutputLut(lut));
   attrs->output_lut.assign(lut.begin(), lut.end());
   return absl::OkStatus();

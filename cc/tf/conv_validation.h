@@ -8,6 +8,7 @@
 #define TF_FUSED_INT8_CC_TF_CONV_VALIDATION_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cc/core/conv_params.h"
@@ -36,6 +37,21 @@ absl::Status CheckOutputLut(const std::vector<int64_t>& lut);
 
 absl::Status ParseConvAttrs(tensorflow::OpKernelConstruction* ctx,
                             ConvAttrs* attrs);
+
+// One convolution's attributes as the op spells them (FUSED_INT8_CONV_ATTRS
+// in ops.cc), for ops that carry several convolutions' attributes in lists.
+struct ConvAttrValues {
+  std::string data_format = "NHWC", filter_format = "HWIO";
+  std::string padding = "VALID", activation_mode = "None";
+  // Empty here: OpKernelConstruction::GetAttr appends to a list.
+  std::vector<int32_t> strides, dilations;
+  std::vector<int64_t> explicit_paddings, output_lut;
+  int64_t output_min = -128, output_max = 127;
+};
+
+// Checks `v` as ParseConvAttrs checks the op's attributes (the same
+// messages) and fills `attrs`.
+absl::Status MakeConvAttrs(const ConvAttrValues& v, ConvAttrs* attrs);
 
 // What a validated call computes. geo is the logical NHWC/HWIO geometry (for
 // NCHW_VECT_C, in_c counts the padded input channels, 4 * dimension 1).

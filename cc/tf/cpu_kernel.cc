@@ -23,6 +23,7 @@
 #include "cc/core/fused_conv.h"
 #include "cc/core/layout.h"
 #include "cc/tf/conv_validation.h"
+#include "cc/tf/cpu_conv.h"
 #include "cc/tf/pool_parallel_for.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
@@ -48,16 +49,21 @@ int8_t* MutableInt8Data(Tensor* t) {
   return reinterpret_cast<int8_t*>(const_cast<char*>(t->tensor_data().data()));
 }
 
-// Validates `in` and runs the convolution into a newly allocated output 0.
-// filter_pin: FusedConvArgs::filter_pin for an NHWC call (may be null).
-void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
-                      const ConvInputs& in,
-                      std::shared_ptr<const void> filter_pin = nullptr) {
+}  // namespace
+
+absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
+                             const ConvInputs& in,
+                             std::shared_ptr<const void> filter_pin,
+                             Tensor* temp) {
   ValidatedConv v;
-  OP_REQUIRES_OK(ctx, ValidateConvInputs(in, attrs, &v));
-  Tensor* output = nullptr;
-  OP_REQUIRES_OK(ctx, ctx->allocate_output(0, v.output_shape, &output));
-  if (v.output_shape.num_elements() == 0) return;
+  TF_RETURN_IF_ERROR(ValidateConvInputs(in, attrs, &v));
+  Tensor* output = temp;
+  if (temp == nullptr) {
+    TF_RETURN_IF_ERROR(ctx->allocate_output(0, v.output_shape, &output));
+  } else {
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(in.input->dtype(), v.output_shape, temp));
+  }
+  if (v.output_shape.num_elements() == 0) return absl::OkStatus();
   const ConvGeometry& g = v.geo;
 
   FusedConvArgs args;
@@ -82,14 +88,14 @@ void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
     auto temp = [ctx](TensorShape shape, Tensor* t) {
       return ctx->allocate_temp(tensorflow::DT_INT8, shape, t);
     };
-    OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.in_h, g.in_w, g.in_c}), &input_nhwc));
+    TF_RETURN_IF_ERROR(temp(TensorShape({g.batch, g.in_h, g.in_w, g.in_c}), &input_nhwc));
     // The filter's input depth is the group's (in_c / groups, a multiple
     // of 4 here because both depths are).
     const int64_t filter_in_c = g.GroupInC();
-    OP_REQUIRES_OK(ctx, temp(TensorShape({g.filter_h, g.filter_w, filter_in_c, g.out_c}),
-                             &filter_hwio));
-    OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
-                             &output_nhwc));
+    TF_RETURN_IF_ERROR(temp(TensorShape({g.filter_h, g.filter_w, filter_in_c, g.out_c}),
+                            &filter_hwio));
+    TF_RETURN_IF_ERROR(temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
+                            &output_nhwc));
     NchwVectCToNhwc(Int8Data(*in.input), g.batch, g.in_c, g.in_h, g.in_w, 4,
                     g.in_c, MutableInt8Data(&input_nhwc));
     OihwVectIToHwio(Int8Data(*in.filter), g.out_c, filter_in_c, g.filter_h,
@@ -97,8 +103,8 @@ void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
     args.input = Int8Data(input_nhwc);
     args.filter = Int8Data(filter_hwio);
     if (v.has_side_input) {
-      OP_REQUIRES_OK(ctx, temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
-                               &side_nhwc));
+      TF_RETURN_IF_ERROR(temp(TensorShape({g.batch, g.out_h, g.out_w, g.out_c}),
+                              &side_nhwc));
       NchwVectCToNhwc(Int8Data(*in.side_input), g.batch, g.out_c, g.out_h, g.out_w, 4,
                       g.out_c, MutableInt8Data(&side_nhwc));
       args.side_input = Int8Data(side_nhwc);
@@ -109,33 +115,15 @@ void ComputeFusedConv(OpKernelContext* ctx, const ConvAttrs& attrs,
   const ParallelFor parallel_for =
       PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
   const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
-  OP_REQUIRES(ctx, err.empty(), absl::InvalidArgumentError(err));
+  if (!err.empty()) return absl::InvalidArgumentError(err);
 
   if (attrs.vect) {
     NhwcToNchwVectC(Int8Data(output_nhwc), g.batch, g.out_h, g.out_w, g.out_c, 4,
                     MutableInt8Data(output));
   }
+  return absl::OkStatus();
 }
 
-class FusedInt8ConvCpuOp : public OpKernel {
- public:
-  explicit FusedInt8ConvCpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ParseConvAttrs(ctx, &attrs_));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    ComputeFusedConv(ctx, attrs_, ConvInputsFromContext(ctx));
-  }
-
- private:
-  ConvAttrs attrs_;
-};
-
-// The value of the resource variable that input `index` (named `name`)
-// refers to, as ReadVariableOp reads it: the variable's buffer, shared
-// (*shared = true: while anything else holds it, TF's variable ops copy it
-// before writing, so it never changes under a reference), or a copy where
-// the variable is in copy-on-read mode (*shared = false).
 absl::Status ReadVariableInput(OpKernelContext* ctx, int index, const char* name,
                                Tensor* value, bool* shared) {
   *shared = false;
@@ -166,6 +154,23 @@ absl::Status ReadVariableInput(OpKernelContext* ctx, int index, const char* name
   return absl::OkStatus();
 }
 
+namespace {
+
+class FusedInt8ConvCpuOp : public OpKernel {
+ public:
+  explicit FusedInt8ConvCpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ParseConvAttrs(ctx, &attrs_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, ConvInputsFromContext(ctx),
+                                        nullptr, nullptr));
+  }
+
+ private:
+  ConvAttrs attrs_;
+};
+
 class ResourceFusedInt8ConvCpuOp : public OpKernel {
  public:
   explicit ResourceFusedInt8ConvCpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -193,7 +198,7 @@ class ResourceFusedInt8ConvCpuOp : public OpKernel {
     // each call, it would only fill the cache.
     std::shared_ptr<const void> pin;
     if (filter_shared && !attrs_.vect) pin = std::make_shared<const Tensor>(filter);
-    ComputeFusedConv(ctx, attrs_, in, std::move(pin));
+    OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, in, std::move(pin), nullptr));
   }
 
  private:

@@ -1,0 +1,36 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The CPU convolution step shared by the CPU kernels (cpu_kernel.cc: one
+// convolution per op; conv_sequence_kernel.cc: several per op).
+#ifndef TF_FUSED_INT8_CC_TF_CPU_CONV_H_
+#define TF_FUSED_INT8_CC_TF_CPU_CONV_H_
+
+#include <memory>
+
+#include "cc/tf/conv_validation.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tf_fused_int8 {
+
+// Validates `in` (ValidateConvInputs) and runs the convolution on the CPU
+// into a new tensor: the op's output 0 when `temp` is null, else *temp
+// (allocate_temp, conv_input's dtype). filter_pin: FusedConvArgs::filter_pin
+// for an NHWC call (may be null). NCHW_VECT_C is converted to NHWC and back.
+absl::Status RunFusedConvCpu(tensorflow::OpKernelContext* ctx,
+                             const ConvAttrs& attrs, const ConvInputs& in,
+                             std::shared_ptr<const void> filter_pin,
+                             tensorflow::Tensor* temp);
+
+// The value of the resource variable that input `index` (named `name`)
+// refers to, as ReadVariableOp reads it: the variable's buffer, shared
+// (*shared = true: while anything else holds it, TF's variable ops copy it
+// before writing, so it never changes under a reference), or a copy where
+// the variable is in copy-on-read mode (*shared = false).
+absl::Status ReadVariableInput(tensorflow::OpKernelContext* ctx, int index,
+                               const char* name, tensorflow::Tensor* value,
+                               bool* shared);
+
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_TF_CPU_CONV_H_
