@@ -7,6 +7,7 @@ succeeds and the clear error is raised on first use (or by ``load_ops()``).
 """
 
 from tf_fused_int8._loader import load_ops
+from tf_fused_int8.layers import QuantizedConvSequence
 from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
 from tf_fused_int8.ops import activation_lut
@@ -37,6 +38,7 @@ except ImportError:
 __all__ = [
     "Dequantize",
     "Quantize",
+    "QuantizedConvSequence",
     "QuantizedDense",
     "QuantizedFusedConv2D",
     "activation_lut",

@@ -9,7 +9,9 @@ ResourceFusedInt8Conv2DBiasActivation with constants wired to its resource
 inputs, a graph that no longer runs. This module teaches it ours: once all
 three of the op's variables (filter, bias, conv_input_scale) are constants,
 the node becomes FusedInt8Conv2DBiasActivation, which has the same inputs in
-the same order, the same attrs and the same output, and gives the same bits.
+the same order, the same attrs and the same output, and gives the same bits
+(ResourceFusedInt8ConvSequence likewise becomes FusedInt8ConvSequence once
+all its weights are).
 
 It hooks a private part of TensorFlow (`convert_to_constants._Node.new`, the
 factory of the per-op converters, as in TF 2.21). Where that is missing the
@@ -20,6 +22,18 @@ RESOURCE_OP = "ResourceFusedInt8Conv2DBiasActivation"
 TENSOR_OP = "FusedInt8Conv2DBiasActivation"
 # The op's resource inputs: filter, bias, conv_input_scale.
 _RESOURCE_INPUTS = frozenset((1, 2, 4))
+# ResourceFusedInt8ConvSequence becomes FusedInt8ConvSequence the same way;
+# every input but conv_input (0) is a resource: 3 per step, 1 per side.
+SEQUENCE_RESOURCE_OP = "ResourceFusedInt8ConvSequence"
+SEQUENCE_TENSOR_OP = "FusedInt8ConvSequence"
+
+
+def _resource_inputs(node):
+  """The indices of a node's resource inputs, for the two resource ops."""
+  if node.op == RESOURCE_OP:
+    return _RESOURCE_INPUTS
+  steps, sides = node.attr["steps"].i, node.attr["sides"].i
+  return frozenset(range(1, 1 + 3 * steps + sides))
 
 _installed = False
 
@@ -42,15 +56,18 @@ def install():
     def __init__(self, node, function, enclosing_graph):
       super().__init__(node, function, enclosing_graph)
       self._constant_inputs = set()
+      self._resource_inputs = _resource_inputs(node)
+      self._tensor_op = (TENSOR_OP if node.op == RESOURCE_OP else
+                         SEQUENCE_TENSOR_OP)
 
     def convert_variable_to_constant(self, incoming_edge, tensor_data):
       del tensor_data
       self._constant_inputs.add(incoming_edge.destination.index)
-      if _RESOURCE_INPUTS <= self._constant_inputs:
-        self.converted_self().node.op = TENSOR_OP
+      if self._resource_inputs <= self._constant_inputs:
+        self.converted_self().node.op = self._tensor_op
 
   def new(node, function, enclosing_graph):
-    if node.op == RESOURCE_OP:
+    if node.op in (RESOURCE_OP, SEQUENCE_RESOURCE_OP):
       return _ResourceFusedConv(node, function, enclosing_graph)
     return base_new(node, function, enclosing_graph)
 

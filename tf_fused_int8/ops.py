@@ -402,6 +402,52 @@ def fused_conv2d_bias_activation(conv_input,
         dilations=dilations)
 
 
+def _conv_sequence(conv_input, steps, name=None):
+  """Runs convolution steps as one ResourceFusedInt8ConvSequence op.
+
+  The caller (``layers.QuantizedConvSequence``) has checked that every
+  variable is a CPU resource variable of the right dtype
+  (``_cpu_variable``). Each step is a dict: filter, bias, conv_input_scale
+  (tf.Variables), side_input_scale (a tf.Variable, or None without a side
+  input), input_source (0 = conv_input, k = step k - 1's output),
+  side_source (-1 = none), strides and dilations (height, width), padding
+  ("SAME", "VALID" or "EXPLICIT"), explicit_pads (top, bottom, left, right),
+  activation_mode, output_min, output_max. The output is the last step's,
+  bit for bit what the single op gives step by step.
+  """
+  ops = _loader.load_ops()
+  eager = tf.executing_eagerly()
+  with _op_scope(eager, name, "fused_conv_sequence"):
+    conv_input = tf.convert_to_tensor(conv_input, name="conv_input")
+    if conv_input.dtype != tf.int8:
+      raise TypeError(
+          f"conv_input must be int8, got {conv_input.dtype.name}")
+    variables = []
+    for step in steps:
+      variables += [step["filter"], step["bias"], step["conv_input_scale"]]
+      if step["side_input_scale"] is not None:
+        variables.append(step["side_input_scale"])
+    for v in variables:  # as ReadVariableOp would (see above)
+      resource_variable_ops.variable_accessed(v)
+    sides = [s["side_input_scale"].handle for s in steps
+             if s["side_input_scale"] is not None]
+    return ops.resource_fused_int8_conv_sequence(
+        conv_input=conv_input,
+        filters=[s["filter"].handle for s in steps],
+        biases=[s["bias"].handle for s in steps],
+        conv_input_scales=[s["conv_input_scale"].handle for s in steps],
+        side_input_scales=sides,
+        input_sources=[int(s["input_source"]) for s in steps],
+        side_sources=[int(s["side_source"]) for s in steps],
+        strides=[int(v) for s in steps for v in s["strides"]],
+        dilations=[int(v) for s in steps for v in s["dilations"]],
+        paddings=[s["padding"] for s in steps],
+        explicit_paddings=[int(v) for s in steps for v in s["explicit_pads"]],
+        activation_modes=[_activation(s["activation_mode"]) for s in steps],
+        output_mins=[int(s["output_min"]) for s in steps],
+        output_maxes=[int(s["output_max"]) for s in steps])
+
+
 def _to_int8_view(x):
   """(tensor viewed as int8, a function that restores the original dtype)."""
   x = tf.convert_to_tensor(x)

@@ -85,6 +85,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_fused_int8 import ops
+from tf_fused_int8.layers import QuantizedConvSequence
 from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
 from tf_fused_int8.layers import depthwise_to_grouped_kernel
@@ -95,6 +96,7 @@ __all__ = [
     "QuantizationWarning",
     "calibrate",
     "fold_batch_norm",
+    "fuse_conv_sequences",
     "quantize_model",
 ]
 
@@ -2135,3 +2137,123 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
           f"{counts['dequantize']} Dequantize; "
           f"{len(plan.float_notes)} unsupported layer(s) left float")
   return qmodel
+
+
+def _sequence_step(node):
+  """(input tensor, side tensor or None) of a node that can be a step of a
+  QuantizedConvSequence: a QuantizedFusedConv2D (not a QuantizedDense) with
+  no output_lut, called as layer(x) or layer(x, side_input=s); else None."""
+  op = node.operation
+  if (type(op) is not QuantizedFusedConv2D or op.output_lut is not None or  # pylint: disable=unidiomatic-typecheck
+      len(node.outputs) != 1):
+    return None
+  args, kwargs = node.arguments.args, node.arguments.kwargs
+  if len(args) != 1 or any(k != "side_input" for k in kwargs):
+    return None
+  x, side = args[0], kwargs.get("side_input")
+  tensors = [id(t) for t in node.input_tensors]
+  if id(x) not in tensors or (side is not None and id(side) not in tensors):
+    return None
+  return x, side
+
+
+class _Sequence:
+  """A run of conv nodes (graph order) that read only the run's entry tensor
+  and each other's outputs."""
+
+  def __init__(self, entry, node):
+    self.entry = entry
+    self.nodes = [node]
+
+  def source(self, t):
+    """0 for the entry, k for the k-th node's output, None otherwise."""
+    if id(t) == id(self.entry):
+      return 0
+    for k, node in enumerate(self.nodes):
+      if id(node.outputs[0]) == id(t):
+        return k + 1
+    return None
+
+  def trimmed(self, graph):
+    """The longest prefix whose only tensor read outside it (or a model
+    output) is its last node's output; None when shorter than 2 nodes."""
+    nodes = list(self.nodes)
+    while len(nodes) >= 2:
+      inside = {id(n) for n in nodes}
+      escaping = [n for n in nodes[:-1]
+                  if id(n.outputs[0]) in graph.output_ids or any(
+                      id(c) not in inside
+                      for c in graph.consumers.get(id(n.outputs[0]), []))]
+      if not escaping:
+        self.nodes = nodes
+        return self
+      nodes.pop()
+    return None
+
+
+def fuse_conv_sequences(model, name=None):
+  """Runs each chain of QuantizedFusedConv2D layers as one graph node.
+
+  Returns a new ``keras.Model`` (same inputs, outputs and layers, the
+  layers shared with `model`) in which every run of at least two
+  ``QuantizedFusedConv2D`` layers (consecutive in the model's graph order;
+  residual side inputs included) that reads one tensor from outside and
+  whose only output read outside is its last layer's is called as one
+  ``QuantizedConvSequence``. The results are the same bits; in a
+  ``tf.function`` the run is one ResourceFusedInt8ConvSequence node
+  instead of one node per layer. A quantized MobileNetV2's 52
+  convolutions become one sequence, a ResNet50's all but the stem.
+
+  Layers with an ``output_lut``, QuantizedDense layers and every other
+  layer stay as they are and end a run.
+  """
+  graph = _Graph(_functional(model))
+  runs, current = [], None
+  for node in graph.nodes:
+    step = _sequence_step(node)
+    if step is not None and current is not None:
+      x, side = step
+      if current.source(x) is not None and (
+          side is None or current.source(side) is not None):
+        current.nodes.append(node)
+        continue
+    if current is not None:
+      runs.append(current)
+      current = None
+    if step is not None:
+      x, side = step
+      if side is None or id(side) == id(x):
+        current = _Sequence(x, node)
+  if current is not None:
+    runs.append(current)
+  runs = [r for r in (r.trimmed(graph) for r in runs) if r is not None]
+
+  last_of, member = {}, set()
+  for run in runs:
+    last_of[id(run.nodes[-1])] = run
+    member.update(id(n) for n in run.nodes[:-1])
+  tensor_of = {}
+  inputs = _new_inputs(model, tensor_of)
+  names = _UniqueNames(l.name for l in model.layers)
+  for node in graph.nodes:
+    op = node.operation
+    if isinstance(op, keras.layers.InputLayer) or id(node) in member:
+      continue
+    run = last_of.get(id(node))
+    if run is not None:
+      input_sources, side_sources = [], []
+      for n in run.nodes:
+        x, side = _sequence_step(n)
+        input_sources.append(run.source(x))
+        side_sources.append(-1 if side is None else run.source(side))
+      seq = QuantizedConvSequence(
+          [n.operation for n in run.nodes], input_sources, side_sources,
+          name=names(f"{run.nodes[0].operation.name}_sequence"))
+      tensor_of[id(node.outputs[0])] = seq(tensor_of[id(run.entry)])
+      continue
+    args, kwargs = node.arguments.fill_in(tensor_of)
+    outputs = op(*args, **kwargs)
+    for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
+      tensor_of[id(t)] = y
+  outputs = keras.tree.map_structure(lambda t: tensor_of[id(t)], model.output)
+  return keras.Model(inputs, outputs, name=name or model.name)

@@ -1,0 +1,465 @@
+"""QuantizedConvSequence / the two sequence ops / fuse_conv_sequences.
+
+A sequence runs several fused convolutions in one op, each step's input and
+side input taken from the sequence's input or an earlier step's output. Its
+result must be, bit for bit, the numpy reference (tests/reference.py) applied
+step by step, on every CPU kernel path, and what the layers give one by one.
+"""
+
+import collections
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import op_harness
+import reference
+import test_quantization
+import tf_fused_int8
+from tf_fused_int8 import _loader
+from tf_fused_int8 import layers as layers_lib
+from tf_fused_int8 import ops as ops_lib
+from tf_fused_int8 import quantization
+
+QFC = tf_fused_int8.QuantizedFusedConv2D
+Sequence = layers_lib.QuantizedConvSequence
+L = keras.layers
+
+
+def _size(n, k, stride, dilation, padding):
+  return reference._size_and_pad(n, k, stride, dilation, padding)[0]  # pylint: disable=protected-access
+
+
+def random_chain(rng, in_shape, steps):
+  """(convs, input_sources, side_sources): random QuantizedFusedConv2D
+  layers with random weights, each reading a random earlier source (mostly
+  the last), some with a side input of the right shape from an earlier
+  source, over kernel sizes, strides, dilations, SAME / VALID / explicit
+  asymmetric padding, groups and depthwise, Relu / relu6 / none, output
+  bounds, scalar and per-channel scales."""
+  shapes = [tuple(in_shape)]
+  convs, input_sources, side_sources = [], [], []
+  while len(convs) < steps:
+    k = len(convs)
+    src = k if rng.random() < 0.7 else int(rng.integers(0, k + 1))
+    n, h, w, ci = shapes[src]
+    kh, kw = (int(v) for v in rng.choice([1, 1, 2, 3, 5], 2))
+    stride = int(rng.choice([1, 1, 2]))
+    dilation = int(rng.choice([1, 1, 2])) if stride == 1 else 1
+    pad_kind = rng.choice(["same", "valid", "explicit"])
+    if pad_kind == "explicit":
+      padding = tuple(tuple(int(v) for v in rng.integers(0, 3, 2))
+                      for _ in range(2))
+      pads = padding
+    else:
+      padding = str(pad_kind)
+      pads = (padding.upper(), padding.upper())
+    ho = _size(h, kh, stride, dilation, pads[0])
+    wo = _size(w, kw, stride, dilation, pads[1])
+    if ho < 1 or wo < 1:
+      continue
+    group_kind = rng.choice(["dense", "dense", "depthwise", "grouped"])
+    if group_kind == "depthwise":
+      groups, co = ci, ci * int(rng.choice([1, 2]))
+    elif group_kind == "grouped" and ci % 2 == 0:
+      groups, co = 2, 2 * int(rng.integers(1, 6))
+    else:
+      groups, co = 1, int(rng.integers(1, 13))
+    out_shape = (n, ho, wo, co)
+    side_choices = [j for j, s in enumerate(shapes) if s == out_shape]
+    side = (int(rng.choice(side_choices))
+            if side_choices and rng.random() < 0.6 else -1)
+    activation = rng.choice([None, "relu", "relu6"])
+    lo = int(rng.choice([-128, -128, -20, 3]))
+    hi = int(rng.choice([127, 127, 90, 5]))
+    if activation is not None and hi < 0:
+      hi = 127
+    conv = QFC(co, (kh, kw), strides=stride, padding=padding,
+               activation=activation, use_side_input=side >= 0,
+               per_channel_scale=bool(rng.random() < 0.7),
+               dilation_rate=dilation, groups=groups, output_min=lo,
+               output_max=hi,
+               output_scale=0.05 if activation == "relu6" else None)
+    conv.build((n, h, w, ci))
+    weights = [rng.integers(-128, 128, conv.kernel.shape).astype(np.int8),
+               rng.normal(0, 8, (co,)).astype(np.float32),
+               rng.uniform(2e-4, 2e-2, conv.conv_input_scale.shape).astype(
+                   np.float32)]
+    if side >= 0:
+      weights.append(np.float32(rng.choice([0.0, 0.5, -1.25, 0.7])))
+    conv.set_weights(weights)
+    convs.append(conv)
+    input_sources.append(src)
+    side_sources.append(side)
+    shapes.append(out_shape)
+  return convs, input_sources, side_sources
+
+
+def numpy_chain(x, convs, input_sources, side_sources):
+  """The reference, step by step."""
+  outs = [x]
+  for conv, src, side in zip(convs, input_sources, side_sources):
+    w = conv.get_weights()
+    padding = (conv.padding.upper() if isinstance(conv.padding, str)
+               else conv.padding)
+    outs.append(reference.fused_conv2d_reference(
+        outs[src], w[0], w[1],
+        side_input=outs[side] if side >= 0 else None,
+        conv_input_scale=w[2],
+        side_input_scale=w[3] if side >= 0 else 0.0,
+        strides=conv.strides, padding=padding,
+        activation="None" if conv.activation is None else "Relu",
+        dilations=conv.dilation_rate, output_min=conv.output_min,
+        output_max=conv.effective_output_max()))
+  return outs[-1]
+
+
+def one_by_one(x, convs, input_sources, side_sources):
+  outs = [tf.constant(x)]
+  for conv, src, side in zip(convs, input_sources, side_sources):
+    outs.append(conv(outs[src], side_input=outs[side] if side >= 0 else None))
+  return outs[-1].numpy()
+
+
+def _graph_ops(fn, *args):
+  graph = fn.get_concrete_function(*args).graph.as_graph_def()
+  return collections.Counter(n.op for n in graph.node)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_chains_match_the_reference_and_the_layers(seed):
+  rng = np.random.default_rng(seed)
+  in_shape = (int(rng.choice([1, 3])), int(rng.integers(5, 12)),
+              int(rng.integers(5, 12)), int(rng.choice([2, 4, 6, 8])))
+  chain = random_chain(rng, in_shape, steps=int(rng.integers(2, 8)))
+  x = rng.integers(-128, 128, in_shape).astype(np.int8)
+  want = numpy_chain(x, *chain)
+  seq = Sequence(*chain)
+  op_harness.assert_same_bits(seq(tf.constant(x)).numpy(), want, "eager")
+  fn = tf.function(seq)
+  op_harness.assert_same_bits(fn(tf.constant(x)).numpy(), want, "graph")
+  ops = _graph_ops(fn, tf.constant(x))
+  assert ops["ResourceFusedInt8ConvSequence"] == 1, ops
+  assert ops["ResourceFusedInt8Conv2DBiasActivation"] == 0, ops
+  assert ops["ReadVariableOp"] == 0, ops
+  op_harness.assert_same_bits(one_by_one(x, *chain), want, "one by one")
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_every_cpu_path_gives_the_reference_bits(path):
+  rng = np.random.default_rng(100)
+  chains = [(s, random_chain(rng, s, steps=5))
+            for s in [(2, 9, 8, 8), (1, 12, 7, 4), (3, 6, 6, 6)]]
+  with op_harness.forced_kernel(path):
+    for shape, chain in chains:
+      x = rng.integers(-128, 128, shape).astype(np.int8)
+      op_harness.assert_same_bits(Sequence(*chain)(tf.constant(x)).numpy(),
+                                  numpy_chain(x, *chain), f"{path} {shape}")
+
+
+def _block_chain(rng, c=8, expand=3):
+  """A MobileNetV2 inverted residual (1x1 expand, 3x3 depthwise, 1x1
+  project + the block's input as side input) twice, at extreme scales."""
+  convs, ins, sides = [], [], []
+  for b in range(2):
+    entry = len(convs)
+    for conv, side in (
+        (QFC(c * expand, 1, activation="relu6", output_scale=0.02), -1),
+        (QFC(c * expand, 3, padding="same", groups=c * expand,
+             activation="relu6", output_scale=0.02), -1),
+        (QFC(c, 1, use_side_input=True), entry)):
+      convs.append(conv)
+      ins.append(len(convs) - 1)
+      sides.append(side)
+    del b
+  shapes = [(2, 7, 7, c)]
+  for conv, src in zip(convs, ins):
+    conv.build(shapes[src])
+    shapes.append(conv.compute_output_shape(shapes[src]))
+    weights = [rng.choice([-128, 127, -1, 0], conv.kernel.shape).astype(
+        np.int8), rng.normal(0, 3, conv.bias.shape).astype(np.float32),
+               np.full(conv.conv_input_scale.shape, 1e-4, np.float32)]
+    if conv.use_side_input:
+      weights.append(np.float32(1.0))
+    conv.set_weights(weights)
+  return convs, ins, sides
+
+
+def test_residual_blocks_at_extreme_values():
+  rng = np.random.default_rng(7)
+  chain = _block_chain(rng)
+  for x in (np.full((2, 7, 7, 8), -128, np.int8),
+            np.full((2, 7, 7, 8), 127, np.int8),
+            rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8)):
+    op_harness.assert_same_bits(Sequence(*chain)(tf.constant(x)).numpy(),
+                                numpy_chain(x, *chain))
+
+
+def _raw_steps(chain):
+  seq = Sequence(*chain)
+  return seq._steps()  # pylint: disable=protected-access
+
+
+def _tensor_op_args(chain):
+  """FusedInt8ConvSequence's arguments (weights as tensors) for a chain."""
+  convs, ins, sides = chain
+  steps = _raw_steps(chain)
+  return dict(
+      filters=[tf.constant(c.kernel.numpy()) for c in convs],
+      biases=[tf.constant(c.bias.numpy()) for c in convs],
+      conv_input_scales=[tf.constant(c.conv_input_scale.numpy())
+                         for c in convs],
+      side_input_scales=[tf.constant(c.side_input_scale.numpy())
+                         for c, s in zip(convs, sides) if s >= 0],
+      input_sources=ins, side_sources=sides,
+      strides=[v for s in steps for v in s["strides"]],
+      dilations=[v for s in steps for v in s["dilations"]],
+      paddings=[s["padding"] for s in steps],
+      explicit_paddings=[v for s in steps for v in s["explicit_pads"]],
+      activation_modes=[s["activation_mode"] for s in steps],
+      output_mins=[s["output_min"] for s in steps],
+      output_maxes=[s["output_max"] for s in steps])
+
+
+def test_tensor_op_gives_the_same_bits():
+  rng = np.random.default_rng(3)
+  chain = random_chain(rng, (2, 8, 8, 6), steps=6)
+  x = rng.integers(-128, 128, (2, 8, 8, 6)).astype(np.int8)
+  raw = _loader.load_ops().fused_int8_conv_sequence
+  args = _tensor_op_args(chain)
+  got = raw(conv_input=tf.constant(x), **args)
+  op_harness.assert_same_bits(got.numpy(), numpy_chain(x, *chain))
+  got = tf.function(lambda t: raw(conv_input=t, **args))(tf.constant(x))
+  op_harness.assert_same_bits(got.numpy(), numpy_chain(x, *chain), "graph")
+
+
+def test_the_two_ops_differ_only_in_resource_inputs():
+  """Freezing renames one op into the other (tf_fused_int8/_freeze.py)."""
+  from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
+  tensor_op = op_def_registry.get("FusedInt8ConvSequence")
+  resource_op = op_def_registry.get("ResourceFusedInt8ConvSequence")
+  assert list(tensor_op.attr) == list(resource_op.attr)
+  assert list(tensor_op.output_arg) == list(resource_op.output_arg)
+  assert ([a.name for a in tensor_op.input_arg] ==
+          [a.name for a in resource_op.input_arg])
+  for t, r in zip(tensor_op.input_arg, resource_op.input_arg):
+    if r.name == "conv_input":
+      assert t == r
+    else:
+      assert r.type == tf.resource.as_datatype_enum, r
+      assert t.number_attr == r.number_attr, (t, r)
+
+
+def _bad(chain, x, match, **changes):
+  raw = _loader.load_ops().fused_int8_conv_sequence
+  args = _tensor_op_args(chain)
+  args.update(changes)
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match=match):
+    raw(conv_input=tf.constant(x), **args)
+
+
+def test_bad_programs_and_weights_are_clear_errors():
+  rng = np.random.default_rng(4)
+  chain = _block_chain(rng)
+  x = rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8)
+  n = len(chain[0])
+  _bad(chain, x, r"input_sources\[1\] must be 0 \(conv_input\) or an earlier",
+       input_sources=[0, 2] + list(range(2, n)))
+  _bad(chain, x, r"side_sources\[2\] must be -1",
+       side_sources=[-1, -1, 4, -1, -1, 3])
+  _bad(chain, x, "strides must have 2 entries per step",
+       strides=[1] * (2 * n - 1))
+  _bad(chain, x, r"sides \(2\) must be the number of steps with a side input",
+       side_sources=[-1, -1, 0, -1, -1, -1])
+  _bad(chain, x, "padding must be SAME, VALID or EXPLICIT",
+       paddings=["SAME"] * (n - 1) + ["FULL"])
+  _bad(chain, x, "explicit_paddings must be 0 unless",
+       explicit_paddings=[1] + [0] * (4 * n - 1))
+  _bad(chain, x, "step 0: output_min and output_max must satisfy",
+       output_mins=[10] + [-128] * (n - 1), output_maxes=[5] + [127] * (n - 1))
+  args = _tensor_op_args(chain)
+  # The second projection reads step 2's output (8 channels) as its side
+  # input but has 24 output channels once its filter is swapped.
+  filters = list(args["filters"])
+  filters[1] = tf.constant(np.zeros((3, 3, 1, 12), np.int8))
+  _bad(chain, x, "step 1: ", filters=filters)
+  biases = list(args["biases"])
+  biases[3] = tf.constant(np.zeros(5, np.float32))
+  _bad(chain, x, "step 3: .*bias", biases=biases)
+  # Channels: a step whose input depth is not its filter's.
+  _bad(chain, x[..., :4], "step 0: .*conv_input depth")
+
+
+def test_resource_op_names_the_step_of_a_bad_variable():
+  rng = np.random.default_rng(5)
+  chain = _block_chain(rng)
+  x = tf.constant(rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8))
+  steps = _raw_steps(chain)
+  steps[4]["filter"] = tf.Variable(np.zeros((3, 3, 1, 24), np.float32))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="step 4: .*filter"):
+    ops_lib._conv_sequence(x, steps)  # pylint: disable=protected-access
+
+
+def test_layer_arguments_are_checked():
+  convs = [QFC(4, 1), QFC(4, 1, use_side_input=True)]
+  with pytest.raises(ValueError, match="one entry per layer"):
+    Sequence(convs, [0], [-1, 0])
+  with pytest.raises(ValueError, match=r"input_sources\[1\] must be 0"):
+    Sequence(convs, [0, 2], [-1, 0])
+  with pytest.raises(ValueError, match=r"side_sources\[1\] is -1 but"):
+    Sequence(convs, [0, 1], [-1, -1])
+  with pytest.raises(ValueError, match="must be a QuantizedFusedConv2D"):
+    Sequence([tf_fused_int8.QuantizedDense(4)], [0], [-1])
+  with pytest.raises(ValueError, match="output_lut"):
+    Sequence([QFC(4, 1, output_lut=list(range(-128, 128)))], [0], [-1])
+  with pytest.raises(ValueError, match="at least one"):
+    Sequence([], [], [])
+
+
+def test_layers_run_one_by_one_where_weights_are_not_cpu_variables(
+    monkeypatch):
+  rng = np.random.default_rng(6)
+  chain = _block_chain(rng)
+  x = rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8)
+  monkeypatch.setattr(ops_lib, "_cpu_variable", lambda v, dtype: False)
+  seq = Sequence(*chain)
+  fn = tf.function(seq)
+  op_harness.assert_same_bits(fn(tf.constant(x)).numpy(),
+                              numpy_chain(x, *chain))
+  ops = _graph_ops(fn, tf.constant(x))
+  assert ops["ResourceFusedInt8ConvSequence"] == 0, ops
+  assert ops["FusedInt8Conv2DBiasActivation"] == 6, ops
+
+
+def _mobilenet_like(c=8):
+  """Stem conv, two inverted residual blocks, one strided block, GAP head."""
+  inp = keras.Input((12, 10, 3), name="image")
+  h = L.ReLU(6.0)(L.BatchNormalization()(
+      L.Conv2D(c, 3, strides=2, padding="same", use_bias=False)(inp)))
+  for b in range(3):
+    e = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(3 * c, 1)(h)))
+    d = L.ReLU(6.0)(L.BatchNormalization()(L.DepthwiseConv2D(
+        3, strides=2 if b == 2 else 1, padding="same")(e)))
+    p = L.BatchNormalization()(L.Conv2D(c, 1, use_bias=False)(d))
+    h = L.Add()([h, p]) if b < 2 else p
+  logits = L.Dense(5)(L.GlobalAveragePooling2D()(h))
+  model = keras.Model(inp, {"logits": logits, "features": h})
+  test_quantization.randomize(model, np.random.default_rng(0))
+  return model
+
+
+def _resnet_like(c=8):
+  """Stem conv + max pool, then a projection block and an identity block."""
+  inp = keras.Input((15, 13, 3), name="image")
+  h = L.ReLU()(L.BatchNormalization()(L.Conv2D(c, 3, strides=2)(inp)))
+  h = L.MaxPooling2D(3, strides=2, padding="same")(h)
+  for b in range(2):
+    short = (L.BatchNormalization()(L.Conv2D(2 * c, 1)(h)) if b == 0 else h)
+    y = L.ReLU()(L.BatchNormalization()(L.Conv2D(c, 1)(h)))
+    y = L.ReLU()(L.BatchNormalization()(L.Conv2D(c, 3, padding="same")(y)))
+    y = L.BatchNormalization()(L.Conv2D(2 * c, 1)(y))
+    h = L.ReLU()(L.Add()([short, y]))
+  logits = L.Dense(5)(L.GlobalAveragePooling2D()(h))
+  model = keras.Model(inp, {"logits": logits, "features": h})
+  test_quantization.randomize(model, np.random.default_rng(1))
+  return model
+
+
+def _quantized(model):
+  shape = model.inputs[0].shape[1:]
+  q = quantization.quantize_model(
+      model, test_quantization.images(16, seed=2, shape=shape), verbose=0)
+  return q, test_quantization.images(3, seed=9, shape=shape)
+
+
+def _sequences(model):
+  return [l for l in model.layers if isinstance(l, Sequence)]
+
+
+def _assert_same_outputs(a, b, x):
+  want, got = a(x), b(x)
+  for k in want:
+    np.testing.assert_array_equal(got[k].numpy(), want[k].numpy(), err_msg=k)
+
+
+@pytest.mark.parametrize("builder,runs,convs", [(_mobilenet_like, 1, 10),
+                                                (_resnet_like, 1, 7)])
+def test_fuse_conv_sequences_keeps_the_bits(builder, runs, convs, tmp_path):
+  qmodel, x = _quantized(builder())
+  fused = quantization.fuse_conv_sequences(qmodel)
+  seqs = _sequences(fused)
+  assert len(seqs) == runs, [l.name for l in fused.layers]
+  assert sum(len(s.convs) for s in seqs) == convs
+  n_conv = sum(type(l) is QFC for l in qmodel.layers)  # pylint: disable=unidiomatic-typecheck
+  left = sum(type(l) is QFC for l in fused.layers)  # pylint: disable=unidiomatic-typecheck
+  assert left == n_conv - convs, (left, n_conv)
+  _assert_same_outputs(qmodel, fused, x)
+  ops = _graph_ops(tf.function(fused), tf.constant(x))
+  assert ops["ResourceFusedInt8ConvSequence"] == runs, ops
+  # The convolutions left out (the global pooling, which reads the features
+  # output) and the QuantizedDense head run as single ops.
+  dense = sum(isinstance(l, tf_fused_int8.QuantizedDense)
+              for l in fused.layers)
+  assert ops["ResourceFusedInt8Conv2DBiasActivation"] == left + dense, ops
+  # Saved and reloaded (.keras), exported and served (SavedModel).
+  path = os.path.join(tmp_path, "fused.keras")
+  fused.save(path)
+  again = keras.models.load_model(path)
+  assert len(_sequences(again)) == runs
+  _assert_same_outputs(qmodel, again, x)
+  export = os.path.join(tmp_path, "sm")
+  fused.export(export, verbose=False)
+  served = tf.saved_model.load(export)
+  out = served.serve(tf.constant(x))
+  np.testing.assert_array_equal(out["features"].numpy(),
+                                qmodel(x)["features"].numpy())
+
+
+def test_freezing_turns_the_sequence_into_the_tensor_op():
+  from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-import-not-at-top
+  qmodel, x = _quantized(_mobilenet_like())
+  fused = quantization.fuse_conv_sequences(qmodel)
+  fn = tf.function(fused).get_concrete_function(tf.constant(x))
+  frozen = convert_to_constants.convert_variables_to_constants_v2(fn)
+  ops = collections.Counter(n.op for n in frozen.graph.as_graph_def().node)
+  assert ops["FusedInt8ConvSequence"] == 1, ops
+  assert ops["ResourceFusedInt8ConvSequence"] == 0, ops
+  got = frozen(tf.constant(x))
+  want = qmodel(x)
+  # The outputs in the flattened dict's order (features, logits).
+  assert len(got) == 2, got
+  for g, key in zip(got, sorted(want)):
+    np.testing.assert_array_equal(g.numpy(), want[key].numpy(), err_msg=key)
+
+
+def test_runs_end_where_an_inner_output_is_read_outside():
+  """A conv whose output is also a model output (or read by a non-conv
+  layer) ends its run there; layers with a lookup table and QuantizedDense
+  are never steps."""
+  inp = keras.Input((8, 8, 4), dtype="int8")
+  a = QFC(6, 1, name="a")(inp)
+  b = QFC(6, 3, padding="same", name="b")(a)
+  c = QFC(6, 1, name="c", use_side_input=True)(b, side_input=a)
+  d = QFC(6, 1, name="d")(c)
+  e = QFC(6, 1, name="e", output_lut=list(range(127, -129, -1)))(d)
+  f = QFC(6, 1, name="f")(e)
+  g = QFC(6, 1, name="g")(f)
+  model = keras.Model(inp, [b, g])
+  rng = np.random.default_rng(8)
+  for layer in model.layers[1:]:
+    w = layer.get_weights()
+    w[0] = rng.integers(-128, 128, w[0].shape).astype(np.int8)
+    w[2] = np.full(w[2].shape, 0.01, np.float32)
+    layer.set_weights(w)
+  fused = quantization.fuse_conv_sequences(model)
+  seqs = {tuple(c.name for c in s.convs) for s in _sequences(fused)}
+  # b is a model output, so a run ending after b cannot hold it, and [a, b]
+  # cannot be one either: c reads a. c (input b, side input a) cannot start
+  # a run, d alone is no run, e has a table: f..g is the only run.
+  assert seqs == {("f", "g")}, seqs
+  x = rng.integers(-128, 128, (2, 8, 8, 4)).astype(np.int8)
+  for got, want in zip(fused(x), model(x)):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
