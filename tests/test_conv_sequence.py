@@ -144,6 +144,8 @@ def test_random_chains_match_the_reference_and_the_layers(seed):
   assert ops["ResourceFusedInt8ConvSequence"] == 1, ops
   assert ops["ResourceFusedInt8Conv2DBiasActivation"] == 0, ops
   assert ops["ReadVariableOp"] == 0, ops
+  # Two captured variables, whatever the number of layers.
+  assert len(fn.get_concrete_function(tf.constant(x)).captured_inputs) == 2
   op_harness.assert_same_bits(one_by_one(x, *chain), want, "one by one")
 
 
@@ -197,23 +199,23 @@ def test_residual_blocks_at_extreme_values():
                                 numpy_chain(x, *chain))
 
 
-def _raw_steps(chain):
+def _built(chain, in_shape):
   seq = Sequence(*chain)
-  return seq._steps()  # pylint: disable=protected-access
+  seq.build(in_shape)
+  return seq
 
 
-def _tensor_op_args(chain):
-  """FusedInt8ConvSequence's arguments (weights as tensors) for a chain."""
-  convs, ins, sides = chain
-  steps = _raw_steps(chain)
+def _tensor_op_args(seq):
+  """FusedInt8ConvSequence's arguments (weights as tensors) for a built
+  QuantizedConvSequence."""
+  steps = seq._steps_attrs  # pylint: disable=protected-access
   return dict(
-      filters=[tf.constant(c.kernel.numpy()) for c in convs],
-      biases=[tf.constant(c.bias.numpy()) for c in convs],
-      conv_input_scales=[tf.constant(c.conv_input_scale.numpy())
-                         for c in convs],
-      side_input_scales=[tf.constant(c.side_input_scale.numpy())
-                         for c, s in zip(convs, sides) if s >= 0],
-      input_sources=ins, side_sources=sides,
+      filters=tf.constant(seq.filters.numpy()),
+      epilogue=tf.constant(seq.epilogue.numpy()),
+      steps=len(steps),
+      input_sources=seq.input_sources, side_sources=seq.side_sources,
+      filter_shapes=[v for shape in seq.filter_shapes for v in shape],
+      per_channel_scales=[c["per_channel_scale"] for c in seq.conv_configs],
       strides=[v for s in steps for v in s["strides"]],
       dilations=[v for s in steps for v in s["dilations"]],
       paddings=[s["padding"] for s in steps],
@@ -228,11 +230,40 @@ def test_tensor_op_gives_the_same_bits():
   chain = random_chain(rng, (2, 8, 8, 6), steps=6)
   x = rng.integers(-128, 128, (2, 8, 8, 6)).astype(np.int8)
   raw = _loader.load_ops().fused_int8_conv_sequence
-  args = _tensor_op_args(chain)
+  args = _tensor_op_args(_built(chain, (2, 8, 8, 6)))
   got = raw(conv_input=tf.constant(x), **args)
   op_harness.assert_same_bits(got.numpy(), numpy_chain(x, *chain))
   got = tf.function(lambda t: raw(conv_input=t, **args))(tf.constant(x))
   op_harness.assert_same_bits(got.numpy(), numpy_chain(x, *chain), "graph")
+
+
+def test_weights_are_laid_out_as_documented():
+  """conv_sequence_layout: filters at multiples of 64 with zeros between,
+  bias / scale / side scale packed; conv_weights gives each layer's weights
+  back and set_conv_weights changes exactly that layer's."""
+  rng = np.random.default_rng(12)
+  chain = random_chain(rng, (1, 9, 9, 6), steps=5)
+  seq = _built(chain, (1, 9, 9, 6))
+  f = seq.filters.numpy()
+  ends = []
+  for k, conv in enumerate(chain[0]):
+    l = seq._layout[k]  # pylint: disable=protected-access
+    assert l["filter"] % 64 == 0
+    assert not f[ends[-1] if ends else 0:l["filter"]].any()
+    ends.append(l["filter"] + conv.kernel.numpy().size)
+    for got, want in zip(seq.conv_weights(k), conv.get_weights()):
+      np.testing.assert_array_equal(got, want)
+  assert ends[-1] == f.size
+  new = [w.copy() for w in chain[0][2].get_weights()]
+  new[0] = -new[0].clip(-127, 127)
+  new[1] = new[1] + 1
+  seq.set_conv_weights(2, new)
+  for k, conv in enumerate(chain[0]):
+    want = new if k == 2 else conv.get_weights()
+    for got, w in zip(seq.conv_weights(k), want):
+      np.testing.assert_array_equal(got, w)
+  with pytest.raises(ValueError, match="int8-valued"):
+    seq.set_conv_weights(0, [new[0] + 0.5] + new[1:3])
 
 
 def test_the_two_ops_differ_only_in_resource_inputs():
@@ -249,12 +280,11 @@ def test_the_two_ops_differ_only_in_resource_inputs():
       assert t == r
     else:
       assert r.type == tf.resource.as_datatype_enum, r
-      assert t.number_attr == r.number_attr, (t, r)
 
 
-def _bad(chain, x, match, **changes):
+def _bad(seq, x, match, **changes):
   raw = _loader.load_ops().fused_int8_conv_sequence
-  args = _tensor_op_args(chain)
+  args = _tensor_op_args(seq)
   args.update(changes)
   with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
                      match=match):
@@ -265,42 +295,58 @@ def test_bad_programs_and_weights_are_clear_errors():
   rng = np.random.default_rng(4)
   chain = _block_chain(rng)
   x = rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8)
+  seq = _built(chain, x.shape)
   n = len(chain[0])
-  _bad(chain, x, r"input_sources\[1\] must be 0 \(conv_input\) or an earlier",
+  _bad(seq, x, r"input_sources\[1\] must be 0 \(conv_input\) or an earlier",
        input_sources=[0, 2] + list(range(2, n)))
-  _bad(chain, x, r"side_sources\[2\] must be -1",
+  _bad(seq, x, r"side_sources\[2\] must be -1",
        side_sources=[-1, -1, 4, -1, -1, 3])
-  _bad(chain, x, "strides must have 2 entries per step",
+  _bad(seq, x, "strides must have 2 entries per step",
        strides=[1] * (2 * n - 1))
-  _bad(chain, x, r"sides \(2\) must be the number of steps with a side input",
-       side_sources=[-1, -1, 0, -1, -1, -1])
-  _bad(chain, x, "padding must be SAME, VALID or EXPLICIT",
+  _bad(seq, x, "padding must be SAME, VALID or EXPLICIT",
        paddings=["SAME"] * (n - 1) + ["FULL"])
-  _bad(chain, x, "explicit_paddings must be 0 unless",
+  _bad(seq, x, "explicit_paddings must be 0 unless",
        explicit_paddings=[1] + [0] * (4 * n - 1))
-  _bad(chain, x, "step 0: output_min and output_max must satisfy",
+  _bad(seq, x, "step 0: output_min and output_max must satisfy",
        output_mins=[10] + [-128] * (n - 1), output_maxes=[5] + [127] * (n - 1))
-  args = _tensor_op_args(chain)
-  # The second projection reads step 2's output (8 channels) as its side
-  # input but has 24 output channels once its filter is swapped.
-  filters = list(args["filters"])
-  filters[1] = tf.constant(np.zeros((3, 3, 1, 12), np.int8))
-  _bad(chain, x, "step 1: ", filters=filters)
-  biases = list(args["biases"])
-  biases[3] = tf.constant(np.zeros(5, np.float32))
-  _bad(chain, x, "step 3: .*bias", biases=biases)
-  # Channels: a step whose input depth is not its filter's.
-  _bad(chain, x[..., :4], "step 0: .*conv_input depth")
+  _bad(seq, x, "step 1: filter_shapes must be 4 positive sizes",
+       filter_shapes=[1, 1, 8, 24, 0, 3, 1, 24] + [1] * (4 * n - 8))
+  # A side input read without its scale slot: the epilogue is one short.
+  _bad(seq, x, r"epilogue must be float32 \[",
+       side_sources=[-1, -1, 0, -1, -1, -1])
+  args = _tensor_op_args(seq)
+  _bad(seq, x, r"filters must be int8 \[", filters=args["filters"][:-1])
+  _bad(seq, x, "int8", filters=tf.cast(args["filters"], tf.float32))
+  _bad(seq, x, r"epilogue must be float32 \[",
+       epilogue=tf.concat([args["epilogue"], [0.0]], 0))
+  # Geometry: a step whose filter depth is not its input's, a side input of
+  # another shape than its step's output.
+  _bad(seq, x[..., :4], "step 0: .*conv_input depth")
+  # Step 4 (the second depthwise) VALID: 5x5 outputs, and step 5's side
+  # input (the block's 7x7 input) no longer has its output's shape.
+  _bad(seq, x, "step 5: .*side_input",
+       paddings=["SAME"] * 4 + ["VALID", "SAME"])
 
 
-def test_resource_op_names_the_step_of_a_bad_variable():
+def test_resource_op_checks_its_variables():
   rng = np.random.default_rng(5)
   chain = _block_chain(rng)
   x = tf.constant(rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8))
-  steps = _raw_steps(chain)
-  steps[4]["filter"] = tf.Variable(np.zeros((3, 3, 1, 24), np.float32))
-  with pytest.raises(tf.errors.InvalidArgumentError, match="step 4: .*filter"):
-    ops_lib._conv_sequence(x, steps)  # pylint: disable=protected-access
+  seq = _built(chain, x.shape)
+  steps = [dict(a, input_source=src, side_source=side, filter_shape=shape,
+                per_channel_scale=c["per_channel_scale"])
+           for a, src, side, shape, c in zip(
+               seq._steps_attrs, seq.input_sources, seq.side_sources,  # pylint: disable=protected-access
+               seq.filter_shapes, seq.conv_configs)]
+  got = ops_lib._conv_sequence(x, seq.filters.value, seq.epilogue.value, steps)  # pylint: disable=protected-access
+  op_harness.assert_same_bits(got.numpy(), numpy_chain(x.numpy(), *chain))
+  short = tf.Variable(seq.filters.numpy()[:-3])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"filters must be int8 \["):
+    ops_lib._conv_sequence(x, short, seq.epilogue.value, steps)  # pylint: disable=protected-access
+  wrong = tf.Variable(seq.epilogue.numpy().astype(np.float64))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="epilogue"):
+    ops_lib._conv_sequence(x, seq.filters.value, wrong, steps)  # pylint: disable=protected-access
 
 
 def test_layer_arguments_are_checked():
@@ -332,6 +378,7 @@ def test_layers_run_one_by_one_where_weights_are_not_cpu_variables(
   ops = _graph_ops(fn, tf.constant(x))
   assert ops["ResourceFusedInt8ConvSequence"] == 0, ops
   assert ops["FusedInt8Conv2DBiasActivation"] == 6, ops
+  assert ops["ReadVariableOp"] == 2, ops
 
 
 def _mobilenet_like(c=8):
@@ -392,7 +439,7 @@ def test_fuse_conv_sequences_keeps_the_bits(builder, runs, convs, tmp_path):
   fused = quantization.fuse_conv_sequences(qmodel)
   seqs = _sequences(fused)
   assert len(seqs) == runs, [l.name for l in fused.layers]
-  assert sum(len(s.convs) for s in seqs) == convs
+  assert sum(len(s.conv_configs) for s in seqs) == convs
   n_conv = sum(type(l) is QFC for l in qmodel.layers)  # pylint: disable=unidiomatic-typecheck
   left = sum(type(l) is QFC for l in fused.layers)  # pylint: disable=unidiomatic-typecheck
   assert left == n_conv - convs, (left, n_conv)
@@ -455,7 +502,8 @@ def test_runs_end_where_an_inner_output_is_read_outside():
     w[2] = np.full(w[2].shape, 0.01, np.float32)
     layer.set_weights(w)
   fused = quantization.fuse_conv_sequences(model)
-  seqs = {tuple(c.name for c in s.convs) for s in _sequences(fused)}
+  seqs = {tuple(c["name"] for c in s.conv_configs)
+          for s in _sequences(fused)}
   # b is a model output, so a run ending after b cannot hold it, and [a, b]
   # cannot be one either: c reads a. c (input b, side input a) cannot start
   # a run, d alone is no run, e has a table: f..g is the only run.

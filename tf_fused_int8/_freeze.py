@@ -22,18 +22,16 @@ RESOURCE_OP = "ResourceFusedInt8Conv2DBiasActivation"
 TENSOR_OP = "FusedInt8Conv2DBiasActivation"
 # The op's resource inputs: filter, bias, conv_input_scale.
 _RESOURCE_INPUTS = frozenset((1, 2, 4))
-# ResourceFusedInt8ConvSequence becomes FusedInt8ConvSequence the same way;
-# every input but conv_input (0) is a resource: 3 per step, 1 per side.
+# ResourceFusedInt8ConvSequence becomes FusedInt8ConvSequence the same way
+# once its two weight vectors (filters, epilogue) are constants.
 SEQUENCE_RESOURCE_OP = "ResourceFusedInt8ConvSequence"
 SEQUENCE_TENSOR_OP = "FusedInt8ConvSequence"
+_SEQUENCE_RESOURCE_INPUTS = frozenset((1, 2))
 
 
 def _resource_inputs(node):
   """The indices of a node's resource inputs, for the two resource ops."""
-  if node.op == RESOURCE_OP:
-    return _RESOURCE_INPUTS
-  steps, sides = node.attr["steps"].i, node.attr["sides"].i
-  return frozenset(range(1, 1 + 3 * steps + sides))
+  return _RESOURCE_INPUTS if node.op == RESOURCE_OP else _SEQUENCE_RESOURCE_INPUTS
 
 _installed = False
 

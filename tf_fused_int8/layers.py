@@ -862,28 +862,65 @@ class QuantizedDense(QuantizedFusedConv2D):
     return config
 
 
+def conv_sequence_layout(filter_shapes, per_channel_scales, side_flags):
+  """Where ResourceFusedInt8ConvSequence finds each step's weights.
+
+  Returns (steps, filter_total, epilogue_total), steps a list of dicts of
+  element offsets into the two weight vectors: "filter" (int8, each at a
+  multiple of 64), "bias", "scale" (length Co or 1) and "side_scale" (None
+  without a side input) into the float32 one, each at a multiple of 16; in
+  step order, zeros between (the op's doc; the kernel computes the same).
+  """
+  def up(x, m):
+    return -(-x // m) * m
+
+  steps, f_end, e_end = [], 0, 0
+  for shape, per_channel, side in zip(filter_shapes, per_channel_scales,
+                                      side_flags):
+    f_off = up(f_end, 64)
+    f_end = f_off + int(np.prod(shape))
+    co = int(shape[3])
+    bias = up(e_end, 16)
+    scale = up(bias + co, 16)
+    scale_size = co if per_channel else 1
+    e_end = scale + scale_size
+    side_scale = None
+    if side:
+      side_scale = up(e_end, 16)
+      e_end = side_scale + 1
+    steps.append(dict(filter=f_off, bias=bias, scale=scale,
+                      scale_size=scale_size, side_scale=side_scale))
+  return steps, f_end, e_end
+
+
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
 class QuantizedConvSequence(keras.layers.Layer):
-  """Several QuantizedFusedConv2D layers run as one graph node.
+  """Several QuantizedFusedConv2D layers as one layer and one graph node.
 
-  ``outputs = QuantizedConvSequence(convs, input_sources, side_sources)(x)``
+  ``QuantizedConvSequence(convs, input_sources, side_sources)(x)``
   computes, in order, ``out[k] = convs[k - 1](src(input_sources[k - 1]),
   side_input=src(side_sources[k - 1]))`` with ``src(0) = x``, ``src(j) =
   out[j]`` (an earlier layer's output) and no side input where
   ``side_sources`` is -1, and returns the last layer's output: exactly the
-  bits of calling the layers one by one. It exists for speed: in a
-  ``tf.function`` it is one ResourceFusedInt8ConvSequence node instead of
-  one node per layer (TensorFlow spends about 4 us around every node; a
-  MobileNetV2 has 52 convolutions). ``quantization.fuse_conv_sequences``
-  builds these from a quantized model.
+  bits of calling the layers one by one. It exists for speed: one
+  ResourceFusedInt8ConvSequence op instead of one op per layer (an eager
+  Keras call of a quantized MobileNetV2, 52 convolutions: 13.3 -> 4.3 ms),
+  and two weights instead of three or four per layer (a ``tf.function``
+  captures every variable it reads, and pays for each capture on every
+  call). ``quantization.fuse_conv_sequences`` builds these from a quantized
+  model.
 
-  The layers keep their own weights (``convs``, saved and loaded with the
-  sequence). Where a weight is not a CPU resource variable (e.g. variables
-  placed on a GPU) the layers run one by one.
+  The layer holds the convolutions' configs, not the layers: its weights
+  are two vectors, ``filters`` (int8, every kernel) and ``epilogue``
+  (float32: every bias, conv_input_scale and side_input_scale), laid out
+  as ``conv_sequence_layout`` says. ``conv_weights(k)`` gives layer k's
+  weights back (``QuantizedFusedConv2D.get_weights()``'s list), and
+  ``set_conv_weights(k, weights)`` sets them. Where a weight is not a CPU
+  resource variable (e.g. placed on a GPU) the steps run as single ops.
 
   Args:
     convs: QuantizedFusedConv2D layers (not QuantizedDense, no
-      ``output_lut``), each called once here.
+      ``output_lut``) or their configs; built layers' weights are copied.
     input_sources: per layer, 0 (the sequence's input) or k >= 1 (the output
       of ``convs[k - 1]``, an earlier layer).
     side_sources: per layer, -1 (no side input; the layer must have
@@ -893,10 +930,8 @@ class QuantizedConvSequence(keras.layers.Layer):
   def __init__(self, convs, input_sources, side_sources, **kwargs):
     kwargs.pop("trainable", None)
     super().__init__(trainable=False, **kwargs)
-    convs = [keras.saving.deserialize_keras_object(c) if isinstance(c, dict)
-             else c for c in convs]
-    input_sources = [int(s) for s in input_sources]
-    side_sources = [int(s) for s in side_sources]
+    input_sources = [int(v) for v in input_sources]
+    side_sources = [int(v) for v in side_sources]
     if not convs:
       raise ValueError("QuantizedConvSequence needs at least one layer")
     if len(input_sources) != len(convs) or len(side_sources) != len(convs):
@@ -904,8 +939,10 @@ class QuantizedConvSequence(keras.layers.Layer):
           f"QuantizedConvSequence: input_sources and side_sources need one "
           f"entry per layer ({len(convs)}), got {len(input_sources)} and "
           f"{len(side_sources)}")
-    for k, (conv, src, side) in enumerate(
-        zip(convs, input_sources, side_sources)):
+    configs, pending = [], []
+    for k, conv in enumerate(convs):
+      if isinstance(conv, dict):
+        conv = QuantizedFusedConv2D.from_config(conv)
       if type(conv) is not QuantizedFusedConv2D:  # pylint: disable=unidiomatic-typecheck
         raise ValueError(
             f"QuantizedConvSequence: convs[{k}] must be a QuantizedFusedConv2D, "
@@ -914,6 +951,7 @@ class QuantizedConvSequence(keras.layers.Layer):
         raise ValueError(
             f"QuantizedConvSequence: convs[{k}] ('{conv.name}') has an "
             f"output_lut, which the sequence op does not run")
+      src, side = input_sources[k], side_sources[k]
       if not 0 <= src <= k:
         raise ValueError(
             f"QuantizedConvSequence: input_sources[{k}] must be 0 (the input) "
@@ -927,19 +965,24 @@ class QuantizedConvSequence(keras.layers.Layer):
             f"QuantizedConvSequence: side_sources[{k}] is {side} but "
             f"convs[{k}] ('{conv.name}') has use_side_input="
             f"{conv.use_side_input}")
-    self.convs = list(convs)
+      configs.append(conv.get_config())
+      pending.append(conv.get_weights() if conv.built else None)
+    self.conv_configs = configs
     self.input_sources = input_sources
     self.side_sources = side_sources
+    self._pending = pending
     self.supports_jit = False
+    self._layout = None
 
-  def _shapes(self, input_shape, build=False):
-    """The sources' shapes: the input's, then each layer's output (building
-    the layers that are not built yet when `build`)."""
+  def _templates(self):
+    """Unbuilt QuantizedFusedConv2D twins (shapes and attrs only)."""
+    return [QuantizedFusedConv2D.from_config(c) for c in self.conv_configs]
+
+  def _shapes(self, input_shape, templates):
+    """The sources' shapes: the input's, then each layer's output."""
     shapes = [tuple(input_shape)]
-    for conv, src, side in zip(self.convs, self.input_sources,
+    for conv, src, side in zip(templates, self.input_sources,
                                self.side_sources):
-      if build and not conv.built:
-        conv.build(shapes[src])
       out = conv.compute_output_shape(shapes[src])
       if side >= 0:
         out = conv._side_shape(out, shapes[side])  # pylint: disable=protected-access
@@ -947,60 +990,154 @@ class QuantizedConvSequence(keras.layers.Layer):
     return shapes
 
   def build(self, input_shape):
-    self._shapes(input_shape, build=True)
+    templates = self._templates()
+    shapes = self._shapes(input_shape, templates)
+    filter_shapes = []
+    for k, (conv, src) in enumerate(zip(templates, self.input_sources)):
+      ci = shapes[src][3]
+      if ci is None or ci % conv.groups:
+        raise ValueError(
+            f"QuantizedConvSequence '{self.name}': convs[{k}] ('{conv.name}') "
+            f"needs a known input channel count that is a multiple of groups="
+            f"{conv.groups}, got input shape {shapes[src]}")
+      kh, kw = conv.kernel_size
+      filter_shapes.append((kh, kw, ci // conv.groups, conv.filters))
+    self.filter_shapes = filter_shapes
+    self._layout, f_total, e_total = conv_sequence_layout(
+        filter_shapes, [t.per_channel_scale for t in templates],
+        [side >= 0 for side in self.side_sources])
+    self._steps_attrs = [self._step_attrs(t) for t in templates]
+    # The layers' weights (when they were built) as the initial values: a
+    # build inside a tf.function's first trace creates the variables with
+    # them (an assign there would be a graph op, not run at creation).
+    f_init, e_init = "zeros", "zeros"
+    if all(w is not None for w in self._pending):
+      f, e = self._packed(self._pending, f_total, e_total)
+      f_init = lambda shape, dtype=None: f  # pylint: disable=unnecessary-lambda-assignment
+      e_init = lambda shape, dtype=None: e  # pylint: disable=unnecessary-lambda-assignment
+    self._pending = None
+    self.filters = self.add_weight(
+        name="filters", shape=(f_total,), dtype="int8", initializer=f_init,
+        trainable=False, autocast=False)
+    self.epilogue = self.add_weight(
+        name="epilogue", shape=(e_total,), dtype="float32",
+        initializer=e_init, trainable=False, autocast=False)
+
+  @staticmethod
+  def _step_attrs(conv):
+    pads = conv.explicit_paddings
+    return dict(strides=conv.strides, dilations=conv.dilation_rate,
+                padding=conv.op_padding,
+                explicit_pads=tuple(pads[2:6]) if pads else (0, 0, 0, 0),
+                activation_mode="None" if conv.activation is None else "Relu",
+                output_min=conv.output_min,
+                output_max=conv.effective_output_max())
+
+  def _packed(self, weights, f_total=None, e_total=None):
+    """The two weight vectors holding every layer's weights."""
+    f = np.zeros(f_total or self.filters.shape, np.int8)
+    e = np.zeros(e_total or self.epilogue.shape, np.float32)
+    for k, (w, l) in enumerate(zip(weights, self._layout)):
+      shape = tuple(self.filter_shapes[k])
+      kernel = np.asarray(w[0])
+      if kernel.shape != shape:
+        raise ValueError(
+            f"QuantizedConvSequence '{self.name}': convs[{k}]'s kernel must "
+            f"have shape {shape}, got {kernel.shape}")
+      f[l["filter"]:l["filter"] + kernel.size] = kernel.reshape(-1)
+      co = shape[3]
+      e[l["bias"]:l["bias"] + co] = np.asarray(w[1], np.float32).reshape(co)
+      e[l["scale"]:l["scale"] + l["scale_size"]] = np.asarray(
+          w[2], np.float32).reshape(l["scale_size"])
+      if l["side_scale"] is not None:
+        e[l["side_scale"]] = np.float32(w[3])
+    return f, e
+
+  def conv_weights(self, k):
+    """convs[k]'s weights, as QuantizedFusedConv2D.get_weights() lists
+    them: kernel, bias, conv_input_scale (and side_input_scale)."""
+    l, shape = self._layout[k], tuple(self.filter_shapes[k])
+    f, e = self.filters.numpy(), self.epilogue.numpy()
+    co = shape[3]
+    scale = e[l["scale"]:l["scale"] + l["scale_size"]].copy()
+    out = [f[l["filter"]:l["filter"] + int(np.prod(shape))].reshape(shape),
+           e[l["bias"]:l["bias"] + co].copy(),
+           scale if self.conv_configs[k]["per_channel_scale"] else
+           scale.reshape(())]
+    if l["side_scale"] is not None:
+      out.append(e[l["side_scale"]].copy())
+    return out
+
+  def set_conv_weights(self, k, weights):
+    """Sets convs[k]'s weights (conv_weights(k)'s list)."""
+    current = [self.conv_weights(j) for j in range(len(self.conv_configs))]
+    if len(weights) != len(current[k]):
+      raise ValueError(
+          f"QuantizedConvSequence '{self.name}': convs[{k}] has "
+          f"{len(current[k])} weights (kernel, bias, conv_input_scale"
+          f"{', side_input_scale' if len(current[k]) == 4 else ''}), got "
+          f"{len(weights)}")
+    kernel = np.asarray(weights[0])
+    if (not np.issubdtype(kernel.dtype, np.integer) or
+        (kernel.size and (kernel.min() < -128 or kernel.max() > 127))):
+      raise ValueError(
+          f"QuantizedConvSequence '{self.name}': convs[{k}]'s kernel must be "
+          f"int8-valued integers, got dtype {kernel.dtype}")
+    current[k] = [kernel.astype(np.int8)] + list(weights[1:])
+    f, e = self._packed(current)
+    self.filters.assign(f)
+    self.epilogue.assign(e)
 
   def compute_output_shape(self, input_shape):
-    return self._shapes(input_shape)[-1]
+    return self._shapes(input_shape, self._templates())[-1]
 
   def compute_output_spec(self, inputs):
-    self.convs[0]._check_dtype(inputs.dtype, shape=inputs.shape)  # pylint: disable=protected-access
+    self._templates()[0]._check_dtype(inputs.dtype, shape=inputs.shape)  # pylint: disable=protected-access
     return keras.KerasTensor(self.compute_output_shape(inputs.shape),
                              dtype="int8")
 
-  def _steps(self):
-    """The op's steps, or None when a weight is not a CPU resource variable."""
-    steps = []
-    for conv, src, side in zip(self.convs, self.input_sources,
-                               self.side_sources):
-      filt, bias, scale = (conv.kernel.value, conv.bias.value,
-                           conv.conv_input_scale.value)
-      side_scale = conv.side_input_scale.value if side >= 0 else None
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      if not (ops_lib._cpu_variable(filt, tf.int8) and  # pylint: disable=protected-access
-              ops_lib._cpu_variable(bias, tf.float32) and  # pylint: disable=protected-access
-              ops_lib._cpu_variable(scale, tf.float32) and  # pylint: disable=protected-access
-              (side_scale is None or
-               ops_lib._cpu_variable(side_scale, tf.float32))):  # pylint: disable=protected-access
-        return None
-      pads = conv.explicit_paddings
-      steps.append(dict(
-          filter=filt, bias=bias, conv_input_scale=scale,
-          side_input_scale=side_scale, input_source=src, side_source=side,
-          strides=conv.strides, dilations=conv.dilation_rate,
-          padding=conv.op_padding,
-          explicit_pads=pads[2:6] if pads else (0, 0, 0, 0),
-          activation_mode="None" if conv.activation is None else "Relu",
-          output_min=conv.output_min,
-          output_max=conv.effective_output_max()))
-    return steps
-
   def call(self, inputs):
-    self.convs[0]._check_dtype(inputs.dtype, shape=inputs.shape)  # pylint: disable=protected-access
-    steps = self._steps()
-    if steps is not None:
-      return ops_lib._conv_sequence(inputs, steps)  # pylint: disable=protected-access
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if inputs.dtype != tf.int8:
+      self._templates()[0]._check_dtype(inputs.dtype, shape=inputs.shape)  # pylint: disable=protected-access
+    filters, epilogue = self.filters.value, self.epilogue.value
+    steps = [dict(a, input_source=src, side_source=side,
+                  filter_shape=shape, per_channel_scale=c["per_channel_scale"])
+             for a, src, side, shape, c in zip(
+                 self._steps_attrs, self.input_sources, self.side_sources,
+                 self.filter_shapes, self.conv_configs)]
+    if (ops_lib._cpu_variable(filters, tf.int8) and  # pylint: disable=protected-access
+        ops_lib._cpu_variable(epilogue, tf.float32)):  # pylint: disable=protected-access
+      return ops_lib._conv_sequence(inputs, filters, epilogue, steps)  # pylint: disable=protected-access
+    # Single ops on slices of the two vectors.
+    f, e = tf.convert_to_tensor(filters), tf.convert_to_tensor(epilogue)
     outs = [inputs]
-    for conv, src, side in zip(self.convs, self.input_sources,
-                               self.side_sources):
-      outs.append(conv(outs[src], side_input=outs[side] if side >= 0
-                       else None))
+    for step, l in zip(steps, self._layout):
+      shape = step["filter_shape"]
+      size = int(np.prod(shape))
+      co = shape[3]
+      side = step["side_source"]
+      pads = step["explicit_pads"]
+      outs.append(ops_lib.fused_conv2d_bias_activation(
+          outs[step["input_source"]],
+          tf.reshape(f[l["filter"]:l["filter"] + size], shape),
+          e[l["bias"]:l["bias"] + co],
+          strides=step["strides"], padding=step["padding"],
+          explicit_paddings=([0, 0, pads[0], pads[1], pads[2], pads[3], 0, 0]
+                             if step["padding"] == "EXPLICIT" else []),
+          conv_input_scale=e[l["scale"]:l["scale"] + l["scale_size"]],
+          side_input_scale=(e[l["side_scale"]] if side >= 0 else 0.0),
+          side_input=outs[side] if side >= 0 else None,
+          activation_mode=step["activation_mode"],
+          dilations=step["dilations"], output_min=step["output_min"],
+          output_max=step["output_max"]))
     return outs[-1]
 
   def get_config(self):
     config = super().get_config()
     config.pop("trainable", None)
     config.update({
-        "convs": [keras.saving.serialize_keras_object(c) for c in self.convs],
+        "convs": [dict(c) for c in self.conv_configs],
         "input_sources": list(self.input_sources),
         "side_sources": list(self.side_sources),
     })

@@ -402,18 +402,18 @@ def fused_conv2d_bias_activation(conv_input,
         dilations=dilations)
 
 
-def _conv_sequence(conv_input, steps, name=None):
+def _conv_sequence(conv_input, filters, epilogue, steps, name=None):
   """Runs convolution steps as one ResourceFusedInt8ConvSequence op.
 
-  The caller (``layers.QuantizedConvSequence``) has checked that every
-  variable is a CPU resource variable of the right dtype
-  (``_cpu_variable``). Each step is a dict: filter, bias, conv_input_scale
-  (tf.Variables), side_input_scale (a tf.Variable, or None without a side
-  input), input_source (0 = conv_input, k = step k - 1's output),
-  side_source (-1 = none), strides and dilations (height, width), padding
-  ("SAME", "VALID" or "EXPLICIT"), explicit_pads (top, bottom, left, right),
-  activation_mode, output_min, output_max. The output is the last step's,
-  bit for bit what the single op gives step by step.
+  The caller (``layers.QuantizedConvSequence``) has checked that `filters`
+  (int8) and `epilogue` (float32) are CPU resource variables laid out as
+  ``layers.conv_sequence_layout`` says. Each step is a dict: input_source
+  (0 = conv_input, k = step k - 1's output), side_source (-1 = none),
+  filter_shape (Kh, Kw, Ci / groups, Co), per_channel_scale, strides and
+  dilations (height, width), padding ("SAME", "VALID" or "EXPLICIT"),
+  explicit_pads (top, bottom, left, right), activation_mode, output_min,
+  output_max. The output is the last step's, bit for bit what the single
+  op gives step by step.
   """
   ops = _loader.load_ops()
   eager = tf.executing_eagerly()
@@ -422,23 +422,17 @@ def _conv_sequence(conv_input, steps, name=None):
     if conv_input.dtype != tf.int8:
       raise TypeError(
           f"conv_input must be int8, got {conv_input.dtype.name}")
-    variables = []
-    for step in steps:
-      variables += [step["filter"], step["bias"], step["conv_input_scale"]]
-      if step["side_input_scale"] is not None:
-        variables.append(step["side_input_scale"])
-    for v in variables:  # as ReadVariableOp would (see above)
+    for v in (filters, epilogue):  # as ReadVariableOp would (see above)
       resource_variable_ops.variable_accessed(v)
-    sides = [s["side_input_scale"].handle for s in steps
-             if s["side_input_scale"] is not None]
     return ops.resource_fused_int8_conv_sequence(
         conv_input=conv_input,
-        filters=[s["filter"].handle for s in steps],
-        biases=[s["bias"].handle for s in steps],
-        conv_input_scales=[s["conv_input_scale"].handle for s in steps],
-        side_input_scales=sides,
+        filters=filters.handle,
+        epilogue=epilogue.handle,
+        steps=len(steps),
         input_sources=[int(s["input_source"]) for s in steps],
         side_sources=[int(s["side_source"]) for s in steps],
+        filter_shapes=[int(v) for s in steps for v in s["filter_shape"]],
+        per_channel_scales=[bool(s["per_channel_scale"]) for s in steps],
         strides=[int(v) for s in steps for v in s["strides"]],
         dilations=[int(v) for s in steps for v in s["dilations"]],
         paddings=[s["padding"] for s in steps],

@@ -2,17 +2,18 @@
 //
 // ResourceFusedInt8ConvSequence and FusedInt8ConvSequence (CPU): a chain
 // of fused convolutions, with residual side inputs taken from earlier steps,
-// in one graph node. What it saves is TensorFlow's cost around each op, not
-// arithmetic: every step runs RunFusedConvCpu exactly as
-// ResourceFusedInt8Conv2DBiasActivation does (the same validation, the same
-// core call, the same bits). Measured on the Zen 5 VM, one thread, batch 1,
-// MobileNetV2 int8 (52 convolutions in one sequence): an eager Keras call
-// 13.3 -> 4.3 ms (each eager op costs tens of microseconds in Python); in a
-// tf.function no difference beyond the noise (15 alternated rounds, 3.64 vs
-// 3.64 ms median): the executor's cost per node is small next to the
-// tf.function call itself. One op holding a whole run of layers is also
-// where work across layers (tiles of an inverted residual block kept in
-// cache) would go.
+// in one graph node, its weights in two vectors. What it saves is
+// TensorFlow's cost around the ops, not arithmetic: every step runs
+// RunFusedConvCpu exactly as ResourceFusedInt8Conv2DBiasActivation does (the
+// same validation, the same core call, the same bits). Measured on the Zen 5
+// VM, MobileNetV2 int8 (52 convolutions in one sequence), medians of 15
+// alternated rounds: batch 1 2.48 -> 1.96 ms on one thread, 1.95 -> 1.40 ms
+// on two; an eager Keras call 13.9 -> 3.8 ms. A first version that took
+// three or four resource inputs per step (the layers' own variables) gave
+// the eager gain but nothing in a tf.function: the call's cost there grows
+// with the number of captured variables (172 -> 5 here), not of nodes.
+// One op holding a run of layers is also where work across layers (tiles
+// of an inverted residual block kept in cache) would go.
 //
 // Intermediate outputs are temporaries, each released after its last reader
 // (so TF's allocator hands the memory to the next step while it is still in
@@ -62,16 +63,27 @@ absl::Status InStep(int64_t i, const absl::Status& s) {
   return absl::Status(s.code(), Step(i) + ": " + std::string(s.message()));
 }
 
-// Input `index` (named name[at]) as a tensor: the variable's value for the
+// Input `index` (named `name`) as a tensor: the variable's value for the
 // resource op (*shared: its own buffer, see ReadVariableInput), else the
 // input itself (*shared = false: a tensor input may be a fresh buffer on every
 // call, so it pins nothing).
-absl::Status StepInput(OpKernelContext* ctx, bool resource, int index,
-                       const std::string& name, Tensor* value, bool* shared) {
-  if (resource) return ReadVariableInput(ctx, index, name.c_str(), value, shared);
+absl::Status WeightInput(OpKernelContext* ctx, bool resource, int index,
+                         const char* name, Tensor* value, bool* shared) {
+  if (resource) return ReadVariableInput(ctx, index, name, value, shared);
   *value = ctx->input(index);
   *shared = false;
   return absl::OkStatus();
+}
+
+int64_t RoundUp64(int64_t x) { return (x + 63) / 64 * 64; }
+int64_t RoundUp16(int64_t x) { return (x + 15) / 16 * 16; }
+
+// A view of `n` elements of the vector `blob` from `offset`, with `shape`.
+Tensor View(const Tensor& blob, int64_t offset, int64_t n, const TensorShape& shape) {
+  Tensor view;
+  const bool ok = view.CopyFrom(blob.Slice(offset, offset + n), shape);
+  (void)ok;  // n == shape.num_elements() by construction
+  return view;
 }
 
 // kResource: ResourceFusedInt8ConvSequence (weights in resource variables),
@@ -81,13 +93,14 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
  public:
   explicit FusedInt8ConvSequenceCpuOp(OpKernelConstruction* ctx)
       : OpKernel(ctx) {
-    int64_t sides = 0;
     std::vector<int64_t> strides, dilations, pads, mins, maxes;
     std::vector<std::string> paddings, activations;
+    std::vector<bool> per_channel;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("steps", &steps_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("sides", &sides));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("input_sources", &input_sources_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("side_sources", &side_sources_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("filter_shapes", &filter_shapes_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("per_channel_scales", &per_channel));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("strides", &strides));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dilations", &dilations));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("paddings", &paddings));
@@ -99,6 +112,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                 absl::InvalidArgumentError(std::string(kOp) + ": steps must be >= 1"));
     OP_REQUIRES_OK(ctx, CheckLength("input_sources", input_sources_, steps_, 1));
     OP_REQUIRES_OK(ctx, CheckLength("side_sources", side_sources_, steps_, 1));
+    OP_REQUIRES_OK(ctx, CheckLength("filter_shapes", filter_shapes_, steps_, 4));
+    OP_REQUIRES_OK(ctx, CheckLength("per_channel_scales", per_channel, steps_, 1));
     OP_REQUIRES_OK(ctx, CheckLength("strides", strides, steps_, 2));
     OP_REQUIRES_OK(ctx, CheckLength("dilations", dilations, steps_, 2));
     OP_REQUIRES_OK(ctx, CheckLength("paddings", paddings, steps_, 1));
@@ -109,9 +124,9 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
 
     // last_reader_[k]: the last step reading source k (-1: none).
     last_reader_.assign(steps_ + 1, -1);
-    side_index_.assign(steps_, -1);
-    int64_t side_count = 0;
     attrs_.resize(steps_);
+    layout_.resize(steps_);
+    int64_t filter_end = 0, epilogue_end = 0;
     for (int64_t i = 0; i < steps_; ++i) {
       const int64_t src = input_sources_[i], side = side_sources_[i];
       OP_REQUIRES(ctx, src >= 0 && src <= i,
@@ -126,10 +141,38 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                       "output (1.." + std::to_string(i) + "), got " +
                       std::to_string(side)));
       last_reader_[src] = i;
-      if (side >= 0) {
-        last_reader_[side] = i;
-        side_index_[i] = side_count++;
+      if (side >= 0) last_reader_[side] = i;
+
+      // The step's slices of the two weight vectors (op doc).
+      const int64_t* f = &filter_shapes_[4 * i];
+      int64_t size = 1;
+      for (int d = 0; d < 4; ++d) {
+        OP_REQUIRES(ctx, f[d] >= 1 && f[d] <= (int64_t{1} << 24),
+                    absl::InvalidArgumentError(
+                        Step(i) + ": filter_shapes must be 4 positive sizes per "
+                                  "step (Kh, Kw, Ci / groups, Co), each at most "
+                                  "2^24, got (" + std::to_string(f[0]) + ", " +
+                        std::to_string(f[1]) + ", " + std::to_string(f[2]) + ", " +
+                        std::to_string(f[3]) + ")"));
+        size *= f[d];
+        OP_REQUIRES(ctx, size <= (int64_t{1} << 40),
+                    absl::InvalidArgumentError(Step(i) + ": the filter is too large"));
       }
+      StepLayout& l = layout_[i];
+      l.filter = RoundUp64(filter_end);
+      l.filter_size = size;
+      filter_end = l.filter + size;
+      // Each float array at a multiple of 16 (64 bytes): TF's flat<float>()
+      // checks the alignment of the data it maps.
+      l.bias = RoundUp16(epilogue_end);
+      l.scale = RoundUp16(l.bias + f[3]);
+      l.scale_size = per_channel[i] ? f[3] : 1;
+      epilogue_end = l.scale + l.scale_size;
+      if (side >= 0) {
+        l.side_scale = RoundUp16(epilogue_end);
+        epilogue_end = l.side_scale + 1;
+      }
+
       ConvAttrValues v;
       v.strides = {1, static_cast<int32_t>(strides[2 * i]),
                    static_cast<int32_t>(strides[2 * i + 1]), 1};
@@ -159,69 +202,88 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       v.output_max = maxes[i];
       OP_REQUIRES_OK(ctx, InStep(i, MakeConvAttrs(v, &attrs_[i])));
     }
-    OP_REQUIRES(ctx, side_count == sides,
-                absl::InvalidArgumentError(
-                    std::string(kOp) + ": sides (" + std::to_string(sides) +
-                    ") must be the number of steps with a side input (" +
-                    std::to_string(side_count) + ")"));
+    filter_total_ = filter_end;
+    epilogue_total_ = epilogue_end;
+    no_side_ = Tensor(tensorflow::DT_INT8, TensorShape({0}));
     zero_scale_ = Tensor(tensorflow::DT_FLOAT, TensorShape({}));
     zero_scale_.scalar<float>()() = 0.0f;
-    no_side_ = Tensor(tensorflow::DT_INT8, TensorShape({0}));
   }
 
   void Compute(OpKernelContext* ctx) override {
+    Tensor filters, epilogue;
+    bool filters_shared = false, unused = false;
+    OP_REQUIRES_OK(ctx, WeightInput(ctx, kResource, 1, "filters", &filters, &filters_shared));
+    OP_REQUIRES_OK(ctx, WeightInput(ctx, kResource, 2, "epilogue", &epilogue, &unused));
+    OP_REQUIRES(ctx,
+                filters.dtype() == tensorflow::DT_INT8 && filters.dims() == 1 &&
+                    filters.NumElements() == filter_total_,
+                absl::InvalidArgumentError(
+                    std::string(kOp) + ": filters must be int8 [" +
+                    std::to_string(filter_total_) +
+                    "] (every step's filter of filter_shapes, each at a multiple "
+                    "of 64), got " + tensorflow::DataTypeString(filters.dtype()) + " " +
+                    filters.shape().DebugString()));
+    OP_REQUIRES(ctx,
+                epilogue.dtype() == tensorflow::DT_FLOAT && epilogue.dims() == 1 &&
+                    epilogue.NumElements() == epilogue_total_,
+                absl::InvalidArgumentError(
+                    std::string(kOp) + ": epilogue must be float32 [" +
+                    std::to_string(epilogue_total_) +
+                    "] (per step: bias, conv_input_scale, side_input_scale, each at a "
+                    "multiple of 16), got " +
+                    tensorflow::DataTypeString(epilogue.dtype()) + " " +
+                    epilogue.shape().DebugString()));
+    // As ResourceFusedInt8ConvCpuOp: the variable's own buffer pins the
+    // packed weights (each step's filter is a slice of it).
+    std::shared_ptr<const void> pin;
+    if (filters_shared) pin = std::make_shared<const Tensor>(filters);
+
     // sources[0] = conv_input, sources[k] = step k - 1's output.
     std::vector<Tensor> sources(steps_ + 1);
     sources[0] = ctx->input(0);
-    const int s = static_cast<int>(steps_);
     for (int64_t i = 0; i < steps_; ++i) {
-      const int k = static_cast<int>(i);
-      const std::string at = "[" + std::to_string(i) + "]";
-      Tensor filter, bias, scale, side_scale;
-      bool filter_shared = false, unused = false;
-      OP_REQUIRES_OK(ctx, InStep(i, StepInput(ctx, kResource, 1 + k, "filters" + at,
-                                              &filter, &filter_shared)));
-      OP_REQUIRES_OK(ctx, InStep(i, StepInput(ctx, kResource, 1 + s + k, "biases" + at,
-                                              &bias, &unused)));
-      OP_REQUIRES_OK(ctx, InStep(i, StepInput(ctx, kResource, 1 + 2 * s + k,
-                                              "conv_input_scales" + at, &scale,
-                                              &unused)));
+      const StepLayout& l = layout_[i];
+      const int64_t* f = &filter_shapes_[4 * i];
+      const Tensor filter =
+          View(filters, l.filter, l.filter_size, TensorShape({f[0], f[1], f[2], f[3]}));
+      const Tensor bias = View(epilogue, l.bias, f[3], TensorShape({f[3]}));
+      const Tensor scale = View(epilogue, l.scale, l.scale_size, TensorShape({l.scale_size}));
+      Tensor side_scale;
       ConvInputs in;
       in.input = &sources[input_sources_[i]];
       in.filter = &filter;
       in.bias = &bias;
       in.conv_input_scale = &scale;
-      if (side_index_[i] >= 0) {
-        const std::string side_at = "[" + std::to_string(side_index_[i]) + "]";
-        OP_REQUIRES_OK(ctx, InStep(i, StepInput(ctx, kResource,
-                                                1 + 3 * s + static_cast<int>(side_index_[i]),
-                                                "side_input_scales" + side_at, &side_scale,
-                                                &unused)));
+      if (l.side_scale >= 0) {
+        side_scale = View(epilogue, l.side_scale, 1, TensorShape({}));
         in.side_input = &sources[side_sources_[i]];
         in.side_input_scale = &side_scale;
       } else {
         in.side_input = &no_side_;
         in.side_input_scale = &zero_scale_;
       }
-      // As ResourceFusedInt8ConvCpuOp: the variable's own buffer pins the
-      // packed weights.
-      std::shared_ptr<const void> pin;
-      if (filter_shared) pin = std::make_shared<const Tensor>(filter);
       const bool last = i == steps_ - 1;
-      OP_REQUIRES_OK(ctx, InStep(i, RunFusedConvCpu(ctx, attrs_[i], in, std::move(pin),
+      OP_REQUIRES_OK(ctx, InStep(i, RunFusedConvCpu(ctx, attrs_[i], in, pin,
                                                     last ? nullptr : &sources[i + 1])));
-      for (int64_t k2 = 0; k2 <= i; ++k2) {
-        if (last_reader_[k2] == i) sources[k2] = Tensor();
+      for (int64_t k = 0; k <= i; ++k) {
+        if (last_reader_[k] == i) sources[k] = Tensor();
       }
     }
   }
 
  private:
-  int64_t steps_ = 0;
-  std::vector<int64_t> input_sources_, side_sources_;
-  std::vector<int64_t> last_reader_, side_index_;
+  // Offsets (elements) of a step's weights in the two vectors; side_scale
+  // -1 without a side input.
+  struct StepLayout {
+    int64_t filter = 0, filter_size = 0, bias = 0, scale = 0, scale_size = 0,
+            side_scale = -1;
+  };
+  int64_t steps_ = 0, filter_total_ = 0, epilogue_total_ = 0;
+  std::vector<int64_t> input_sources_, side_sources_, filter_shapes_;
+  std::vector<int64_t> last_reader_;
+  std::vector<StepLayout> layout_;
   std::vector<ConvAttrs> attrs_;
-  Tensor zero_scale_, no_side_;
+  Tensor no_side_, zero_scale_;
 };
 
 }  // namespace

@@ -336,28 +336,30 @@ absl::Status PoolShape(InferenceContext* c, const char* op_name) {
 }
 
 
-// ResourceFusedInt8ConvSequence: each step's [N, Ho, Wo, Co] from its
-// source's shape, its attrs and its filter variable's shape where the graph
-// knows them (else unknown dims); the output is the last step's. The kernel
-// validates everything again.
-absl::Status ConvSequenceShape(InferenceContext* c, bool resource) {
+// ResourceFusedInt8ConvSequence / FusedInt8ConvSequence: each step's
+// [N, Ho, Wo, Co] from its source's shape and its attrs (filter_shapes gives
+// Kh, Kw, Co); the output is the last step's. The kernel validates
+// everything again.
+absl::Status ConvSequenceShape(InferenceContext* c) {
   int64_t steps = 0;
-  std::vector<int64_t> sources, strides, dilations, pads;
+  std::vector<int64_t> sources, strides, dilations, pads, filter_shapes;
   std::vector<std::string> paddings;
   TF_RETURN_IF_ERROR(c->GetAttr("steps", &steps));
   TF_RETURN_IF_ERROR(c->GetAttr("input_sources", &sources));
+  TF_RETURN_IF_ERROR(c->GetAttr("filter_shapes", &filter_shapes));
   TF_RETURN_IF_ERROR(c->GetAttr("strides", &strides));
   TF_RETURN_IF_ERROR(c->GetAttr("dilations", &dilations));
   TF_RETURN_IF_ERROR(c->GetAttr("paddings", &paddings));
   TF_RETURN_IF_ERROR(c->GetAttr("explicit_paddings", &pads));
   if (static_cast<int64_t>(sources.size()) != steps ||
+      static_cast<int64_t>(filter_shapes.size()) != 4 * steps ||
       static_cast<int64_t>(strides.size()) != 2 * steps ||
       static_cast<int64_t>(dilations.size()) != 2 * steps ||
       static_cast<int64_t>(paddings.size()) != steps ||
       static_cast<int64_t>(pads.size()) != 4 * steps) {
     return absl::InvalidArgumentError(
-        "ResourceFusedInt8ConvSequence: input_sources and paddings need one "
-        "entry per step, strides and dilations 2, explicit_paddings 4");
+        "FusedInt8ConvSequence: input_sources and paddings need one entry per "
+        "step, strides and dilations 2, filter_shapes and explicit_paddings 4");
   }
   std::vector<ShapeHandle> shapes;
   ShapeHandle in;
@@ -366,23 +368,11 @@ absl::Status ConvSequenceShape(InferenceContext* c, bool resource) {
   for (int64_t i = 0; i < steps; ++i) {
     if (sources[i] < 0 || sources[i] > i) {
       return absl::InvalidArgumentError(
-          "ResourceFusedInt8ConvSequence: input_sources[" + std::to_string(i) +
+          "FusedInt8ConvSequence: input_sources[" + std::to_string(i) +
           "] must be in [0, " + std::to_string(i) + "], got " +
           std::to_string(sources[i]));
     }
     ShapeHandle x = shapes[sources[i]];
-    ShapeHandle filter = c->input(static_cast<int>(1 + i));
-    if (resource) {
-      TF_RETURN_IF_ERROR(VariableShape(c, static_cast<int>(1 + i), "filters",
-                                       tensorflow::DT_INT8, &filter));
-    }
-    DimensionHandle k_h = c->UnknownDim(), k_w = c->UnknownDim(),
-                    out_c = c->UnknownDim();
-    if (c->RankKnown(filter) && c->Rank(filter) == 4) {
-      k_h = c->Dim(filter, 0);
-      k_w = c->Dim(filter, 1);
-      out_c = c->Dim(filter, 3);
-    }
     tensorflow::Padding padding;
     if (paddings[i] == "SAME") {
       padding = tensorflow::SAME;
@@ -392,28 +382,26 @@ absl::Status ConvSequenceShape(InferenceContext* c, bool resource) {
       padding = tensorflow::EXPLICIT;
     }
     DimensionHandle out_h = c->UnknownDim(), out_w = c->UnknownDim();
+    const int64_t* f = &filter_shapes[4 * i];
     if (strides[2 * i] >= 1 && strides[2 * i + 1] >= 1 &&
-        dilations[2 * i] >= 1 && dilations[2 * i + 1] >= 1) {
+        dilations[2 * i] >= 1 && dilations[2 * i + 1] >= 1 && f[0] >= 1 &&
+        f[1] >= 1 && pads[4 * i] >= 0 && pads[4 * i + 1] >= 0 &&
+        pads[4 * i + 2] >= 0 && pads[4 * i + 3] >= 0) {
       TF_RETURN_IF_ERROR(
           tensorflow::shape_inference::GetWindowedOutputSizeFromDimsV2(
-              c, c->Dim(x, 1), k_h, dilations[2 * i], strides[2 * i], padding,
-              pads[4 * i], pads[4 * i + 1], &out_h));
+              c, c->Dim(x, 1), c->MakeDim(f[0]), dilations[2 * i],
+              strides[2 * i], padding, pads[4 * i], pads[4 * i + 1], &out_h));
       TF_RETURN_IF_ERROR(
           tensorflow::shape_inference::GetWindowedOutputSizeFromDimsV2(
-              c, c->Dim(x, 2), k_w, dilations[2 * i + 1], strides[2 * i + 1],
-              padding, pads[4 * i + 2], pads[4 * i + 3], &out_w));
+              c, c->Dim(x, 2), c->MakeDim(f[1]), dilations[2 * i + 1],
+              strides[2 * i + 1], padding, pads[4 * i + 2], pads[4 * i + 3],
+              &out_w));
     }
+    DimensionHandle out_c = f[3] >= 0 ? c->MakeDim(f[3]) : c->UnknownDim();
     shapes.push_back(c->MakeShape({c->Dim(x, 0), out_h, out_w, out_c}));
   }
   c->set_output(0, shapes.back());
   return absl::OkStatus();
-}
-
-absl::Status ResourceConvSequenceShape(InferenceContext* c) {
-  return ConvSequenceShape(c, /*resource=*/true);
-}
-absl::Status TensorConvSequenceShape(InferenceContext* c) {
-  return ConvSequenceShape(c, /*resource=*/false);
 }
 
 }  // namespace
@@ -488,15 +476,14 @@ CPU only. What the Keras layers run when their variables live on the CPU.
 
 REGISTER_OP("ResourceFusedInt8ConvSequence")
     .Input("conv_input: int8")
-    .Input("filters: steps * resource")
-    .Input("biases: steps * resource")
-    .Input("conv_input_scales: steps * resource")
-    .Input("side_input_scales: sides * resource")
+    .Input("filters: resource")
+    .Input("epilogue: resource")
     .Output("output: int8")
     .Attr("steps: int >= 1")
-    .Attr("sides: int >= 0")
     .Attr("input_sources: list(int)")
     .Attr("side_sources: list(int)")
+    .Attr("filter_shapes: list(int)")
+    .Attr("per_channel_scales: list(bool)")
     .Attr("strides: list(int)")
     .Attr("dilations: list(int)")
     .Attr("paddings: list(string)")
@@ -504,35 +491,38 @@ REGISTER_OP("ResourceFusedInt8ConvSequence")
     .Attr("activation_modes: list(string)")
     .Attr("output_mins: list(int)")
     .Attr("output_maxes: list(int)")
-    .SetShapeFn(ResourceConvSequenceShape)
+    .SetShapeFn(ConvSequenceShape)
     .Doc(R"doc(
-Several ResourceFusedInt8Conv2DBiasActivation steps (NHWC / HWIO) in one
-graph node, run in order; the output is the last step's. Step i reads its
-filter, bias and conv_input_scale from filters[i], biases[i] and
-conv_input_scales[i]; its conv_input is source input_sources[i] (0 =
+Several fused convolutions (NHWC / HWIO, each exactly
+FusedInt8Conv2DBiasActivation) in one graph node, run in order; the output
+is the last step's. Step i's conv_input is source input_sources[i] (0 =
 conv_input, k >= 1 = the output of step k - 1, an earlier step), its side
-input source side_sources[i] (-1 = none), and the j-th step with a side input
-reads its side_input_scale from side_input_scales[j]. Per step: strides and
-dilations (height, width), paddings (SAME, VALID or EXPLICIT),
-explicit_paddings (top, bottom, left, right; 0 unless EXPLICIT),
-activation_modes (Relu or None), output_mins, output_maxes, as the single
-op's attrs. Every step gives exactly the single op's bits: the sequence saves
-the graph nodes and the intermediate outputs' lifetimes, nothing else. CPU
-only. FusedInt8ConvSequence is the same op with the weights as tensors
-(what freezing a graph makes of it).
+input source side_sources[i] (-1 = none). Its attrs are the single op's, one
+entry (strides, dilations: height and width; explicit_paddings: top, bottom,
+left, right, 0 unless its padding is EXPLICIT) per step.
+
+The weights are two resource variables: `filters`, int8 [F], every step's
+HWIO filter of filter_shapes[4i..4i+3] = (Kh, Kw, Ci / groups, Co) in step
+order, each starting at a multiple of 64 bytes (zeros between); `epilogue`,
+float32 [E], per step its bias [Co], its conv_input_scale ([Co] where
+per_channel_scales[i], else [1]) and, with a side input, its
+side_input_scale [1], in step order, each starting at a multiple of 16
+elements (64 bytes; zeros between). F and E must be exactly
+those totals. Two variables instead of three or four per layer: a
+tf.function captures every variable it reads, and each capture costs time
+on every call. CPU only.
 )doc");
 
 REGISTER_OP("FusedInt8ConvSequence")
     .Input("conv_input: int8")
-    .Input("filters: steps * int8")
-    .Input("biases: steps * float")
-    .Input("conv_input_scales: steps * float")
-    .Input("side_input_scales: sides * float")
+    .Input("filters: int8")
+    .Input("epilogue: float")
     .Output("output: int8")
     .Attr("steps: int >= 1")
-    .Attr("sides: int >= 0")
     .Attr("input_sources: list(int)")
     .Attr("side_sources: list(int)")
+    .Attr("filter_shapes: list(int)")
+    .Attr("per_channel_scales: list(bool)")
     .Attr("strides: list(int)")
     .Attr("dilations: list(int)")
     .Attr("paddings: list(string)")
@@ -540,10 +530,10 @@ REGISTER_OP("FusedInt8ConvSequence")
     .Attr("activation_modes: list(string)")
     .Attr("output_mins: list(int)")
     .Attr("output_maxes: list(int)")
-    .SetShapeFn(TensorConvSequenceShape)
+    .SetShapeFn(ConvSequenceShape)
     .Doc(R"doc(
-ResourceFusedInt8ConvSequence with filters, biases, conv_input_scales and
-side_input_scales as tensors: the same steps, the same bits. CPU only.
+ResourceFusedInt8ConvSequence with its two weight vectors as tensors (what
+freezing a graph makes of it): the same steps, the same bits. CPU only.
 )doc");
 
 REGISTER_OP("FusedInt8Quantize")

@@ -145,7 +145,8 @@ def models_table(rows, models):
     cells += [_ratio(r and r["ms"], ms) for r in theirs]
     out.append(cells)
   lines = [render(header, out),
-           "vs X = X's time / ours (above 1: ours is faster)."]
+           "vs X = X's time / ours (above 1: ours is faster); ours = "
+           "quantize_model + fuse_conv_sequences, in a tf.function."]
   for name, info in models.items():
     lines.append(f"{name}: {info['macs'] / 1e9:.2f} GMACs per image, "
                  f"{info['int8_regions']} int8 region(s), cosine(float, int8 "
