@@ -221,6 +221,11 @@ class Helpers {
 
 }  // namespace
 
+void WakeHelpers(tensorflow::thread::ThreadPool* pool) {
+  const int threads = pool->NumThreads();
+  if (threads > 1) Helpers::Get().Ensure(threads - 1, pool);
+}
+
 ParallelFor PoolParallelFor(tensorflow::thread::ThreadPool* pool) {
   ParallelFor pf;
   pf.num_threads = pool->NumThreads();

@@ -12,6 +12,11 @@ namespace tf_fused_int8 {
 
 ParallelFor PoolParallelFor(tensorflow::thread::ThreadPool* pool);
 
+// Starts the pool's helpers spinning now (they spin kSpinMicros waiting for
+// a range), so that a parallel call soon after finds them awake instead of
+// waking them then.
+void WakeHelpers(tensorflow::thread::ThreadPool* pool);
+
 }  // namespace tf_fused_int8
 
 #endif  // TF_FUSED_INT8_CC_TF_POOL_PARALLEL_FOR_H_
