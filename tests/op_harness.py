@@ -182,3 +182,23 @@ def assert_cases_match_reference(cases, path, seed=0):
     with forced_kernel(path):
       got = run_op(case, inputs)
     assert_same_bits(got, want, f"{path} {case.name()}")
+
+
+def assert_ops_differ_only_in_resource_inputs(tensor_name, resource_name,
+                                              resource_inputs):
+  """Freezing renames a resource op into its tensor twin
+  (tf_fused_int8/_freeze.py): the attrs (with defaults and allowed values),
+  input names and order and the output must match, the inputs named in
+  `resource_inputs` being resources in the resource op."""
+  from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
+  tensor_op = op_def_registry.get(tensor_name)
+  resource_op = op_def_registry.get(resource_name)
+  assert list(tensor_op.attr) == list(resource_op.attr)
+  assert list(tensor_op.output_arg) == list(resource_op.output_arg)
+  assert ([a.name for a in tensor_op.input_arg] ==
+          [a.name for a in resource_op.input_arg])
+  for t, r in zip(tensor_op.input_arg, resource_op.input_arg):
+    if r.name in resource_inputs:
+      assert r.type == tf.resource.as_datatype_enum, r
+    else:
+      assert t == r, (t, r)

@@ -267,19 +267,9 @@ def test_weights_are_laid_out_as_documented():
 
 
 def test_the_two_ops_differ_only_in_resource_inputs():
-  """Freezing renames one op into the other (tf_fused_int8/_freeze.py)."""
-  from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
-  tensor_op = op_def_registry.get("FusedInt8ConvSequence")
-  resource_op = op_def_registry.get("ResourceFusedInt8ConvSequence")
-  assert list(tensor_op.attr) == list(resource_op.attr)
-  assert list(tensor_op.output_arg) == list(resource_op.output_arg)
-  assert ([a.name for a in tensor_op.input_arg] ==
-          [a.name for a in resource_op.input_arg])
-  for t, r in zip(tensor_op.input_arg, resource_op.input_arg):
-    if r.name == "conv_input":
-      assert t == r
-    else:
-      assert r.type == tf.resource.as_datatype_enum, r
+  op_harness.assert_ops_differ_only_in_resource_inputs(
+      "FusedInt8ConvSequence", "ResourceFusedInt8ConvSequence",
+      ("filters", "epilogue"))
 
 
 def _bad(seq, x, match, **changes):

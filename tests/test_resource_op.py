@@ -348,19 +348,6 @@ def test_function_graph_lists_the_variables_and_freezes_to_the_tensor_op():
 
 
 def test_the_two_ops_have_the_same_signature_but_resource_inputs():
-  """Freezing renames one op into the other (tf_fused_int8/_freeze.py): the
-  attrs (with defaults and allowed values), input names and order and the
-  output must match, the resource op's filter, bias and conv_input_scale
-  being resources."""
-  from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
-  tensor_op = op_def_registry.get("FusedInt8Conv2DBiasActivation")
-  resource_op = op_def_registry.get("ResourceFusedInt8Conv2DBiasActivation")
-  assert list(tensor_op.attr) == list(resource_op.attr)
-  assert list(tensor_op.output_arg) == list(resource_op.output_arg)
-  assert ([a.name for a in tensor_op.input_arg] ==
-          [a.name for a in resource_op.input_arg])
-  for t, r in zip(tensor_op.input_arg, resource_op.input_arg):
-    if r.name in ("filter", "bias", "conv_input_scale"):
-      assert r.type == tf.resource.as_datatype_enum, r
-    else:
-      assert t == r, (t, r)
+  op_harness.assert_ops_differ_only_in_resource_inputs(
+      "FusedInt8Conv2DBiasActivation", "ResourceFusedInt8Conv2DBiasActivation",
+      ("filter", "bias", "conv_input_scale"))

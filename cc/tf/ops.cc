@@ -474,24 +474,28 @@ same result bit for bit, in one graph node instead of one per variable read.
 CPU only. What the Keras layers run when their variables live on the CPU.
 )doc");
 
+// The two conv sequence ops' attrs (per step, in lists) and shape function.
+#define FUSED_INT8_CONV_SEQUENCE_ATTRS                \
+  .Attr("steps: int >= 1")                            \
+      .Attr("input_sources: list(int)")               \
+      .Attr("side_sources: list(int)")                \
+      .Attr("filter_shapes: list(int)")               \
+      .Attr("per_channel_scales: list(bool)")         \
+      .Attr("strides: list(int)")                     \
+      .Attr("dilations: list(int)")                   \
+      .Attr("paddings: list(string)")                 \
+      .Attr("explicit_paddings: list(int)")           \
+      .Attr("activation_modes: list(string)")         \
+      .Attr("output_mins: list(int)")                 \
+      .Attr("output_maxes: list(int)")                \
+      .SetShapeFn(ConvSequenceShape)
+
 REGISTER_OP("ResourceFusedInt8ConvSequence")
     .Input("conv_input: int8")
     .Input("filters: resource")
     .Input("epilogue: resource")
     .Output("output: int8")
-    .Attr("steps: int >= 1")
-    .Attr("input_sources: list(int)")
-    .Attr("side_sources: list(int)")
-    .Attr("filter_shapes: list(int)")
-    .Attr("per_channel_scales: list(bool)")
-    .Attr("strides: list(int)")
-    .Attr("dilations: list(int)")
-    .Attr("paddings: list(string)")
-    .Attr("explicit_paddings: list(int)")
-    .Attr("activation_modes: list(string)")
-    .Attr("output_mins: list(int)")
-    .Attr("output_maxes: list(int)")
-    .SetShapeFn(ConvSequenceShape)
+    FUSED_INT8_CONV_SEQUENCE_ATTRS
     .Doc(R"doc(
 Several fused convolutions (NHWC / HWIO, each exactly
 FusedInt8Conv2DBiasActivation) in one graph node, run in order; the output
@@ -518,19 +522,7 @@ REGISTER_OP("FusedInt8ConvSequence")
     .Input("filters: int8")
     .Input("epilogue: float")
     .Output("output: int8")
-    .Attr("steps: int >= 1")
-    .Attr("input_sources: list(int)")
-    .Attr("side_sources: list(int)")
-    .Attr("filter_shapes: list(int)")
-    .Attr("per_channel_scales: list(bool)")
-    .Attr("strides: list(int)")
-    .Attr("dilations: list(int)")
-    .Attr("paddings: list(string)")
-    .Attr("explicit_paddings: list(int)")
-    .Attr("activation_modes: list(string)")
-    .Attr("output_mins: list(int)")
-    .Attr("output_maxes: list(int)")
-    .SetShapeFn(ConvSequenceShape)
+    FUSED_INT8_CONV_SEQUENCE_ATTRS
     .Doc(R"doc(
 ResourceFusedInt8ConvSequence with its two weight vectors as tensors (what
 freezing a graph makes of it): the same steps, the same bits. CPU only.
