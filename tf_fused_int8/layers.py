@@ -1056,6 +1056,10 @@ class QuantizedConvSequence(keras.layers.Layer):
   def conv_weights(self, k):
     """convs[k]'s weights, as QuantizedFusedConv2D.get_weights() lists
     them: kernel, bias, conv_input_scale (and side_input_scale)."""
+    if self._layout is None:
+      raise ValueError(
+          f"QuantizedConvSequence '{self.name}' is not built yet: call it on "
+          f"an input (or build it) first")
     l, shape = self._layout[k], tuple(self.filter_shapes[k])
     f, e = self.filters.numpy(), self.epilogue.numpy()
     co = shape[3]

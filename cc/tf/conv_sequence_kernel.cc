@@ -19,6 +19,7 @@
 // (so TF's allocator hands the memory to the next step while it is still in
 // cache); the last step writes the op's output.
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,21 @@ absl::Status WeightInput(OpKernelContext* ctx, bool resource, int index,
 
 int64_t RoundUp64(int64_t x) { return (x + 63) / 64 * 64; }
 int64_t RoundUp16(int64_t x) { return (x + 15) / 16 * 16; }
+
+// *t itself when its data is 64-byte aligned, else an aligned copy
+// (*shared = false: the copy is this call's).
+absl::Status Aligned(OpKernelContext* ctx, Tensor* t, bool* shared) {
+  const auto data = t->tensor_data();
+  if (reinterpret_cast<uintptr_t>(data.data()) % 64 == 0) return absl::OkStatus();
+  Tensor copy;
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(t->dtype(), t->shape(), &copy));
+  if (!data.empty()) {
+    std::memcpy(const_cast<char*>(copy.tensor_data().data()), data.data(), data.size());
+  }
+  *t = copy;
+  *shared = false;
+  return absl::OkStatus();
+}
 
 // A view of `n` elements of the vector `blob` from `offset`, with `shape`.
 Tensor View(const Tensor& blob, int64_t offset, int64_t n, const TensorShape& shape) {
@@ -233,6 +249,12 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                     "multiple of 16), got " +
                     tensorflow::DataTypeString(epilogue.dtype()) + " " +
                     epilogue.shape().DebugString()));
+    // The views below are at multiples of 64 bytes from the vectors' start,
+    // and TF's flat<float>() aborts on data that is not 64-byte aligned: a
+    // vector that does not start aligned (a slice forwarded as an input)
+    // is copied first.
+    OP_REQUIRES_OK(ctx, Aligned(ctx, &filters, &filters_shared));
+    OP_REQUIRES_OK(ctx, Aligned(ctx, &epilogue, &unused));
     // As ResourceFusedInt8ConvCpuOp: the variable's own buffer pins the
     // packed weights (each step's filter is a slice of it).
     std::shared_ptr<const void> pin;
