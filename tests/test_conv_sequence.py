@@ -501,3 +501,28 @@ def test_runs_end_where_an_inner_output_is_read_outside():
   x = rng.integers(-128, 128, (2, 8, 8, 4)).astype(np.int8)
   for got, want in zip(fused(x), model(x)):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_shared_layers_and_two_model_inputs():
+  """A layer called on two tensors is a step of two runs (each sequence has
+  its own copy of its weights); a model with two inputs keeps both."""
+  a, b = (keras.Input((6, 6, 4), dtype="int8", name=n) for n in "ab")
+  shared = QFC(4, 3, padding="same", name="shared", activation="relu")
+  tail = QFC(4, 1, name="tail", use_side_input=True)
+  ya = tail(shared(a), side_input=a)
+  yb = QFC(5, 1, name="other")(shared(b))
+  model = keras.Model({"a": a, "b": b}, [ya, yb])
+  rng = np.random.default_rng(13)
+  for layer in model.layers:
+    if isinstance(layer, QFC):
+      w = layer.get_weights()
+      w[0] = rng.integers(-128, 128, w[0].shape).astype(np.int8)
+      w[2] = np.full(w[2].shape, 0.01, np.float32)
+      layer.set_weights(w)
+  fused = quantization.fuse_conv_sequences(model)
+  seqs = sorted(tuple(c["name"] for c in s.conv_configs)
+                for s in _sequences(fused))
+  assert seqs == [("shared", "other"), ("shared", "tail")], seqs
+  x = {k: rng.integers(-128, 128, (2, 6, 6, 4)).astype(np.int8) for k in "ab"}
+  for got, want in zip(tf.function(fused)(x), model(x)):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -2196,9 +2196,10 @@ def fuse_conv_sequences(model, name=None):
 
   Returns a new ``keras.Model`` (same inputs, outputs and layers, the
   layers shared with `model`) in which every run of at least two
-  ``QuantizedFusedConv2D`` layers (consecutive in the model's graph order;
-  residual side inputs included) that reads one tensor from outside and
-  whose only output read outside is its last layer's is called as one
+  ``QuantizedFusedConv2D`` layers (each reading the run's input or an
+  earlier layer's output; residual side inputs included) that reads one
+  tensor from outside and whose only output read outside is its last
+  layer's is called as one
   ``QuantizedConvSequence``. The results are the same bits; in a
   ``tf.function`` the run is one ResourceFusedInt8ConvSequence node
   instead of one node per layer. A quantized MobileNetV2's 52
@@ -2208,24 +2209,27 @@ def fuse_conv_sequences(model, name=None):
   layer stay as they are and end a run.
   """
   graph = _Graph(_functional(model))
-  runs, current = [], None
+  # A conv joins the run that produced (or starts from) its input when its
+  # side input is in that run too; else it starts a run. Runs need not be
+  # consecutive in the graph order (parallel branches interleave there):
+  # a run is called where its last layer was, and everything it reads is
+  # its entry or its own.
+  runs, run_of = [], {}
   for node in graph.nodes:
     step = _sequence_step(node)
-    if step is not None and current is not None:
-      x, side = step
-      if current.source(x) is not None and (
-          side is None or current.source(side) is not None):
-        current.nodes.append(node)
-        continue
-    if current is not None:
-      runs.append(current)
-      current = None
-    if step is not None:
-      x, side = step
-      if side is None or id(side) == id(x):
-        current = _Sequence(x, node)
-  if current is not None:
-    runs.append(current)
+    if step is None:
+      continue
+    x, side = step
+    run = run_of.get(id(x))
+    if run is not None and (side is None or run.source(side) is not None):
+      run.nodes.append(node)
+    elif side is None or id(side) == id(x):
+      run = _Sequence(x, node)
+      runs.append(run)
+      run_of.setdefault(id(x), run)
+    else:
+      continue
+    run_of[id(node.outputs[0])] = run
   runs = [r for r in (r.trimmed(graph) for r in runs) if r is not None]
 
   last_of, member = {}, set()
