@@ -208,21 +208,8 @@ def _built(chain, in_shape):
 def _tensor_op_args(seq):
   """FusedInt8ConvSequence's arguments (weights as tensors) for a built
   QuantizedConvSequence."""
-  steps = seq._steps_attrs  # pylint: disable=protected-access
-  return dict(
-      filters=tf.constant(seq.filters.numpy()),
-      epilogue=tf.constant(seq.epilogue.numpy()),
-      steps=len(steps),
-      input_sources=seq.input_sources, side_sources=seq.side_sources,
-      filter_shapes=[v for shape in seq.filter_shapes for v in shape],
-      per_channel_scales=[c["per_channel_scale"] for c in seq.conv_configs],
-      strides=[v for s in steps for v in s["strides"]],
-      dilations=[v for s in steps for v in s["dilations"]],
-      paddings=[s["padding"] for s in steps],
-      explicit_paddings=[v for s in steps for v in s["explicit_pads"]],
-      activation_modes=[s["activation_mode"] for s in steps],
-      output_mins=[s["output_min"] for s in steps],
-      output_maxes=[s["output_max"] for s in steps])
+  return dict(seq._op_attrs, filters=tf.constant(seq.filters.numpy()),  # pylint: disable=protected-access
+              epilogue=tf.constant(seq.epilogue.numpy()))
 
 
 def test_tensor_op_gives_the_same_bits():
@@ -323,20 +310,16 @@ def test_resource_op_checks_its_variables():
   chain = _block_chain(rng)
   x = tf.constant(rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8))
   seq = _built(chain, x.shape)
-  steps = [dict(a, input_source=src, side_source=side, filter_shape=shape,
-                per_channel_scale=c["per_channel_scale"])
-           for a, src, side, shape, c in zip(
-               seq._steps_attrs, seq.input_sources, seq.side_sources,  # pylint: disable=protected-access
-               seq.filter_shapes, seq.conv_configs)]
-  got = ops_lib._conv_sequence(x, seq.filters.value, seq.epilogue.value, steps)  # pylint: disable=protected-access
+  attrs = seq._op_attrs  # pylint: disable=protected-access
+  got = ops_lib._conv_sequence(x, seq.filters.value, seq.epilogue.value, attrs)  # pylint: disable=protected-access
   op_harness.assert_same_bits(got.numpy(), numpy_chain(x.numpy(), *chain))
   short = tf.Variable(seq.filters.numpy()[:-3])
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"filters must be int8 \["):
-    ops_lib._conv_sequence(x, short, seq.epilogue.value, steps)  # pylint: disable=protected-access
+    ops_lib._conv_sequence(x, short, seq.epilogue.value, attrs)  # pylint: disable=protected-access
   wrong = tf.Variable(seq.epilogue.numpy().astype(np.float64))
   with pytest.raises(tf.errors.InvalidArgumentError, match="epilogue"):
-    ops_lib._conv_sequence(x, seq.filters.value, wrong, steps)  # pylint: disable=protected-access
+    ops_lib._conv_sequence(x, seq.filters.value, wrong, attrs)  # pylint: disable=protected-access
 
 
 def test_layer_arguments_are_checked():

@@ -1006,13 +1006,22 @@ class QuantizedConvSequence(keras.layers.Layer):
     self._layout, f_total, e_total = conv_sequence_layout(
         filter_shapes, [t.per_channel_scale for t in templates],
         [side >= 0 for side in self.side_sources])
-    self._steps_attrs = [self._step_attrs(t) for t in templates]
+    # Each step's attrs, and the op's (flattened) attrs: once, not per call.
+    self._steps = [
+        dict(self._step_attrs(t), input_source=src, side_source=side,
+             filter_shape=shape, per_channel_scale=t.per_channel_scale)
+        for t, src, side, shape in zip(templates, self.input_sources,
+                                       self.side_sources, filter_shapes)]
+    self._op_attrs = ops_lib._conv_sequence_attrs(self._steps)  # pylint: disable=protected-access
     # The layers' weights (when they were built) as the initial values: a
     # build inside a tf.function's first trace creates the variables with
     # them (an assign there would be a graph op, not run at creation).
     f_init, e_init = "zeros", "zeros"
     if all(w is not None for w in self._pending):
-      f, e = self._packed(self._pending, f_total, e_total)
+      f = np.zeros(f_total, np.int8)
+      e = np.zeros(e_total, np.float32)
+      for k, w in enumerate(self._pending):
+        self._pack_into(f, e, k, w)
       f_init = lambda shape, dtype=None: f  # pylint: disable=unnecessary-lambda-assignment
       e_init = lambda shape, dtype=None: e  # pylint: disable=unnecessary-lambda-assignment
     self._pending = None
@@ -1033,25 +1042,21 @@ class QuantizedConvSequence(keras.layers.Layer):
                 output_min=conv.output_min,
                 output_max=conv.effective_output_max())
 
-  def _packed(self, weights, f_total=None, e_total=None):
-    """The two weight vectors holding every layer's weights."""
-    f = np.zeros(f_total or self.filters.shape, np.int8)
-    e = np.zeros(e_total or self.epilogue.shape, np.float32)
-    for k, (w, l) in enumerate(zip(weights, self._layout)):
-      shape = tuple(self.filter_shapes[k])
-      kernel = np.asarray(w[0])
-      if kernel.shape != shape:
-        raise ValueError(
-            f"QuantizedConvSequence '{self.name}': convs[{k}]'s kernel must "
-            f"have shape {shape}, got {kernel.shape}")
-      f[l["filter"]:l["filter"] + kernel.size] = kernel.reshape(-1)
-      co = shape[3]
-      e[l["bias"]:l["bias"] + co] = np.asarray(w[1], np.float32).reshape(co)
-      e[l["scale"]:l["scale"] + l["scale_size"]] = np.asarray(
-          w[2], np.float32).reshape(l["scale_size"])
-      if l["side_scale"] is not None:
-        e[l["side_scale"]] = np.float32(w[3])
-    return f, e
+  def _pack_into(self, f, e, k, w):
+    """Writes layer k's weights `w` into the two weight vectors f, e."""
+    l, shape = self._layout[k], tuple(self.filter_shapes[k])
+    kernel = np.asarray(w[0])
+    if kernel.shape != shape:
+      raise ValueError(
+          f"QuantizedConvSequence '{self.name}': convs[{k}]'s kernel must "
+          f"have shape {shape}, got {kernel.shape}")
+    f[l["filter"]:l["filter"] + kernel.size] = kernel.reshape(-1)
+    co = shape[3]
+    e[l["bias"]:l["bias"] + co] = np.asarray(w[1], np.float32).reshape(co)
+    e[l["scale"]:l["scale"] + l["scale_size"]] = np.asarray(
+        w[2], np.float32).reshape(l["scale_size"])
+    if l["side_scale"] is not None:
+      e[l["side_scale"]] = np.float32(w[3])
 
   def conv_weights(self, k):
     """convs[k]'s weights, as QuantizedFusedConv2D.get_weights() lists
@@ -1074,12 +1079,12 @@ class QuantizedConvSequence(keras.layers.Layer):
 
   def set_conv_weights(self, k, weights):
     """Sets convs[k]'s weights (conv_weights(k)'s list)."""
-    current = [self.conv_weights(j) for j in range(len(self.conv_configs))]
-    if len(weights) != len(current[k]):
+    current = self.conv_weights(k)
+    if len(weights) != len(current):
       raise ValueError(
           f"QuantizedConvSequence '{self.name}': convs[{k}] has "
-          f"{len(current[k])} weights (kernel, bias, conv_input_scale"
-          f"{', side_input_scale' if len(current[k]) == 4 else ''}), got "
+          f"{len(current)} weights (kernel, bias, conv_input_scale"
+          f"{', side_input_scale' if len(current) == 4 else ''}), got "
           f"{len(weights)}")
     kernel = np.asarray(weights[0])
     if (not np.issubdtype(kernel.dtype, np.integer) or
@@ -1087,8 +1092,8 @@ class QuantizedConvSequence(keras.layers.Layer):
       raise ValueError(
           f"QuantizedConvSequence '{self.name}': convs[{k}]'s kernel must be "
           f"int8-valued integers, got dtype {kernel.dtype}")
-    current[k] = [kernel.astype(np.int8)] + list(weights[1:])
-    f, e = self._packed(current)
+    f, e = self.filters.numpy(), self.epilogue.numpy()
+    self._pack_into(f, e, k, [kernel.astype(np.int8)] + list(weights[1:]))
     self.filters.assign(f)
     self.epilogue.assign(e)
 
@@ -1105,18 +1110,14 @@ class QuantizedConvSequence(keras.layers.Layer):
     if inputs.dtype != tf.int8:
       self._templates()[0]._check_dtype(inputs.dtype, shape=inputs.shape)  # pylint: disable=protected-access
     filters, epilogue = self.filters.value, self.epilogue.value
-    steps = [dict(a, input_source=src, side_source=side,
-                  filter_shape=shape, per_channel_scale=c["per_channel_scale"])
-             for a, src, side, shape, c in zip(
-                 self._steps_attrs, self.input_sources, self.side_sources,
-                 self.filter_shapes, self.conv_configs)]
     if (ops_lib._cpu_variable(filters, tf.int8) and  # pylint: disable=protected-access
         ops_lib._cpu_variable(epilogue, tf.float32)):  # pylint: disable=protected-access
-      return ops_lib._conv_sequence(inputs, filters, epilogue, steps)  # pylint: disable=protected-access
+      return ops_lib._conv_sequence(inputs, filters, epilogue,  # pylint: disable=protected-access
+                                    self._op_attrs)
     # Single ops on slices of the two vectors.
     f, e = tf.convert_to_tensor(filters), tf.convert_to_tensor(epilogue)
     outs = [inputs]
-    for step, l in zip(steps, self._layout):
+    for step, l in zip(self._steps, self._layout):
       shape = step["filter_shape"]
       size = int(np.prod(shape))
       co = shape[3]

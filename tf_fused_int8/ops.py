@@ -402,18 +402,37 @@ def fused_conv2d_bias_activation(conv_input,
         dilations=dilations)
 
 
-def _conv_sequence(conv_input, filters, epilogue, steps, name=None):
+def _conv_sequence_attrs(steps):
+  """The sequence ops' attrs (per-step lists, flattened) for `steps`, dicts
+  of: input_source (0 = conv_input, k = step k - 1's output), side_source
+  (-1 = none), filter_shape (Kh, Kw, Ci / groups, Co), per_channel_scale,
+  strides and dilations (height, width), padding ("SAME", "VALID" or
+  "EXPLICIT"), explicit_pads (top, bottom, left, right), activation_mode,
+  output_min, output_max. Computed once per layer (``layers.
+  QuantizedConvSequence.build``), not per call."""
+  return dict(
+      steps=len(steps),
+      input_sources=[int(s["input_source"]) for s in steps],
+      side_sources=[int(s["side_source"]) for s in steps],
+      filter_shapes=[int(v) for s in steps for v in s["filter_shape"]],
+      per_channel_scales=[bool(s["per_channel_scale"]) for s in steps],
+      strides=[int(v) for s in steps for v in s["strides"]],
+      dilations=[int(v) for s in steps for v in s["dilations"]],
+      paddings=[s["padding"] for s in steps],
+      explicit_paddings=[int(v) for s in steps for v in s["explicit_pads"]],
+      activation_modes=[_activation(s["activation_mode"]) for s in steps],
+      output_mins=[int(s["output_min"]) for s in steps],
+      output_maxes=[int(s["output_max"]) for s in steps])
+
+
+def _conv_sequence(conv_input, filters, epilogue, attrs, name=None):
   """Runs convolution steps as one ResourceFusedInt8ConvSequence op.
 
   The caller (``layers.QuantizedConvSequence``) has checked that `filters`
   (int8) and `epilogue` (float32) are CPU resource variables laid out as
-  ``layers.conv_sequence_layout`` says. Each step is a dict: input_source
-  (0 = conv_input, k = step k - 1's output), side_source (-1 = none),
-  filter_shape (Kh, Kw, Ci / groups, Co), per_channel_scale, strides and
-  dilations (height, width), padding ("SAME", "VALID" or "EXPLICIT"),
-  explicit_pads (top, bottom, left, right), activation_mode, output_min,
-  output_max. The output is the last step's, bit for bit what the single
-  op gives step by step.
+  ``layers.conv_sequence_layout`` says; `attrs` is
+  ``_conv_sequence_attrs(steps)``. The output is the last step's, bit for
+  bit what the single op gives step by step.
   """
   ops = _loader.load_ops()
   eager = tf.executing_eagerly()
@@ -425,21 +444,8 @@ def _conv_sequence(conv_input, filters, epilogue, steps, name=None):
     for v in (filters, epilogue):  # as ReadVariableOp would (see above)
       resource_variable_ops.variable_accessed(v)
     return ops.resource_fused_int8_conv_sequence(
-        conv_input=conv_input,
-        filters=filters.handle,
-        epilogue=epilogue.handle,
-        steps=len(steps),
-        input_sources=[int(s["input_source"]) for s in steps],
-        side_sources=[int(s["side_source"]) for s in steps],
-        filter_shapes=[int(v) for s in steps for v in s["filter_shape"]],
-        per_channel_scales=[bool(s["per_channel_scale"]) for s in steps],
-        strides=[int(v) for s in steps for v in s["strides"]],
-        dilations=[int(v) for s in steps for v in s["dilations"]],
-        paddings=[s["padding"] for s in steps],
-        explicit_paddings=[int(v) for s in steps for v in s["explicit_pads"]],
-        activation_modes=[_activation(s["activation_mode"]) for s in steps],
-        output_mins=[int(s["output_min"]) for s in steps],
-        output_maxes=[int(s["output_max"]) for s in steps])
+        conv_input=conv_input, filters=filters.handle,
+        epilogue=epilogue.handle, **attrs)
 
 
 def _to_int8_view(x):
