@@ -11,6 +11,7 @@ measures nothing.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -358,6 +359,83 @@ def test_layer_table_ratios_against_best_and_best_exact_peer():
   assert "250*" in cells  # not exact: marked
   assert cells[-5:] == ["ort-u8", "0.80x", "litert", "1.25x", "exact"], line
   assert "64%" in cells and "avx2" in cells
+
+
+def test_models_table_has_a_row_per_forced_path():
+  rows = [_row("ours", 10.0, suite="models", layer="M", mode="graph",
+               cpu_kernel="avx512vnni", ms=2.0, exact=None),
+          _row("ours", 5.0, suite="models", layer="M", mode="graph",
+               cpu_kernel="avx2", forced="avx2", ms=4.0, exact=None),
+          _row("ours", None, suite="models", layer="M", mode="graph",
+               cpu_kernel="amx", forced="amx", ms=None, exact=None,
+               error="CPU kernel 'amx' is not supported"),
+          _row("litert", 8.0, suite="models", layer="M", ms=3.0, exact=None),
+          _row("tf_fp32", 1.0, suite="models", layer="M", mode="graph",
+               ms=12.0, exact=None)]
+  text = tables.models_table(rows, {})
+  lines = [l.split() for l in text.splitlines() if l.startswith("M ")]
+  assert len(lines) == 3, text
+  auto, avx2, amx = lines
+  # model batch thr kernel ours tf-fp32 litert vs-tf-fp32 vs-litert
+  assert auto[3:] == ["avx512vnni", "2.000", "12.000", "3.000", "6.00x",
+                      "1.50x"], text
+  assert avx2[3:] == ["forced", "avx2", "4.000", "12.000", "3.000", "3.00x",
+                      "0.75x"], text
+  assert amx[3:] == ["forced", "amx", "err", "12.000", "3.000", "-", "-"], text
+
+
+_OURS_MODEL_SCRIPT = r"""
+import json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.join(sys.argv[1], "tf_fused_int8", "benchmark",
+                                "workers"))
+import impl_ours
+fam = impl_ours.Family(1)
+import keras
+from tf_fused_int8 import quantization
+inp = keras.Input((9, 9, 3))
+y = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+y = keras.layers.Conv2D(8, 1)(y)
+model = keras.Model(inp, y)
+rng = np.random.default_rng(0)
+x = rng.uniform(-1, 1, (2, 9, 9, 3)).astype(np.float32)
+q = quantization.fuse_conv_sequences(quantization.quantize_model(model, x))
+paths = dict(int8_keras=os.path.join(sys.argv[2], "q.keras"),
+             float_keras=os.path.join(sys.argv[2], "f.keras"),
+             input=os.path.join(sys.argv[2], "x.npy"))
+q.save(paths["int8_keras"]); model.save(paths["float_keras"])
+np.save(paths["input"], x)
+st = fam.setup_model("k", paths, 2, paths=["portable", "no_such_path"])
+runs = fam.runs["k"]
+print(json.dumps(dict(
+    status=st["impls"], keys=sorted(runs),
+    same=bool(np.array_equal(runs["ours"]().numpy(),
+                             runs["ours@portable"]().numpy())),
+    env_after=os.environ.get(impl_ours.KERNEL_ENV))))
+"""
+
+
+def test_models_suite_forces_each_path_per_call(tmp_path):
+  """--paths in the models suite: "ours@P" is the same fused model run with
+  TF_FUSED_INT8_CPU_KERNEL=P during each call (an unknown P fails in the
+  op, so the variable is really read), with the same bits; the variable is
+  restored after the call."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  env.pop("TF_FUSED_INT8_CPU_KERNEL", None)
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  r = subprocess.run([sys.executable, "-c", _OURS_MODEL_SCRIPT, ROOT,
+                      str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                     text=True, timeout=600, check=False)
+  assert r.returncode == 0, r.stderr[-4000:]
+  out = json.loads(r.stdout.strip().splitlines()[-1])
+  assert out["status"]["ours"] is None and out["status"]["tf_fp32"] is None
+  assert out["status"]["ours@portable"] is None
+  assert re.match(r"InvalidArgumentError: FusedInt8ConvSequence step 0: "
+                  r"TF_FUSED_INT8_CPU_KERNEL=no_such_path is not one of ",
+                  out["status"]["ours@no_such_path"]), out["status"]
+  assert out["keys"] == ["ours", "ours@portable", "tf_fp32"]
+  assert out["same"]
+  assert out["env_after"] is None
 
 
 _OURS_LAYER_SCRIPT = r"""

@@ -11,7 +11,8 @@ What runs (each row: one layer or model, one batch size, one thread count):
                 call, each with its own filter, the time divided among them:
                 how it runs in a model), on the kernel path auto-selected for
                 this CPU, and each --paths path forced with
-                TF_FUSED_INT8_CPU_KERNEL;
+                TF_FUSED_INT8_CPU_KERNEL (in the models suite: one row per
+                path, the same fused model forced during each call);
   ours eager    one eager call (TF's per-call dispatch included);
   tf_int8       TensorFlow's built-in int8 _FusedConv2D CPU kernel (eager);
   tf_fp32       tf.nn.conv2d + bias_add + relu in float32 (graph, like ours);

@@ -201,7 +201,8 @@ def selected_impls():
         impls.append(name)
   if FLAGS.suite == "models":
     impls = [i for i in impls if i in ("ours", "tf_fp32", "litert",
-                                       "openvino_fp32", "openvino_int8")]
+                                       "openvino_fp32", "openvino_int8")
+             or i.startswith("ours@")]
   else:
     impls = [i for i in impls if not i.startswith("openvino")]
   return impls
@@ -498,7 +499,8 @@ def setup_on_workers(workers, impls, replies, op, **msg):
 def run_one_model(name, info, batch, impls, workers, threads):
   key = f"{name}|{batch}"
   entries, errors = setup_on_workers(workers, impls, {}, "setup_model",
-                                     key=key, model=info, batch=batch)
+                                     key=key, model=info, batch=batch,
+                                     paths=list(FLAGS.paths))
   seconds = time_interleaved(entries, key) if entries else {}
   for worker in workers.values():
     worker.call("release", key=key)
@@ -508,13 +510,15 @@ def run_one_model(name, info, batch, impls, workers, threads):
     if impl not in seconds and impl not in errors:
       continue
     s = seconds.get(impl)
+    base, _, path = impl.partition("@")
     rows.append(dict(suite="models", layer=name, batch=batch, threads=threads,
-                     impl=impl, mode="graph" if impl in ("ours", "tf_fp32")
-                     else None, forced=None, ms=s * 1e3 if s else None,
+                     impl=base, mode="graph" if base in ("ours", "tf_fp32")
+                     else None, forced=path or None,
+                     ms=s * 1e3 if s else None,
                      gops=2 * macs / s / 1e9 if s else None, exact=None,
                      exact_text=None,
-                     cpu_kernel=(workers["ours"].info.get("cpu_kernel")
-                                 if impl == "ours" else None),
+                     cpu_kernel=((path or workers["ours"].info.get("cpu_kernel"))
+                                 if base == "ours" else None),
                      peak_pct=None, check=None, macs=macs,
                      error=errors.get(impl)))
   return rows

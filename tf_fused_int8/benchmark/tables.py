@@ -135,18 +135,25 @@ def models_table(rows, models):
   header += [f"vs {SHORT[i]}" for i in present]
   out = []
   for (model, batch, threads), group in groups.items():
-    ours = _other(group, "ours")
-    ms = ours and ours["ms"]
-    cells = [model, str(batch), str(threads),
-             (ours or {}).get("cpu_kernel") or "-", _ms(ms)]
+    # The auto-selected path first, then each --paths path forced.
+    ours_rows = [r for r in group if r["impl"] == "ours" and not r["forced"]]
+    ours_rows += [r for r in group if r["impl"] == "ours" and r["forced"]]
     theirs = [_other(group, i) for i in present]
-    cells += [_ms(r and r["ms"]) if not (r and r["error"]) else "err"
-              for r in theirs]
-    cells += [_ratio(r and r["ms"], ms) for r in theirs]
-    out.append(cells)
+    for ours in ours_rows or [None]:
+      ms = ours["ms"] if ours and not ours["error"] else None
+      kernel = (ours or {}).get("cpu_kernel") or "-"
+      if ours and ours["forced"]:
+        kernel = "forced " + kernel
+      cells = [model, str(batch), str(threads), kernel,
+               _ms(ms) if not (ours and ours["error"]) else "err"]
+      cells += [_ms(r and r["ms"]) if not (r and r["error"]) else "err"
+                for r in theirs]
+      cells += [_ratio(r and r["ms"], ms) for r in theirs]
+      out.append(cells)
   lines = [render(header, out),
            "vs X = X's time / ours (above 1: ours is faster); ours = "
-           "quantize_model + fuse_conv_sequences, in a tf.function."]
+           "quantize_model + fuse_conv_sequences, in a tf.function; 'forced "
+           "P' = the same model with TF_FUSED_INT8_CPU_KERNEL=P (--paths)."]
   for name, info in models.items():
     lines.append(f"{name}: {info['macs'] / 1e9:.2f} GMACs per image, "
                  f"{info['int8_regions']} int8 region(s), cosine(float, int8 "

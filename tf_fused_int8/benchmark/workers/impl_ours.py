@@ -287,7 +287,7 @@ class Family(protocol.KeyedRuns):
 
   # -------------------------------------------------------------- models
 
-  def setup_model(self, key, model, batch):
+  def setup_model(self, key, model, batch, paths=()):
     import keras  # pylint: disable=g-import-not-at-top
     tf = self.tf
     x = tf.constant(np.load(model["input"])[:batch])
@@ -295,9 +295,14 @@ class Family(protocol.KeyedRuns):
     def build(path):
       f = tf.function(keras.models.load_model(path, compile=False))
       return lambda: f(x)
-    self.runs[key], status = protocol.setup_each(
-        {"ours": lambda: build(model["int8_keras"]),
-         "tf_fp32": lambda: build(model["float_keras"])})
+    builders = {"ours": lambda: build(model["int8_keras"]),
+                "tf_fp32": lambda: build(model["float_keras"])}
+    for p in paths:
+      # ours@PATH: the same fused model, its kernels forced to PATH per call
+      # (a model of its own, so the packed-weight caches do not alternate).
+      builders["ours@" + p] = (
+          lambda p=p: _forced(p, build(model["int8_keras"])))
+    self.runs[key], status = protocol.setup_each(builders)
     return dict(impls=status)
 
 

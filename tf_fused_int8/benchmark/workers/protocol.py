@@ -90,8 +90,16 @@ def time_calls(fn, n):
 
 def error_text(e):
   """One line for a failed implementation: the exception's type and the
-  first line of its message."""
-  return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+  first line of its message (for TF's "Graph execution error:" the op's
+  own message, the line that says what went wrong)."""
+  lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+  line = lines[0] if lines else ""
+  if line.startswith("Graph execution error") and len(lines) > 1:
+    # The rest is "Detected at node ...", the traceback's "File ..." lines,
+    # the message, and "[[{{node ...}}]]".
+    line = next((l for l in lines[1:]
+                 if not l.startswith(("Detected at", "File ", "[["))), line)
+  return f"{type(e).__name__}: {line[:300]}"
 
 
 def setup_each(builders):
