@@ -402,10 +402,11 @@ x = rng.uniform(-1, 1, (2, 9, 9, 3)).astype(np.float32)
 q = quantization.fuse_conv_sequences(quantization.quantize_model(model, x))
 paths = dict(int8_keras=os.path.join(sys.argv[2], "q.keras"),
              float_keras=os.path.join(sys.argv[2], "f.keras"),
-             input=os.path.join(sys.argv[2], "x.npy"))
+             input=os.path.join(sys.argv[2], "x.npy"),
+             paths=["portable", "no_such_path"])
 q.save(paths["int8_keras"]); model.save(paths["float_keras"])
 np.save(paths["input"], x)
-st = fam.setup_model("k", paths, 2, paths=["portable", "no_such_path"])
+st = fam.setup_model("k", paths, 2)
 runs = fam.runs["k"]
 print(json.dumps(dict(
     status=st["impls"], keys=sorted(runs),

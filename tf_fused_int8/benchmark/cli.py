@@ -498,9 +498,10 @@ def setup_on_workers(workers, impls, replies, op, **msg):
 
 def run_one_model(name, info, batch, impls, workers, threads):
   key = f"{name}|{batch}"
+  # The forced paths travel in the model's dict (as in a layer's spec).
   entries, errors = setup_on_workers(workers, impls, {}, "setup_model",
-                                     key=key, model=info, batch=batch,
-                                     paths=list(FLAGS.paths))
+                                     key=key, batch=batch,
+                                     model=dict(info, paths=list(FLAGS.paths)))
   seconds = time_interleaved(entries, key) if entries else {}
   for worker in workers.values():
     worker.call("release", key=key)

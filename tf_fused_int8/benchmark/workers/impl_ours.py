@@ -35,7 +35,8 @@ impls:
                 call like "ours", each output consumed the same way (each on
                 its own filter: see below).
 Models (setup_model): ours = the quantize_model int8 model, tf_fp32 = the
-float model, each called as a tf.function.
+float model, each called as a tf.function; ours@PATH for each of the
+model's "paths" as in the layer suite.
 """
 
 import ctypes
@@ -287,7 +288,7 @@ class Family(protocol.KeyedRuns):
 
   # -------------------------------------------------------------- models
 
-  def setup_model(self, key, model, batch, paths=()):
+  def setup_model(self, key, model, batch):
     import keras  # pylint: disable=g-import-not-at-top
     tf = self.tf
     x = tf.constant(np.load(model["input"])[:batch])
@@ -297,7 +298,7 @@ class Family(protocol.KeyedRuns):
       return lambda: f(x)
     builders = {"ours": lambda: build(model["int8_keras"]),
                 "tf_fp32": lambda: build(model["float_keras"])}
-    for p in paths:
+    for p in model.get("paths", ()):
       # ours@PATH: the same fused model, its kernels forced to PATH per call
       # (a model of its own, so the packed-weight caches do not alternate).
       builders["ours@" + p] = (
