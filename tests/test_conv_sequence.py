@@ -8,6 +8,8 @@ step by step, on every CPU kernel path, and what the layers give one by one.
 
 import collections
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -509,3 +511,46 @@ def test_shared_layers_and_two_model_inputs():
   x = {k: rng.integers(-128, 128, (2, 6, 6, 4)).astype(np.int8) for k in "ab"}
   for got, want in zip(tf.function(fused)(x), model(x)):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_step_times_are_recorded_only_when_asked(tmp_path):
+  """TF_FUSED_INT8_STEP_TIMES=1 (tf_fused_int8.benchmark.step_times): every
+  step of the sequence timed on every call, named by its shapes; nothing
+  recorded without it; the command line on a saved, unfused int8 model."""
+  from tf_fused_int8.benchmark import step_times  # pylint: disable=g-import-not-at-top
+  q, x = _quantized(_mobilenet_like())
+  fused = quantization.fuse_conv_sequences(q)
+  (seq,) = _sequences(fused)
+  step_times.read_step_times(clear=True)
+  tf.function(fused)(x)
+  assert step_times.read_step_times() == []
+  rows, call_us = step_times.measure(fused, tf.constant(x), calls=4, warmup=1)
+  assert "TF_FUSED_INT8_STEP_TIMES" not in os.environ
+  assert [r["step"] for r in rows] == list(range(10))
+  assert len({r["node"] for r in rows}) == 1
+  assert all(r["calls"] == 4 and r["total_ns"] > 0 for r in rows)
+  what = [r["what"] for r in rows]
+  # stem, then per block: expand 1x1, depthwise 3x3 (24 groups), project
+  # 1x1 (with the residual side input in the first two blocks).
+  assert what[:4] == ["3x12x10x3 3x3x3x8 s2",
+                      "3x6x5x8 1x1x8x24", "3x6x5x24 3x3x1x24 g24",
+                      "3x6x5x24 1x1x24x8 +side"], what
+  assert what[8] == "3x6x5x24 3x3x1x24 s2 g24", what
+  assert sum(r["us"] for r in rows) < call_us
+  assert "steps: 10, their sum" in step_times.format_table(rows, call_us)
+  del seq
+
+  path = str(tmp_path / "q.keras")
+  q.save(path)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  env["PYTHONPATH"] = (os.path.dirname(os.path.dirname(__file__)) + os.pathsep
+                       + env.get("PYTHONPATH", ""))
+  r = subprocess.run([sys.executable, "-m", "tf_fused_int8.benchmark.step_times",
+                      path, "--batch=2", "--threads=1", "--calls=3"],
+                     env=env, capture_output=True, text=True, timeout=600,
+                     check=False)
+  assert r.returncode == 0, r.stderr[-3000:]
+  lines = r.stdout.splitlines()
+  assert len([l for l in lines if " 3x3x1x24 " in l]) == 3, r.stdout
+  assert "2x12x10x3 3x3x3x8 s2" in r.stdout
+  assert lines[-1].startswith("steps: 10, their sum"), r.stdout

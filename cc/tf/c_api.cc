@@ -11,6 +11,7 @@
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/peak/peak.h"
 #include "cc/core/fused_conv.h"
+#include "cc/tf/step_times.h"
 
 extern "C" {
 
@@ -59,6 +60,17 @@ __attribute__((visibility("default"))) void tf_fused_int8_packed_weights_stats(
   const int64_t v[] = {s.hits, s.misses, s.stale, s.evictions,
                        s.pinned_hits, s.entries, s.bytes};
   for (int i = 0; i < 7; ++i) out[i] = v[i];
+}
+
+// The sequence op's per-step times (cc/tf/step_times.h) as text, one
+// "node\tstep\tcalls\ttotal_ns\tdescription" line per step; clear != 0
+// empties the table after reading it.
+__attribute__((visibility("default"))) const char* tf_fused_int8_step_times(
+    int clear) {
+  thread_local std::string result;
+  result = tf_fused_int8::StepTimesText();
+  if (clear) tf_fused_int8::ClearStepTimes();
+  return result.c_str();
 }
 
 }  // extern "C"

@@ -18,6 +18,7 @@
 // Intermediate outputs are temporaries, each released after its last reader
 // (so TF's allocator hands the memory to the next step while it is still in
 // cache); the last step writes the op's output.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 
 #include "cc/tf/conv_validation.h"
 #include "cc/tf/cpu_conv.h"
+#include "cc/tf/step_times.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -285,8 +287,16 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         in.side_input_scale = &zero_scale_;
       }
       const bool last = i == steps_ - 1;
+      const auto t0 = time_steps_ ? std::chrono::steady_clock::now()
+                                  : std::chrono::steady_clock::time_point();
       OP_REQUIRES_OK(ctx, InStep(i, RunFusedConvCpu(ctx, attrs_[i], in, pin,
                                                     last ? nullptr : &sources[i + 1])));
+      if (time_steps_) {
+        const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - t0)
+                               .count();
+        RecordStepTime(name(), i, ns, [&] { return Describe(i, *in.input); });
+      }
       for (int64_t k = 0; k <= i; ++k) {
         if (last_reader_[k] == i) sources[k] = Tensor();
       }
@@ -294,6 +304,31 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   }
 
  private:
+  // "NxHxWxC KhxKwxCixCo s2 d2 g4 +side" for the step-times table.
+  std::string Describe(int64_t i, const Tensor& input) const {
+    const int64_t* f = &filter_shapes_[4 * i];
+    std::string s;
+    for (int d = 0; d < input.dims(); ++d) {
+      s += (d ? "x" : "") + std::to_string(input.dim_size(d));
+    }
+    s += " " + std::to_string(f[0]) + "x" + std::to_string(f[1]) + "x" +
+         std::to_string(f[2]) + "x" + std::to_string(f[3]);
+    const ConvAttrs& a = attrs_[i];
+    if (a.stride_h != 1 || a.stride_w != 1) {
+      s += " s" + std::to_string(a.stride_h) +
+           (a.stride_w != a.stride_h ? "x" + std::to_string(a.stride_w) : "");
+    }
+    if (a.dilation_h != 1 || a.dilation_w != 1) {
+      s += " d" + std::to_string(a.dilation_h) +
+           (a.dilation_w != a.dilation_h ? "x" + std::to_string(a.dilation_w) : "");
+    }
+    if (input.dims() == 4 && input.dim_size(3) != f[2]) {
+      s += " g" + std::to_string(input.dim_size(3) / f[2]);
+    }
+    if (side_sources_[i] >= 0) s += " +side";
+    return s;
+  }
+
   // Offsets (elements) of a step's weights in the two vectors; side_scale
   // -1 without a side input.
   struct StepLayout {
@@ -306,6 +341,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   std::vector<StepLayout> layout_;
   std::vector<ConvAttrs> attrs_;
   Tensor no_side_, zero_scale_;
+  // TF_FUSED_INT8_STEP_TIMES=1 when the kernel was made (step_times.h).
+  bool time_steps_ = StepTimesRequested();
 };
 
 }  // namespace
