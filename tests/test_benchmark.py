@@ -188,6 +188,18 @@ def test_cli_depthwise_suite_and_grouped_specs():
   assert by_name["7x7x8"].split()[-1] == "n/a"  # no counterpart to check
 
 
+def test_fp32_max_isa_limits_tfs_onednn_in_our_worker():
+  """--fp32_max_isa=AVX2: our worker (which times tf_fp32) starts with
+  ONEDNN_MAX_CPU_ISA=AVX2, and the output says so."""
+  r = _run_cli("--layers=6x7x8:3x3x16:1", *QUICK, "--peers=", "--notf_int8",
+               "--fp32_max_isa=AVX2", "--noprobes")
+  assert r.returncode == 0, r.stderr[-4000:]
+  assert ("note: tf-fp32 / tf-int8: TF's oneDNN limited to AVX2 "
+          "(ONEDNN_MAX_CPU_ISA, --fp32_max_isa)") in r.stdout, r.stdout
+  (row,) = _table_rows(r.stdout, "6x7x8 ")
+  assert "tf-fp32" in r.stdout and row.split()[-1] == "exact", row
+
+
 def test_bad_arguments_are_usage_errors():
   r = _run_cli("--layers=56x56", "--threads=1")
   assert r.returncode != 0

@@ -88,6 +88,13 @@ def define_flags():
   flags.DEFINE_float("min_time", 0.2, "Minimum seconds per timed repeat.")
   flags.DEFINE_bool("tf_int8", True, "Time TF's built-in int8 _FusedConv2D.")
   flags.DEFINE_bool("fp32", True, "Time TF fp32 conv2d + bias_add + relu.")
+  flags.DEFINE_enum("fp32_max_isa", "", ["", "SSE41", "AVX", "AVX2",
+                                         "AVX2_VNNI", "AVX512_CORE",
+                                         "AVX512_CORE_VNNI"],
+                    "Limit TF's oneDNN (tf_fp32, tf_int8) to this instruction "
+                    "set (ONEDNN_MAX_CPU_ISA in our worker), e.g. AVX2 to "
+                    "compare --paths=avx2 with float as a CPU without "
+                    "AVX-512 runs it. Our kernels do not use oneDNN.")
   flags.DEFINE_bool("check", True,
                     "Compare our output with TF's int8 kernel, bit for bit.")
   flags.DEFINE_bool("probes", True,
@@ -221,6 +228,11 @@ def start_workers(impls, threads, work_dir, notes):
   workers = {}
   for family in dict.fromkeys(family_of(i) for i in impls):
     python = sys.executable
+    family_env = env
+    if family == "ours" and FLAGS.fp32_max_isa:
+      # Read by oneDNN once, when TF first uses it: set before the worker
+      # starts.
+      family_env = dict(env, ONEDNN_MAX_CPU_ISA=FLAGS.fp32_max_isa)
     if family in PEER_VENV_FAMILIES:
       python = peers_python()
       if not os.path.exists(python):
@@ -228,7 +240,11 @@ def start_workers(impls, threads, work_dir, notes):
                   f"or pass --peers_python)")
         continue
     try:
-      workers[family] = Worker(family, python, threads, work_dir, env)
+      workers[family] = Worker(family, python, threads, work_dir, family_env)
+      isa = workers[family].info.get("onednn_max_cpu_isa")
+      if isa:  # as the worker itself sees it
+        notes.add(f"tf-fp32 / tf-int8: TF's oneDNN limited to {isa} "
+                  f"(ONEDNN_MAX_CPU_ISA, --fp32_max_isa)")
     except WorkerError as e:
       first = str(e).splitlines()[0] if str(e) else "?"
       notes.add(f"{family}: skipped, it failed to start: {first}"

@@ -99,7 +99,8 @@ class Family(protocol.KeyedRuns):
   def info(self):
     return dict(tensorflow=self.tf.__version__, library=self.library,
                 cpu_kernel=self.kernel_path(),
-                peak_loops=self.lib.tf_fused_int8_peak_loops().decode())
+                peak_loops=self.lib.tf_fused_int8_peak_loops().decode(),
+                onednn_max_cpu_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", ""))
 
   # ------------------------------------------------------------ one layer
 
