@@ -351,3 +351,30 @@ def test_the_two_ops_have_the_same_signature_but_resource_inputs():
   op_harness.assert_ops_differ_only_in_resource_inputs(
       "FusedInt8Conv2DBiasActivation", "ResourceFusedInt8Conv2DBiasActivation",
       ("filter", "bias", "conv_input_scale"))
+
+
+def test_cpu_variable_verdict_per_device_string():
+  """ops._cpu_variable (which op an eager call or a trace picks): a CPU
+  resource variable of the dtype yes; a tensor, another dtype or a variable
+  on another device no; the verdict per device string is cached, and a
+  cached verdict is the same as the first."""
+  from tf_fused_int8 import ops as ops_lib  # pylint: disable=g-import-not-at-top
+
+  def placed(device):
+    class Placed(resource_variable_ops.ResourceVariable):
+      @property
+      def device(self):
+        return device
+    return Placed(np.zeros((1, 1, 4, 4), np.int8))
+
+  v = tf.Variable(np.zeros((1, 1, 4, 4), np.int8))
+  gpu = placed("/job:localhost/replica:0/task:0/device:GPU:0")
+  cpu = placed("/job:localhost/replica:0/task:0/device:CPU:0")
+  for _ in range(2):
+    assert ops_lib._cpu_variable(v, tf.int8)
+    assert not ops_lib._cpu_variable(v, tf.float32)
+    assert not ops_lib._cpu_variable(tf.constant(v), tf.int8)
+    assert not ops_lib._cpu_variable(gpu, tf.int8)
+    assert ops_lib._cpu_variable(cpu, tf.int8)
+  assert ops_lib._DEVICE_ON_CPU[
+      "/job:localhost/replica:0/task:0/device:GPU:0"] is False

@@ -137,8 +137,21 @@ def _cpu_variable(value, dtype):
   if value.dtype != dtype:
     return False
   device = value.device
-  return not device or tf.DeviceSpec.from_string(device).device_type in (
-      None, "CPU")
+  if not device:
+    return True
+  on_cpu = _DEVICE_ON_CPU.get(device)
+  if on_cpu is None:
+    # Parsing the device string took about 4 us of each eager call per
+    # variable (three per layer call); a process sees few device strings.
+    if len(_DEVICE_ON_CPU) >= _MAX_EAGER_CONSTANTS:
+      _DEVICE_ON_CPU.clear()
+    on_cpu = _DEVICE_ON_CPU[device] = tf.DeviceSpec.from_string(
+        device).device_type in (None, "CPU")
+  return on_cpu
+
+
+# _cpu_variable's verdict per device string.
+_DEVICE_ON_CPU = {}
 
 
 def _empty_side_input(dtype, eager):
