@@ -373,6 +373,19 @@ def test_layer_table_ratios_against_best_and_best_exact_peer():
   assert "64%" in cells and "avx2" in cells
 
 
+def _run_worker_script(script, tmp_path, **env_vars):
+  """Runs `script` (argv: the repository, tmp_path) in a fresh Python with
+  no path forced; returns the JSON of its last line."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env_vars)
+  env.pop("TF_FUSED_INT8_CPU_KERNEL", None)
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  r = subprocess.run([sys.executable, "-c", script, ROOT, str(tmp_path)],
+                     cwd=ROOT, env=env, capture_output=True, text=True,
+                     timeout=600, check=False)
+  assert r.returncode == 0, r.stderr[-4000:]
+  return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_models_table_has_a_row_per_forced_path():
   rows = [_row("ours", 10.0, suite="models", layer="M", mode="graph",
                cpu_kernel="avx512vnni", ms=2.0, exact=None),
@@ -433,14 +446,7 @@ def test_models_suite_forces_each_path_per_call(tmp_path):
   TF_FUSED_INT8_CPU_KERNEL=P during each call (an unknown P fails in the
   op, so the variable is really read), with the same bits; the variable is
   restored after the call."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  env.pop("TF_FUSED_INT8_CPU_KERNEL", None)
-  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  r = subprocess.run([sys.executable, "-c", _OURS_MODEL_SCRIPT, ROOT,
-                      str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
-                     text=True, timeout=600, check=False)
-  assert r.returncode == 0, r.stderr[-4000:]
-  out = json.loads(r.stdout.strip().splitlines()[-1])
+  out = _run_worker_script(_OURS_MODEL_SCRIPT, tmp_path)
   assert out["status"]["ours"] is None and out["status"]["tf_fp32"] is None
   assert out["status"]["ours@portable"] is None
   assert re.match(r"InvalidArgumentError: FusedInt8ConvSequence step 0: "
@@ -495,14 +501,8 @@ def test_ours_layer_row_runs_as_a_keras_layer(tmp_path):
   variables' resource op (the filter pinned: pinned cache hits on paths
   that cache packings) and every output consumed (one element each, the
   op's real result), not GRAPH_OPS outputs kept alive together."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-             TF_FUSED_INT8_BENCH_GRAPH_OPS="3")
-  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  r = subprocess.run([sys.executable, "-c", _OURS_LAYER_SCRIPT, ROOT,
-                      str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
-                     text=True, timeout=600, check=False)
-  assert r.returncode == 0, r.stderr[-4000:]
-  out = json.loads(r.stdout.strip().splitlines()[-1])
+  out = _run_worker_script(_OURS_LAYER_SCRIPT, tmp_path,
+                           TF_FUSED_INT8_BENCH_GRAPH_OPS="3")
   assert len(out["got"]) == 3
   assert out["got"] == out["want"]
   assert out["want"][0] != 0  # seed 5: a real value, not a clipped zero
