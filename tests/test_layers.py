@@ -77,6 +77,81 @@ def test_layer_matches_reference(case):
   assert layer.compute_output_shape(case.input_shape) == case.output_shape
 
 
+@pytest.fixture
+def keras_calls(monkeypatch):
+  """The layers whose calls went through Keras's Layer.__call__."""
+  seen = []
+  keras_call = keras.layers.Layer.__call__
+
+  def counting(self, *args, **kwargs):
+    seen.append(type(self).__name__)
+    return keras_call(self, *args, **kwargs)
+  monkeypatch.setattr(keras.layers.Layer, "__call__", counting)
+  return seen
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name() for c in CASES])
+def test_eager_fast_call_gives_keras_calls_bits(case, keras_calls):
+  """layers._EagerCall: a built layer called eagerly on tf tensors runs
+  call() without Keras's __call__ machinery, with the reference's bits and
+  Keras's path's bits; numpy inputs take Keras's path (which converts them)."""
+  inputs = testing.make_inputs(case, seed=4)
+  layer = layer_for_case(case, inputs)
+  x = tf.constant(inputs["conv_input"])
+  kw = ({"side_input": tf.constant(inputs["side_input"])} if case.side_input
+        else {})
+  got = layer(x, **kw)
+  assert keras_calls == []
+  want = op_harness.run_reference(case, inputs)
+  op_harness.assert_same_bits(got.numpy(), want, case.name())
+  via_keras = call_layer(layer, case, inputs)  # numpy: Keras's path
+  assert keras_calls == ["QuantizedFusedConv2D"]
+  np.testing.assert_array_equal(via_keras.numpy(), got.numpy())
+
+
+def test_eager_fast_call_only_where_it_changes_nothing(keras_calls):
+  case = CASES[1]  # with a side input
+  inputs = testing.make_inputs(case, seed=5)
+  x = tf.constant(inputs["conv_input"])
+  side = tf.constant(inputs["side_input"])
+  unbuilt = QFC(case.out_channels, 3, padding="same", use_side_input=True)
+  unbuilt(x, side_input=side)  # builds: Keras's path
+  assert keras_calls == ["QuantizedFusedConv2D"]
+  keras_calls.clear()
+  unbuilt(x, side_input=side)
+  assert keras_calls == []
+  layer = layer_for_case(case, inputs)
+  want = layer(x, side_input=side).numpy()
+  # In a graph: Keras's path (tracing), the same bits.
+  got = tf.function(lambda a, b: layer(a, side_input=b))(x, side)
+  np.testing.assert_array_equal(got.numpy(), want)
+  assert keras_calls == ["QuantizedFusedConv2D"]
+  keras_calls.clear()
+  # Symbolic inputs (building a functional model): Keras's path.
+  inp = keras.Input(case.input_shape[1:], dtype="int8")
+  res = keras.Input(case.output_shape[1:], dtype="int8")
+  model = keras.Model([inp, res], layer(inp, side_input=res))
+  assert "QuantizedFusedConv2D" in keras_calls
+  keras_calls.clear()
+  # An eager functional model call: the layer's call is fast, same bits.
+  np.testing.assert_array_equal(model([x, side]).numpy(), want)
+  assert "QuantizedFusedConv2D" not in keras_calls
+  # A tensor with a Keras mask: Keras's path (which warns that the layer
+  # drops the mask), the same bits.
+  masked = tf.identity(x)
+  masked._keras_mask = tf.ones(x.shape[:3], tf.bool)  # pylint: disable=protected-access
+  keras_calls.clear()
+  with pytest.warns(UserWarning, match="does not support masking"):
+    np.testing.assert_array_equal(
+        layer(masked, side_input=side).numpy(), want)
+  assert keras_calls == ["QuantizedFusedConv2D"]
+  # An unknown keyword: Keras's path, which rejects it as it always did.
+  keras_calls.clear()
+  with pytest.raises(TypeError):
+    layer(x, side_input=side, bogus=1)
+  assert keras_calls == ["QuantizedFusedConv2D"]
+
+
 def test_weights_and_attributes():
   case = CASES[1]
   layer = layer_for_case(case)
@@ -398,3 +473,31 @@ def test_from_float_weights_formula_and_accuracy():
     QFC.from_float_weights(w, b, input_scale=0.0, output_scale=1.0)
   with pytest.raises(ValueError, match="HWIO"):
     QFC.from_float_weights(w[0], b)
+
+
+def test_eager_fast_call_of_the_quantization_layers(keras_calls):
+  """Quantize / Dequantize / Int8ReLU take the fast path on eager tensors
+  with Keras's bits; a float input of another dtype than the layer's
+  compute dtype (which Keras would cast) takes Keras's path."""
+  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(0, 3, (2, 5, 4, 3)).astype(np.float32))
+  q = quantization.Quantize(0.05)
+  dq = quantization.Dequantize(0.05)
+  relu = quantization.Int8ReLU(output_max=40)
+  for layer in (q, dq, relu):
+    layer.build(None)
+  keras_calls.clear()
+  xq = q(x)
+  y = dq(relu(xq))
+  assert keras_calls == []
+  via_keras = [keras.layers.Layer.__call__(q, x)]
+  via_keras.append(keras.layers.Layer.__call__(
+      dq, keras.layers.Layer.__call__(relu, via_keras[0])))
+  np.testing.assert_array_equal(xq.numpy(), via_keras[0].numpy())
+  np.testing.assert_array_equal(y.numpy(), via_keras[1].numpy())
+  keras_calls.clear()
+  x16 = tf.cast(x, tf.float16)
+  np.testing.assert_array_equal(q(x16).numpy(),
+                                keras.layers.Layer.__call__(q, x16).numpy())
+  assert keras_calls[0] == "Quantize"

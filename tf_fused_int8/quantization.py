@@ -85,6 +85,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_fused_int8 import ops
+from tf_fused_int8.layers import _EagerCall
 from tf_fused_int8.layers import QuantizedConvSequence
 from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
@@ -124,7 +125,7 @@ def _check_scale(scale, what):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Quantize(keras.layers.Layer):
+class Quantize(_EagerCall, keras.layers.Layer):
   """float -> int8: ``q = clip(round_half_to_even(x / scale), -128, 127)``.
 
   ``x`` is cast to float32 first; ``scale`` is a float32 number (the real
@@ -160,7 +161,7 @@ class Quantize(keras.layers.Layer):
     return config
 
 
-class _Int8ScaledLayer(keras.layers.Layer):
+class _Int8ScaledLayer(_EagerCall, keras.layers.Layer):
   """An inference-only float32-policy layer from an int8 tensor at
   `input_scale` to an int8 tensor at `output_scale` (both checked, both in
   its config)."""
@@ -285,7 +286,7 @@ class Int8LayerNormalization(_Int8ScaledLayer):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Dequantize(keras.layers.Layer):
+class Dequantize(_EagerCall, keras.layers.Layer):
   """int8 -> float32: ``x = float32(q) * scale`` (exact for int8 q)."""
 
   def __init__(self, scale, **kwargs):
@@ -934,7 +935,7 @@ class Int8Reshape(_KeepsInputDtype, keras.layers.Reshape):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Int8Dropout(keras.layers.Layer):
+class Int8Dropout(_EagerCall, keras.layers.Layer):
   """A Dropout / SpatialDropout2D of an int8 tensor in the quantized
   (inference) model: the identity, as those layers are at inference. Keeps
   the float layer's config (rate, noise_shape, seed) for reference."""
@@ -959,7 +960,7 @@ class Int8Dropout(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Int8ReLU(keras.layers.Layer):
+class Int8ReLU(_EagerCall, keras.layers.Layer):
   """A ReLU / ReLU6 / ReLU(max_value=m) of an int8 tensor that no conv
   absorbed (its input has other readers, e.g. Xception's pre-activations
   beside the residual), in int8 at the input's scale s: clip(q, 0,
