@@ -12,7 +12,9 @@
 //   not in L2 at each call), instead of one hot filter. BENCH_CORE_THREADS=2
 //   runs the core's ParallelFor on a second thread that spins between calls
 //   and claims units from a shared counter, like cc/tf/pool_parallel_for.cc
-//   with its helpers hot (the whole model case), for plan experiments.
+//   with its helpers hot (the whole model case), for plan experiments;
+//   BENCH_CORE_INLINE=C moves its inline bound (default 60000 cycles, the
+//   pool's kInlineCycles; 0 splits every call).
 //   BENCH_CORE_PIN=1 pins the filters, as the TF resource op does with a
 //   Keras layer's variables: the cached packing is used with no check (the
 //   time a model's layer takes; unpinned, large filters are checked panel by
@@ -157,15 +159,19 @@ int main(int argc, char** argv) {
   ParallelFor pf;
   std::unique_ptr<SpinPool> pool;
   const char* threads_env = std::getenv("BENCH_CORE_THREADS");
+  // BENCH_CORE_INLINE=C: the inline bound in cycles (default 60000, as
+  // cc/tf/pool_parallel_for.cc's kInlineCycles; 0: split every call).
+  const char* inline_env = std::getenv("BENCH_CORE_INLINE");
+  const int64_t inline_cycles = inline_env != nullptr ? std::atoll(inline_env) : 60000;
   if (threads_env != nullptr && std::atoi(threads_env) == 2) {
     pool.reset(new SpinPool());
     pf.num_threads = 2;
     SpinPool* p = pool.get();
-    pf.run = [p](int64_t total, int64_t cost,
-                 const std::function<void(int64_t, int64_t)>& fn) {
+    pf.run = [p, inline_cycles](int64_t total, int64_t cost,
+                                const std::function<void(int64_t, int64_t)>& fn) {
       // Calls below cc/tf/pool_parallel_for.cc's kInlineCycles run inline
       // there too.
-      if (total * cost < 60000) {
+      if (total * cost < inline_cycles) {
         fn(0, total);
       } else {
         p->Run(total, fn);
