@@ -96,6 +96,27 @@ absl::Status Aligned(OpKernelContext* ctx, Tensor* t, bool* shared) {
   return absl::OkStatus();
 }
 
+// Input `index` (`name`), one of the two weight vectors: exactly `dtype`
+// (spelled `type_name` in the message) [total], where `layout` says what it
+// holds; 64-byte aligned on return (Aligned).
+absl::Status WeightVector(OpKernelContext* ctx, bool resource, int index,
+                          const char* name, tensorflow::DataType dtype,
+                          const char* type_name, int64_t total, const char* layout,
+                          Tensor* value, bool* shared) {
+  TF_RETURN_IF_ERROR(WeightInput(ctx, resource, index, name, value, shared));
+  if (value->dtype() != dtype || value->dims() != 1 || value->NumElements() != total) {
+    return absl::InvalidArgumentError(
+        std::string(kOp) + ": " + name + " must be " + type_name + " [" +
+        std::to_string(total) + "] (" + layout + "), got " +
+        tensorflow::DataTypeString(value->dtype()) + " " + value->shape().DebugString());
+  }
+  // The views (View) are at multiples of 64 bytes from the vector's start,
+  // and TF's flat<float>() aborts on data that is not 64-byte aligned: a
+  // vector that does not start aligned (a slice forwarded as an input) is
+  // copied first.
+  return Aligned(ctx, value, shared);
+}
+
 // A view of `n` elements of the vector `blob` from `offset`, with `shape`.
 Tensor View(const Tensor& blob, int64_t offset, int64_t n, const TensorShape& shape) {
   Tensor view;
@@ -230,33 +251,16 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Tensor filters, epilogue;
     bool filters_shared = false, unused = false;
-    OP_REQUIRES_OK(ctx, WeightInput(ctx, kResource, 1, "filters", &filters, &filters_shared));
-    OP_REQUIRES_OK(ctx, WeightInput(ctx, kResource, 2, "epilogue", &epilogue, &unused));
-    OP_REQUIRES(ctx,
-                filters.dtype() == tensorflow::DT_INT8 && filters.dims() == 1 &&
-                    filters.NumElements() == filter_total_,
-                absl::InvalidArgumentError(
-                    std::string(kOp) + ": filters must be int8 [" +
-                    std::to_string(filter_total_) +
-                    "] (every step's filter of filter_shapes, each at a multiple "
-                    "of 64), got " + tensorflow::DataTypeString(filters.dtype()) + " " +
-                    filters.shape().DebugString()));
-    OP_REQUIRES(ctx,
-                epilogue.dtype() == tensorflow::DT_FLOAT && epilogue.dims() == 1 &&
-                    epilogue.NumElements() == epilogue_total_,
-                absl::InvalidArgumentError(
-                    std::string(kOp) + ": epilogue must be float32 [" +
-                    std::to_string(epilogue_total_) +
-                    "] (per step: bias, conv_input_scale, side_input_scale, each at a "
-                    "multiple of 16), got " +
-                    tensorflow::DataTypeString(epilogue.dtype()) + " " +
-                    epilogue.shape().DebugString()));
-    // The views below are at multiples of 64 bytes from the vectors' start,
-    // and TF's flat<float>() aborts on data that is not 64-byte aligned: a
-    // vector that does not start aligned (a slice forwarded as an input)
-    // is copied first.
-    OP_REQUIRES_OK(ctx, Aligned(ctx, &filters, &filters_shared));
-    OP_REQUIRES_OK(ctx, Aligned(ctx, &epilogue, &unused));
+    OP_REQUIRES_OK(ctx, WeightVector(ctx, kResource, 1, "filters", tensorflow::DT_INT8,
+                                     "int8", filter_total_,
+                                     "every step's filter of filter_shapes, each at a "
+                                     "multiple of 64",
+                                     &filters, &filters_shared));
+    OP_REQUIRES_OK(ctx, WeightVector(ctx, kResource, 2, "epilogue", tensorflow::DT_FLOAT,
+                                     "float32", epilogue_total_,
+                                     "per step: bias, conv_input_scale, "
+                                     "side_input_scale, each at a multiple of 16",
+                                     &epilogue, &unused));
     // As ResourceFusedInt8ConvCpuOp: the variable's own buffer pins the
     // packed weights (each step's filter is a slice of it).
     std::shared_ptr<const void> pin;
