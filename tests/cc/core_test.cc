@@ -29,6 +29,7 @@
 
 #include "cc/core/channel_scale.h"
 #include "cc/core/conv_params.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
 #include "tests/cc/expect.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/cpu/gemm/packed_weights.h"
@@ -160,8 +161,15 @@ FusedConvArgs MakeCase(std::mt19937* rng, Padding* padding, Buffers* b) {
 }
 
 // Weight sources of the ISA paths (cpu::SetWeightModeForTesting): automatic,
-// always the cached packing (verified), always packed on the fly.
+// always the cached packing (verified), always packed on the fly. The
+// depthwise driver's prepared weights come from its cache in modes 0 and 1
+// and are prepared per call in mode 2.
 const int kWeightModes[] = {0, 1, 2};
+
+void SetWeightMode(int mode) {
+  cpu::SetWeightModeForTesting(mode);
+  cpu::SetDepthwiseCacheForTesting(mode != 2);
+}
 
 // A random output lookup table (256 int8 entries).
 std::vector<int8_t> RandomLut(std::mt19937* rng) {
@@ -187,7 +195,7 @@ void TestPathsMatchReference(int cases) {
     for (KernelPath p : g_paths) {
       for (int mode : kWeightModes) {
         if (p == KernelPath::kPortable && mode != 0) continue;
-        cpu::SetWeightModeForTesting(mode);
+        SetWeightMode(mode);
         for (int threads : {1, 2, 3}) {
           std::vector<int8_t> got(want.size(), 77);
           a.output = got.data();
@@ -208,7 +216,7 @@ void TestPathsMatchReference(int cases) {
           ++checked;
         }
       }
-      cpu::SetWeightModeForTesting(0);
+      SetWeightMode(0);
     }
   }
   std::printf("paths vs reference: %d runs checked\n", checked);
@@ -247,7 +255,7 @@ int CheckAllPaths(FusedConvArgs a, const char* what) {
                                OddParallelFor(3)};
     for (int mode : kWeightModes) {
     if (p == KernelPath::kPortable && mode != 0) continue;
-    cpu::SetWeightModeForTesting(mode);
+    SetWeightMode(mode);
     for (const ParallelFor& pf : pfs) {
       std::vector<int8_t> got(want.size(), 77);
       a.output = got.data();
@@ -264,7 +272,7 @@ int CheckAllPaths(FusedConvArgs a, const char* what) {
       ++runs;
     }
     }
-    cpu::SetWeightModeForTesting(0);
+    SetWeightMode(0);
   }
   return runs;
 }
@@ -1125,6 +1133,65 @@ void TestChangedFilterIsRepacked() {
                 "repacks)\n", mode, mode_runs, long(stale));
   }
   cpu::SetWeightModeForTesting(0);
+}
+
+// The depthwise driver's prepared weights (depthwise.h's cache): a call
+// after the filter, the scale or the bias changed in place, or with the
+// scale switched from per channel to scalar, gives the reference's answer
+// on every path; a repeated call with nothing changed uses the cache.
+void TestDepthwiseChangedOperands() {
+  struct L { int64_t n, h, c, k, m, stride; };
+  // MobileNetV2's shapes (64-channel blocks, a half block, a 16-channel
+  // rest, stride 2, the 7x7 global average), a 5x5 and a multiplier of 2.
+  const L layers[] = {{1, 14, 144, 3, 1, 1}, {1, 7, 960, 3, 1, 1},
+                      {1, 28, 192, 3, 1, 2}, {1, 7, 1280, 7, 1, 1},
+                      {2, 9, 32, 3, 1, 1},   {1, 8, 24, 5, 2, 1}};
+  SetWeightMode(0);
+  const cpu::DepthwiseCacheStats before = cpu::GetDepthwiseCacheStats();
+  int changes = 0, repeats = 0;
+  std::mt19937 rng(91);
+  for (const L& l : layers) {
+    Buffers b;
+    FusedConvArgs a = LayerCase(l.n, l.h, l.h, l.c, l.k, l.c * l.m, l.stride,
+                                l.n == 2, &rng, &b, /*groups=*/l.c);
+    for (KernelPath p : g_paths) {
+      a.per_channel_scale = true;
+      std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
+      for (int change = 0; change < 6; ++change) {
+        a.output = got.data();
+        EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
+        const size_t n = b.filter.size();
+        const int64_t c = static_cast<int64_t>(rng() % b.bias.size());
+        switch (change) {
+          case 0: b.filter[0] ^= static_cast<int8_t>(1 + rng() % 255); break;
+          case 1: b.filter[n - 1] ^= static_cast<int8_t>(1 + rng() % 255); break;
+          case 2: b.scale[c] *= 1.5f; break;
+          case 3: b.bias[c] += 7.0f; break;
+          case 4: a.per_channel_scale = false; break;
+          default: break;  // nothing: the entry is used as it is
+        }
+        changes += change < 4;
+        repeats += change == 5;
+        a.output = got.data();
+        EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
+        a.output = want.data();
+        RunReference(a);
+        EXPECT(got == want, "depthwise %ldx%ldx%ld k%ld m%ld s%ld path %s: "
+               "change %d served stale", long(l.n), long(l.h), long(l.c),
+               long(l.k), long(l.m), long(l.stride), KernelPathName(p), change);
+      }
+    }
+  }
+  const cpu::DepthwiseCacheStats after = cpu::GetDepthwiseCacheStats();
+  EXPECT(after.stale - before.stale >= changes, "stale preparations %ld < "
+         "changes %d", long(after.stale - before.stale), changes);
+  EXPECT(after.hits - before.hits >= repeats, "cache hits %ld < repeats %d",
+         long(after.hits - before.hits), repeats);
+  EXPECT(after.entries <= cpu::kDepthwiseCacheMaxEntries &&
+         after.bytes <= cpu::kDepthwiseCacheMaxBytes, "cache over its bound");
+  std::printf("depthwise changed operands: %d changes, %d repeats (%ld stale, "
+              "%ld hits)\n", changes, repeats, long(after.stale - before.stale),
+              long(after.hits - before.hits));
 }
 
 // Pinned filters (FusedConvArgs::filter_pin): a pinned call on a pinned
@@ -2003,6 +2070,7 @@ int main() {
   TestWinogradEdges();
   TestWinogradEligibility();
   TestChangedFilterIsRepacked();
+  TestDepthwiseChangedOperands();
   TestCacheBound();
   TestPinnedFilters();
   if (testing::ExpectFailures()) {

@@ -21,6 +21,8 @@
 //   panel while computing: 7x7x512 3x3 -> 512 on one Zen 5 thread ran 289 us
 //   pinned, 389 us unpinned).
 //   BENCH_CORE_LUT=1 adds an output lookup table (FusedConvArgs::output_lut).
+//   BENCH_CORE_DW_CACHE=0 makes depthwise calls prepare their weights on
+//   every call instead of once per filter (depthwise.h's cache).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "cc/core/conv_params.h"
+#include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/fused_conv.h"
 
 namespace {
@@ -156,6 +159,12 @@ int main(int argc, char** argv) {
   std::shared_ptr<const void> pin_token(static_cast<const void*>(&ws),
                                         [](const void*) {});
   if (pin) a.filter_pin = pin_token;
+  // BENCH_CORE_DW_CACHE=0: depthwise calls prepare their weights on every
+  // call (as before the prepared-weights cache, depthwise.h).
+  const char* dw_cache_env = std::getenv("BENCH_CORE_DW_CACHE");
+  if (dw_cache_env != nullptr && std::atoi(dw_cache_env) == 0) {
+    cpu::SetDepthwiseCacheForTesting(false);
+  }
   ParallelFor pf;
   std::unique_ptr<SpinPool> pool;
   const char* threads_env = std::getenv("BENCH_CORE_THREADS");

@@ -4,10 +4,15 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <tuple>
 #include <vector>
 
 #include "cc/core/epilogue.h"
@@ -108,6 +113,189 @@ void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
   }
 }
 
+namespace {
+
+std::atomic<bool> g_cache_enabled{true};
+
+// What RunDepthwise prepares from a call's weights (depthwise.h), and the
+// operands it was prepared from.
+struct PreparedWeights {
+  // The operands: compared with the call's on every cache hit.
+  std::vector<int8_t> filter;  // [taps, channels]
+  std::vector<float> scale_in;  // 1 or channels values, as the call gave them
+  std::vector<float> bias_in;   // [channels]
+  // What the row kernels read.
+  std::vector<float> scale, bias;  // [padded_c] (scale broadcast when scalar)
+  std::unique_ptr<int32_t[]> wide;  // [taps, padded_c]
+  std::unique_ptr<void, decltype(&std::free)> prepared{nullptr, &std::free};
+  int64_t bytes = 0;
+
+  int64_t ScaleCount(const FusedConvArgs& a) const {
+    return a.per_channel_scale ? a.geo.out_c : 1;
+  }
+  // Whether a's weights, scale and bias are byte for byte the ones these
+  // were prepared from (bytes: a NaN scale or bias matches itself).
+  bool Matches(const FusedConvArgs& a) const {
+    const int64_t c = a.geo.out_c;
+    return static_cast<int64_t>(scale_in.size()) == ScaleCount(a) &&
+           std::memcmp(filter.data(), a.filter, filter.size()) == 0 &&
+           std::memcmp(scale_in.data(), a.conv_input_scale,
+                       scale_in.size() * sizeof(float)) == 0 &&
+           std::memcmp(bias_in.data(), a.bias, c * sizeof(float)) == 0;
+  }
+};
+
+// Prepares a's weights for the row kernel whose preparation is `prep`
+// (nullptr: only widened weights). `base` holds the call's geometry,
+// filter, channels and padded_c.
+std::shared_ptr<const PreparedWeights> Prepare(const FusedConvArgs& a,
+                                               const DepthwiseRowArgs& base,
+                                               const DepthwisePrep* prep) {
+  const ConvGeometry& g = a.geo;
+  const int64_t c_count = g.out_c;
+  const int64_t padded = base.padded_c;
+  const int64_t taps = g.filter_h * g.filter_w;
+  auto w = std::make_shared<PreparedWeights>();
+  w->filter.assign(a.filter, a.filter + taps * c_count);
+  w->scale_in.assign(a.conv_input_scale, a.conv_input_scale + w->ScaleCount(a));
+  w->bias_in.assign(a.bias, a.bias + c_count);
+  w->scale.assign(static_cast<size_t>(padded), 0.0f);
+  w->bias.assign(static_cast<size_t>(padded), 0.0f);
+  for (int64_t c = 0; c < c_count; ++c) {
+    w->scale[c] = a.conv_input_scale[a.per_channel_scale ? c : 0];
+    w->bias[c] = a.bias[c];
+  }
+  DepthwiseRowArgs d = base;
+  d.scale = w->scale.data();
+  d.bias = w->bias.data();
+  // Widened weights: int8 in the low 16 bits, zero high half (depthwise.h),
+  // for the channels the row kernel reads them for ([wide_from, padded),
+  // padding lanes zero; a 3x3 call on AVX-512 with whole 64-channel blocks
+  // reads none). Lanes below wide_from are never read.
+  const int64_t wide_from = prep != nullptr ? prep->wide_from(d) : 0;
+  w->wide.reset(new int32_t[static_cast<size_t>(taps * padded)]);
+  for (int64_t t = 0; t < taps; ++t) {
+    int32_t* wt = w->wide.get() + t * padded;
+    for (int64_t c = wide_from; c < c_count; ++c) {
+      wt[c] = static_cast<int32_t>(
+          static_cast<uint16_t>(static_cast<int16_t>(a.filter[t * c_count + c])));
+    }
+    for (int64_t c = std::max(wide_from, c_count); c < padded; ++c) wt[c] = 0;
+  }
+  d.wide = w->wide.get();
+  int64_t prep_bytes = 0;
+  if (prep != nullptr) {
+    prep_bytes = RoundUpTo(prep->bytes(d), 64);
+    if (prep_bytes > 0) {
+      w->prepared.reset(std::aligned_alloc(64, static_cast<size_t>(prep_bytes)));
+      if (w->prepared == nullptr) throw std::bad_alloc();
+      prep->fill(d, w->prepared.get());
+    }
+  }
+  w->bytes = taps * c_count + (w->ScaleCount(a) + c_count + 2 * padded) *
+             static_cast<int64_t>(sizeof(float)) +
+             taps * padded * static_cast<int64_t>(sizeof(int32_t)) + prep_bytes;
+  return w;
+}
+
+// The process-wide cache of prepared weights (depthwise.h). Key: the
+// filter's address and what the preparation depends on besides the operands'
+// values (filter size, channels, stride and dilation, scale count, the row
+// kernel's preparation); a hit is only used after PreparedWeights::Matches
+// compares the operands (filter, scale and bias: 1-63 KB for
+// MobileNetV2's layers), so a changed or reused buffer is prepared again.
+class PreparedCache {
+ public:
+  static PreparedCache& Global() {
+    static PreparedCache* c = new PreparedCache();  // never destroyed
+    return *c;
+  }
+
+  std::shared_ptr<const PreparedWeights> Get(const FusedConvArgs& a,
+                                             const DepthwiseRowArgs& base,
+                                             const DepthwisePrep* prep) {
+    const ConvGeometry& g = a.geo;
+    const Key key{a.filter, g.filter_h, g.filter_w, g.out_c, g.stride_w,
+                  g.dilation_h, g.dilation_w, a.per_channel_scale, prep};
+    std::shared_ptr<const PreparedWeights> found;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) {
+        it->second.used = ++clock_;
+        found = it->second.w;
+      }
+    }
+    if (found != nullptr && found->Matches(a)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.hits;
+      return found;
+    }
+    std::shared_ptr<const PreparedWeights> fresh = Prepare(a, base, prep);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(found != nullptr ? stats_.stale : stats_.misses);
+    auto it = map_.find(key);
+    if (it != map_.end()) {
+      bytes_ -= it->second.w->bytes;
+      map_.erase(it);
+    }
+    if (fresh->bytes > kDepthwiseCacheMaxBytes) return fresh;
+    while (!map_.empty() &&
+           (static_cast<int64_t>(map_.size()) >= kDepthwiseCacheMaxEntries ||
+            bytes_ + fresh->bytes > kDepthwiseCacheMaxBytes)) {
+      auto oldest = map_.begin();
+      for (auto j = map_.begin(); j != map_.end(); ++j) {
+        if (j->second.used < oldest->second.used) oldest = j;
+      }
+      bytes_ -= oldest->second.w->bytes;
+      map_.erase(oldest);
+      ++stats_.evictions;
+    }
+    map_[key] = Slot{fresh, ++clock_};
+    bytes_ += fresh->bytes;
+    return fresh;
+  }
+
+  DepthwiseCacheStats Stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    DepthwiseCacheStats s = stats_;
+    s.entries = static_cast<int64_t>(map_.size());
+    s.bytes = bytes_;
+    return s;
+  }
+
+ private:
+  struct Key {
+    const int8_t* filter;
+    int64_t kh, kw, channels, stride_w, dilation_h, dilation_w;
+    bool per_channel_scale;
+    const DepthwisePrep* prep;
+    bool operator<(const Key& o) const {
+      return std::tie(filter, kh, kw, channels, stride_w, dilation_h,
+                      dilation_w, per_channel_scale, prep) <
+             std::tie(o.filter, o.kh, o.kw, o.channels, o.stride_w,
+                      o.dilation_h, o.dilation_w, o.per_channel_scale, o.prep);
+    }
+  };
+  struct Slot {
+    std::shared_ptr<const PreparedWeights> w;
+    uint64_t used;
+  };
+  std::mutex mu_;
+  std::map<Key, Slot> map_;
+  int64_t bytes_ = 0;
+  uint64_t clock_ = 0;
+  DepthwiseCacheStats stats_;
+};
+
+}  // namespace
+
+void SetDepthwiseCacheForTesting(bool enabled) { g_cache_enabled.store(enabled); }
+
+DepthwiseCacheStats GetDepthwiseCacheStats() {
+  return PreparedCache::Global().Stats();
+}
+
 void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
                   const ParallelFor& parallel_for, const DepthwisePrep* prep,
                   LutBody lut) {
@@ -136,12 +324,6 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
     input = expanded.data();
   }
 
-  std::vector<float> scale(static_cast<size_t>(padded), 0.0f);
-  std::vector<float> bias(static_cast<size_t>(padded), 0.0f);
-  for (int64_t c = 0; c < c_count; ++c) {
-    scale[c] = a.conv_input_scale[a.per_channel_scale ? c : 0];
-    bias[c] = a.bias[c];
-  }
   WindowRanges ranges;
   ComputeWindowRanges(g, &ranges);
 
@@ -150,36 +332,18 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   base.geo = &g;
   base.input = input;
   base.filter = a.filter;
-  base.scale = scale.data();
-  base.bias = bias.data();
   base.channels = c_count;
   base.padded_c = padded;
-  // Widened weights: int8 in the low 16 bits, zero high half (depthwise.h),
-  // for the channels the row kernel reads them for ([wide_from, padded),
-  // padding lanes zero; a 3x3 call on AVX-512 with whole 64-channel blocks
-  // reads none: filling them all took 3-6% of a 7x7x960 or 14x14x576 / 2
-  // call, bench_core, Zen 4). Lanes below wide_from are never read.
-  const int64_t wide_from = prep != nullptr ? prep->wide_from(base) : 0;
-  std::unique_ptr<int32_t[]> wide(new int32_t[static_cast<size_t>(taps * padded)]);
-  for (int64_t t = 0; t < taps; ++t) {
-    int32_t* w = wide.get() + t * padded;
-    for (int64_t c = wide_from; c < c_count; ++c) {
-      w[c] = static_cast<int32_t>(
-          static_cast<uint16_t>(static_cast<int16_t>(a.filter[t * c_count + c])));
-    }
-    for (int64_t c = std::max(wide_from, c_count); c < padded; ++c) w[c] = 0;
-  }
-  base.wide = wide.get();
-  std::unique_ptr<void, decltype(&std::free)> prepared(nullptr, &std::free);
-  if (prep != nullptr) {
-    const int64_t bytes = prep->bytes(base);
-    if (bytes > 0) {
-      prepared.reset(std::aligned_alloc(64, static_cast<size_t>(RoundUpTo(bytes, 64))));
-      if (prepared == nullptr) throw std::bad_alloc();
-      prep->fill(base, prepared.get());
-      base.prepared = prepared.get();
-    }
-  }
+  // The weights, scale and bias as the row kernel reads them: made once per
+  // filter and kept (PreparedCache), or per call in the tests' uncached mode.
+  const std::shared_ptr<const PreparedWeights> w =
+      g_cache_enabled.load(std::memory_order_relaxed)
+          ? PreparedCache::Global().Get(a, base, prep)
+          : Prepare(a, base, prep);
+  base.scale = w->scale.data();
+  base.bias = w->bias.data();
+  base.wide = w->wide.get();
+  base.prepared = w->prepared.get();
   const int64_t total_rows = g.batch * g.out_h;
   // Cycles per output row for the vector kernels: per pixel and 16
   // channels about one cycle per tap plus the epilogue (ParallelFor runs

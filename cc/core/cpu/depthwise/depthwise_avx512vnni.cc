@@ -170,8 +170,8 @@ inline __m512i JoinHalves(const int8_t* lo, const int8_t* hi) {
 
 // The full 64-channel blocks and the half block (the rest of the channels
 // run the 16-channel kernel): vector code, a few hundred instructions a
-// block, once per call (kDepthwisePrepAvx512Vnni: not once per ParallelFor
-// unit).
+// block, once per filter (kDepthwisePrepAvx512Vnni, kept in the driver's
+// prepared-weights cache).
 void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
   const int64_t cc = d.channels;
   const bool s2 = d.geo->stride_w == 2;
