@@ -1182,6 +1182,27 @@ void TestDepthwiseChangedOperands() {
       }
     }
   }
+  // More filters alive than the cache holds: it stays within its bound by
+  // evicting, and every call still gives the reference's answer.
+  {
+    const int64_t filters = cpu::kDepthwiseCacheMaxEntries + 20;
+    std::vector<Buffers> bufs(static_cast<size_t>(filters));
+    const int64_t evicted_before = cpu::GetDepthwiseCacheStats().evictions;
+    for (int64_t i = 0; i < filters; ++i) {
+      FusedConvArgs a = LayerCase(1, 4, 4, 16, 3, 16, 1, false, &rng,
+                                  &bufs[static_cast<size_t>(i)], /*groups=*/16);
+      std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
+      a.output = got.data();
+      EXPECT(RunFusedConv(a, RunAs(g_paths.back()), ParallelFor()).empty(), "run");
+      a.output = want.data();
+      RunReference(a);
+      EXPECT(got == want, "depthwise filter %ld of %ld", long(i), long(filters));
+    }
+    const cpu::DepthwiseCacheStats s = cpu::GetDepthwiseCacheStats();
+    EXPECT(s.entries <= cpu::kDepthwiseCacheMaxEntries, "%ld entries", long(s.entries));
+    EXPECT(s.evictions - evicted_before >= 20, "%ld evictions",
+           long(s.evictions - evicted_before));
+  }
   const cpu::DepthwiseCacheStats after = cpu::GetDepthwiseCacheStats();
   EXPECT(after.stale - before.stale >= changes, "stale preparations %ld < "
          "changes %d", long(after.stale - before.stale), changes);
