@@ -568,6 +568,62 @@ void TestDepthwise3x3Blocks() {
                   long(g.pad_left), long(g.pad_right), operands);
     runs += CheckAllPaths(a, what);
   }
+  // Stride 2 on rows wide enough for runs of pairs that carry the next
+  // pair's D (Interior3x3::PairsS2: columns up to ix0 + 7 inside the
+  // image), with the half block and the 16-channel rest beside them, every
+  // padding, extreme and random operands.
+  const int64_t wide_channels[] = {64, 96, 144, 192};
+  const int64_t widths[] = {15, 16, 17, 19, 24, 33, 40};
+  for (int iter = 0; iter < 4 * 7 * 3; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1 + iter % 2;
+    g.in_c = g.out_c = g.groups = wide_channels[iter % 4];
+    g.filter_h = g.filter_w = 3;
+    g.stride_h = g.stride_w = 2;
+    g.in_h = uni(3, 6);
+    g.in_w = widths[(iter / 4) % 7];
+    const int pad_kind = iter / 28;
+    Padding padding = pad_kind == 0 ? Padding::kSame
+                      : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
+    if (padding == Padding::kExplicit) {
+      g.pad_top = uni(0, 2); g.pad_bottom = uni(0, 2);
+      g.pad_left = uni(0, 3); g.pad_right = uni(0, 3);
+    }
+    EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
+    Buffers b;
+    const int operands = iter % 3;  // random, -128 x -128, 127 x -128
+    b.input.resize(static_cast<size_t>(g.InputElements()));
+    b.filter.resize(static_cast<size_t>(g.FilterElements()));
+    for (auto& x : b.input) {
+      x = static_cast<int8_t>(operands == 1 ? -128 : operands == 2 ? 127 : uni(-128, 127));
+    }
+    for (auto& x : b.filter) {
+      x = static_cast<int8_t>(operands == 0 ? uni(-128, 127) : -128);
+    }
+    b.scale.assign(static_cast<size_t>(g.out_c), std::ldexp(1.3f, -10));
+    b.bias.resize(static_cast<size_t>(g.out_c));
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    const bool side = iter % 5 == 0;
+    if (side) {
+      b.side.resize(static_cast<size_t>(g.OutputElements()));
+      for (auto& x : b.side) x = static_cast<int8_t>(uni(-128, 127));
+    }
+    a.input = b.input.data();
+    a.filter = b.filter.data();
+    a.bias = b.bias.data();
+    a.conv_input_scale = b.scale.data();
+    a.per_channel_scale = true;
+    a.side_input = side ? b.side.data() : nullptr;
+    a.side_input_scale = side ? -0.75f : 0.0f;
+    a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
+    char what[128];
+    std::snprintf(what, sizeof(what),
+                  "depthwise 3x3 / 2 runs n%ld %ldx%ldx%ld pad %d (%ld %ld) operands %d",
+                  long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c), pad_kind,
+                  long(g.pad_left), long(g.pad_right), operands);
+    runs += CheckAllPaths(a, what);
+  }
   std::printf("depthwise 3x3 blocks: %d runs checked\n", runs);
 }
 

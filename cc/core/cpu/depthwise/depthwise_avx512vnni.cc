@@ -15,7 +15,9 @@
 //             pixel ox+1 = D . (0, w0, w1, w2)           one D, two pixels
 //   stride 2: pixel ox   = D . (w0, w1, w2, 0)
 //             pixel ox+1 = D . (0, 0, w0, w1) + E . (w2, 0, 0, 0),
-//             E = x[q+4] zero-extended to dwords (4 VPSHUFB)
+//             E = x[q+4] zero-extended to dwords (4 VPSHUFB), or in
+//             runs of pairs the next pair's D (x[q+4], ..., x[q+7]) times
+//             the same weights (Interior3x3::PairsS2)
 // so a pair of pixels costs 8 (stride 1) or 12 (stride 2) VPDPBUSD per
 // filter row and 64 channels, against 24 VPDPWSSD of the one-tap-per-lane
 // kernel below. Exactness: products of u8 (x + 128) and s8 w are exact,
@@ -383,6 +385,45 @@ struct Interior3x3 {
     }
   }
 
+  // Stride 2, `pairs` full pairs from ox whose columns ix0 .. ix0 + 7 all
+  // lie inside the image, all three filter rows valid. Pair ox's E column
+  // (ix0 + 4) is the first column of the next pair's D, so its E term is
+  // that D times the E weights (w2, 0, 0, 0): the same products as Pair's
+  // (the D's other three bytes meet zero weights), with the D kept from one
+  // pair to the next instead of the 4 VPSHUFB and the extra load per
+  // filter row.
+  __attribute__((always_inline)) void PairsS2(int64_t ox, int64_t pairs) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int8_t* base = image + (iy0 * g.in_w + ox * 2 - g.pad_left) * cc + c0;
+    const int64_t row = g.in_w * cc;
+    __m512i u[3][4];
+#pragma GCC unroll 3
+    for (int ky = 0; ky < 3; ++ky) {
+      const int8_t* p = base + ky * row;
+      Interleave4(Load(p), Load(p + cc), Load(p + 2 * cc), Load(p + 3 * cc), u[ky]);
+    }
+    for (int64_t i = 0; i < pairs; ++i, ox += 2, base += 4 * cc) {
+      __m512i acc0[4], acc1[4];
+      StartAccumulators<true>(acc0, acc1);
+#pragma GCC unroll 3
+      for (int ky = 0; ky < 3; ++ky) {
+        const int8_t* p = base + ky * row + 4 * cc;
+        __m512i n[4];
+        Interleave4(Load(p), Load(p + cc), Load(p + 2 * cc), Load(p + 3 * cc), n);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[ky][j], blk->a[ky][j]);
+          acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[ky][j], blk->b[ky][j]);
+          acc1[j] = _mm512_dpbusd_epi32(acc1[j], n[j], blk->e[ky][j]);
+          u[ky][j] = n[j];
+        }
+      }
+      Store(acc0[0], acc0[1], acc0[2], acc0[3], ox);
+      Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
+    }
+  }
+
   // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
   // ix0 + (two ? kS + 2 : 2)) leaves the image takes the checked loads.
   template <int kS>
@@ -392,6 +433,22 @@ struct Interior3x3 {
       const bool two = ox + 1 < ox_end;
       const int64_t ix0 = ox * kS - g.pad_left;
       const int64_t last = ix0 + (two ? kS + 2 : 2);
+      if (kS == 2 && ky0 == 0 && ky1 == 3 && ix0 >= 0) {
+        // Full pairs whose columns up to ix0 + 7 are in the image.
+        const int64_t by_width = (g.in_w - 8 - ix0) / 4 + 1;
+        const int64_t pairs = ix0 + 7 < g.in_w ? Min(by_width, (ox_end - ox) / 2) : 0;
+        // Runs of at least 3 pairs: a run loads one D more than it uses
+        // (bench_core, one Zen 5 thread, 32 rotating filters, best of 8
+        // alternated with the shuffled E: 112x112x96 / 2 83.8 -> 77.8 us,
+        // 56x56x192 / 2 30.9 -> 26.2 us, 56x56x144 / 2 (whose last 16
+        // channels run the 16-channel kernel) unchanged; 14x14x576 / 2, two
+        // such pairs a row, ran 6% slower with runs of 2).
+        if (pairs >= 3) {
+          PairsS2(ox, pairs);
+          ox += 2 * pairs - 2;
+          continue;
+        }
+      }
       if (ix0 >= 0 && last < g.in_w) {
         if (!two) {
           Pair<kS, false, false, false>(ox);
