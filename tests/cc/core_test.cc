@@ -502,8 +502,11 @@ void TestDepthwise3x3Blocks() {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
   // 32, 48, 96, 160: a half block (32 channels, two pixel pairs per zmm)
-  // after the full 64-channel blocks, alone or with 16 more channels.
-  const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960, 32, 48, 96, 160};
+  // after the full 64-channel blocks, alone or with 16 more channels; 16,
+  // 48, 80, 144, 240: a quarter block (16 channels, four pixel pairs per
+  // zmm) after them; 24, 72, 120: 8 more channels for the 16-channel kernel.
+  const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960, 32, 48, 96,
+                                    160, 16, 24, 72, 120, 240};
   constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
   for (int iter = 0; iter < 12 * kCounts; ++iter) {
@@ -570,20 +573,22 @@ void TestDepthwise3x3Blocks() {
   }
   // Stride 2 on rows wide enough for runs of pairs that carry the next
   // pair's D (Interior3x3::PairsS2: columns up to ix0 + 7 inside the
-  // image), with the half block and the 16-channel rest beside them, every
+  // image), with the half and quarter blocks beside them (whose groups of
+  // 4 and 8 pixels need such rows too; the quarter block runs on rows of
+  // 32 outputs or more at stride 1), then the same at stride 1; every
   // padding, extreme and random operands.
-  const int64_t wide_channels[] = {64, 96, 144, 192};
-  const int64_t widths[] = {15, 16, 17, 19, 24, 33, 40};
-  for (int iter = 0; iter < 4 * 7 * 3; ++iter) {
+  const int64_t wide_channels[] = {48, 96, 144, 240};
+  const int64_t widths[] = {15, 16, 17, 19, 24, 33, 40, 48, 57};
+  for (int iter = 0; iter < 4 * 9 * 3 * 2; ++iter) {
     FusedConvArgs a;
     ConvGeometry& g = a.geo;
     g.batch = 1 + iter % 2;
     g.in_c = g.out_c = g.groups = wide_channels[iter % 4];
     g.filter_h = g.filter_w = 3;
-    g.stride_h = g.stride_w = 2;
+    g.stride_h = g.stride_w = iter < 108 ? 2 : 1;
     g.in_h = uni(3, 6);
-    g.in_w = widths[(iter / 4) % 7];
-    const int pad_kind = iter / 28;
+    g.in_w = widths[(iter / 4) % 9];
+    const int pad_kind = (iter / 36) % 3;
     Padding padding = pad_kind == 0 ? Padding::kSame
                       : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
     if (padding == Padding::kExplicit) {
@@ -619,8 +624,8 @@ void TestDepthwise3x3Blocks() {
     a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
     char what[128];
     std::snprintf(what, sizeof(what),
-                  "depthwise 3x3 / 2 runs n%ld %ldx%ldx%ld pad %d (%ld %ld) operands %d",
-                  long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c), pad_kind,
+                  "depthwise 3x3 s%ld runs n%ld %ldx%ldx%ld pad %d (%ld %ld) operands %d",
+                  long(g.stride_w), long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c), pad_kind,
                   long(g.pad_left), long(g.pad_right), operands);
     runs += CheckAllPaths(a, what);
   }

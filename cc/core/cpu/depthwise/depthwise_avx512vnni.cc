@@ -33,9 +33,11 @@
 //
 // The full 64-channel blocks take this path, and so do 32 channels after
 // them (a half block: cc % 64 >= 32; 32 channels of two pixel pairs side
-// by side in each zmm, Interior3x3::Quad; interior quads only, its borders
-// run the 16-channel kernel). The remaining channels (cc % 32) run the
-// 16-channel kernel everywhere. The half
+// by side in each zmm, Interior3x3::Multi; interior groups of 4 pixels
+// only, its borders run the 16-channel kernel) and at stride 1 on rows of
+// 32 outputs or more 16 channels after those (a quarter block: four pixel
+// pairs, one per 128-bit lane, groups of 8 pixels). The remaining channels
+// run the 16-channel kernel everywhere. The half
 // block, alternated with the binary before it (bench_core, one Zen 5
 // thread): 112x112x32 (MobileNetV2's first depthwise layer) 100 -> 64 us
 // at batch 1 and 1000 -> 530 us at batch 8, 112x112x96 / 2 77 -> 68 us,
@@ -53,6 +55,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
@@ -151,15 +154,43 @@ struct alignas(64) Block3x3 {
 // A half block: 32 channels after the full blocks (cc % 64 >= 32). Its
 // zmm hold the 32 channels twice, two pixel pairs side by side: 256-bit
 // half 0 the pair (ox, ox + 1), half 1 the pair (ox + 2, ox + 3) (see
-// Interior3x3::Quad).
+// Interior3x3::Multi).
 inline int64_t HalfBlocks(int64_t cc) { return cc % kBlock >= kBlock / 2 ? 1 : 0; }
 
-// The 64 (full block) or 32 (half block, repeated in both 256-bit halves)
-// channels of filter row w as zmm bytes.
-inline __m512i LoadWeights(const int8_t* w, bool half) {
-  return half ? _mm512_broadcast_i64x4(
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)))
-              : _mm512_loadu_si512(w);
+// A quarter block: 16 channels after those (cc % 32 >= 16), four pixel
+// pairs side by side, one per 128-bit lane; stride 1 only. MobileNetV2's
+// 144 channels are 2 full blocks and a quarter: run by the 16-channel
+// kernel, those 16 channels took as long as 40 of the blocks' channels.
+// bench_core, one Zen 5 thread, 32 rotating filters, best of 6
+// alternated: 56x56x144 101 -> 85 us, at batch 8 897 -> 704 us;
+// 112x112x16 51.6 -> 50.5 us. At stride 2 (a group of 8
+// pixels spans 17 columns, 20 loads and 15 inserts a filter row) it was
+// slower than the 16-channel kernel: 56x56x144 / 2 21.5 -> 22.4 us,
+// 112x112x16 / 2 15.1 -> 16.0 us; and on narrow rows, where the borders
+// and the row's last pixels (up to 7) leave few groups: 14x14x48 3.35 ->
+// 3.84 us, 28x28x144 19.9 -> 20.7 us, 28x28x240 38.4 -> 38.9 us. So: stride
+// 1, rows of at least 32 outputs.
+inline int64_t QuarterBlocks(int64_t cc, const ConvGeometry& g) {
+  return g.stride_w == 1 && g.out_w >= 32 && cc % (kBlock / 2) >= kBlock / 4 ? 1 : 0;
+}
+
+// Channels per block of block index bi (64, 32 or 16).
+inline int64_t BlockWidth(int64_t cc, int64_t bi) {
+  const int64_t nblocks = cc / kBlock;
+  return bi < nblocks ? kBlock : bi == nblocks && HalfBlocks(cc) ? kBlock / 2 : kBlock / 4;
+}
+
+// The 64 (full block), 32 (half block, repeated in both 256-bit halves) or
+// 16 (quarter block, in every 128-bit lane) channels of filter row w as
+// zmm bytes.
+inline __m512i LoadWeights(const int8_t* w, int64_t width) {
+  if (width == kBlock / 2) {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+  }
+  if (width == kBlock / 4) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  }
+  return _mm512_loadu_si512(w);
 }
 
 // 32 bytes at lo in the low half of a zmm, 32 bytes at hi in the high half
@@ -170,8 +201,18 @@ inline __m512i JoinHalves(const int8_t* lo, const int8_t* hi) {
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
 }
 
-// The full 64-channel blocks and the half block (the rest of the channels
-// run the 16-channel kernel): vector code, a few hundred instructions a
+// 16 bytes from each of p, p + step, p + 2 step, p + 3 step in 128-bit
+// lanes 0-3 (the quarter block's four pixel pairs).
+inline __m512i JoinQuarters(const int8_t* p, int64_t step) {
+  auto q = [](const int8_t* a) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(a)); };
+  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(q(p)), q(p + step), 1);
+  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(q(p + 2 * step)),
+                                             q(p + 3 * step), 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// The full 64-channel blocks, the half and the quarter block (the rest of
+// the channels run the 16-channel kernel): vector code, a few hundred instructions a
 // block, once per filter (kDepthwisePrepAvx512Vnni, kept in the driver's
 // prepared-weights cache).
 void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
@@ -180,16 +221,18 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
   const __m512i zero = _mm512_setzero_si512();
   const __m512i ones = _mm512_set1_epi8(1);
   const int64_t nblocks = cc / kBlock;
-  for (int64_t bi = 0; bi < nblocks + HalfBlocks(cc); ++bi) {
+  const int64_t count = nblocks + HalfBlocks(cc) + QuarterBlocks(cc, *d.geo);
+  for (int64_t bi = 0; bi < count; ++bi) {
     Block3x3& blk = blocks[bi];
-    const bool half = bi == nblocks;
-    const int64_t c0 = static_cast<int64_t>(bi) * kBlock;
+    const int64_t width = BlockWidth(cc, bi);
+    // The half block starts after the full ones, the quarter after both.
+    const int64_t c0 = bi <= nblocks ? bi * kBlock : nblocks * kBlock + kBlock / 2;
     for (int j = 0; j < 4; ++j) blk.corr_all[j] = zero;
     for (int ky = 0; ky < 3; ++ky) {
       const int8_t* w = d.filter + ky * 3 * cc + c0;
-      const __m512i w0 = LoadWeights(w, half);
-      const __m512i w1 = LoadWeights(w + cc, half);
-      const __m512i w2 = LoadWeights(w + 2 * cc, half);
+      const __m512i w0 = LoadWeights(w, width);
+      const __m512i w1 = LoadWeights(w + cc, width);
+      const __m512i w2 = LoadWeights(w + 2 * cc, width);
       Interleave4(w0, w1, w2, zero, blk.a[ky]);
       if (s2) {
         Interleave4(zero, zero, w0, w1, blk.b[ky]);
@@ -205,8 +248,7 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
       }
     }
     for (int64_t p = 0; p < kBlock; ++p) {
-      const int64_t ch = c0 + (half ? ZmmU8LaneChannel(p) % (kBlock / 2)
-                                    : ZmmU8LaneChannel(p));
+      const int64_t ch = c0 + ZmmU8LaneChannel(p) % width;
       blk.scale[p] = d.scale[ch];
       blk.bias[p] = d.bias[ch];
     }
@@ -317,23 +359,27 @@ struct Interior3x3 {
     if constexpr (kTwo) Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
   }
 
-  // The half block (32 channels at c0): pixels ox .. ox + 3, every input
-  // column inside the image. Each zmm holds the pair (ox, ox + 1) in its
-  // low 256 bits and the pair (ox + 2, ox + 3), 2 * kS columns to the
-  // right, in its high 256 bits, so that Pair's arithmetic (weights and
-  // corrections repeated in both halves) runs on all 64 lanes: per filter
-  // row 4 (5) column vectors, 8 unpacks and 8 (12) VPDPBUSD for four
-  // pixels of 32 channels, the full blocks' cost per output. Epilogue64
-  // gives [ox | ox + 2] and [ox + 1 | ox + 3]: four 32-byte stores.
-  template <int kS, bool kFullRows>
-  __attribute__((always_inline)) void Quad(int64_t ox) const {
+  // The half block (kG = 2: 32 channels at c0, pixels ox .. ox + 3) or the
+  // quarter block (kG = 4: 16 channels, pixels ox .. ox + 7), every input
+  // column inside the image. Each zmm holds kG pixel pairs, one per
+  // 512 / kG bits: pair k = (ox + 2k, ox + 2k + 1), its columns 2 * kS * k
+  // to the right of pair 0's, so that Pair's arithmetic (weights and
+  // corrections repeated in every part) runs on all 64 lanes: per filter
+  // row 4 (5) column vectors, 8 unpacks and 8 (12) VPDPBUSD for 2 * kG
+  // pixels of 64 / kG channels, the full blocks' cost per output.
+  // Epilogue64 gives pixels ox + 2k in part k of b0 and ox + 2k + 1 in b1.
+  template <int kS, bool kFullRows, int kG>
+  __attribute__((always_inline)) void Multi(int64_t ox) const {
+    static_assert(kG == 2 || kG == 4, "two or four pairs");
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int64_t ix0 = ox * kS - g.pad_left;
+    const int64_t step = 2 * kS * cc;  // from one pair's columns to the next's
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    auto pair_cols = [&](const int8_t* p) {  // columns c and c + 2 * kS
-      return _mm512_xor_si512(JoinHalves(p, p + 2 * kS * cc), flip);
+    auto join = [&](const int8_t* p, int64_t ld) {  // part k from p + k * ld
+      return kG == 2 ? JoinHalves(p, p + ld) : JoinQuarters(p, ld);
     };
+    auto pair_cols = [&](const int8_t* p) { return _mm512_xor_si512(join(p, step), flip); };
     __m512i acc0[4], acc1[4];
     StartAccumulators<kFullRows>(acc0, acc1);
     const int64_t ky_begin = kFullRows ? 0 : ky0;
@@ -357,9 +403,9 @@ struct Interior3x3 {
     }
     const int64_t o = ox * cc + c0;
     __m512i side0, side1;
-    if (side_row != nullptr) {  // pixels ox, ox + 2 and ox + 1, ox + 3
-      side0 = JoinHalves(side_row + o, side_row + o + 2 * cc);
-      side1 = JoinHalves(side_row + o + cc, side_row + o + 3 * cc);
+    if (side_row != nullptr) {  // pixels ox + 2k and ox + 2k + 1
+      side0 = join(side_row + o, 2 * cc);
+      side1 = join(side_row + o + cc, 2 * cc);
     }
     const bool side = side_row != nullptr;
     const __m512i b0 = Epilogue64Bytes(acc0[0], acc0[1], acc0[2], acc0[3], blk->scale,
@@ -367,21 +413,36 @@ struct Interior3x3 {
     const __m512i b1 = Epilogue64Bytes(acc1[0], acc1[1], acc1[2], acc1[3], blk->scale,
                                        blk->bias, side ? &side1 : nullptr, *k);
     int8_t* q = out_row + o;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_castsi512_si256(b0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + cc), _mm512_castsi512_si256(b1));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 2 * cc),
-                        _mm512_extracti64x4_epi64(b0, 1));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 3 * cc),
-                        _mm512_extracti64x4_epi64(b1, 1));
+    if (kG == 2) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_castsi512_si256(b0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + cc), _mm512_castsi512_si256(b1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 2 * cc),
+                          _mm512_extracti64x4_epi64(b0, 1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 3 * cc),
+                          _mm512_extracti64x4_epi64(b1, 1));
+    } else {
+      auto store = [](int8_t* at, __m128i v) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(at), v);
+      };
+      store(q, _mm512_castsi512_si128(b0));
+      store(q + cc, _mm512_castsi512_si128(b1));
+      store(q + 2 * cc, _mm512_extracti32x4_epi32(b0, 1));
+      store(q + 3 * cc, _mm512_extracti32x4_epi32(b1, 1));
+      store(q + 4 * cc, _mm512_extracti32x4_epi32(b0, 2));
+      store(q + 5 * cc, _mm512_extracti32x4_epi32(b1, 2));
+      store(q + 6 * cc, _mm512_extracti32x4_epi32(b0, 3));
+      store(q + 7 * cc, _mm512_extracti32x4_epi32(b1, 3));
+    }
   }
 
-  // The half block's quads [ox, ox_end) (ox_end - ox a multiple of 4).
-  template <int kS>
-  void RunQuads(int64_t ox, int64_t ox_end) const {
+  // The half (kG = 2) or quarter (kG = 4) block's groups of 2 * kG pixels
+  // in [ox, ox_end) (ox_end - ox a multiple of 2 * kG).
+  template <int kS, int kG>
+  void RunMulti(int64_t ox, int64_t ox_end) const {
     if (ky0 == 0 && ky1 == 3) {
-      for (; ox < ox_end; ox += 4) Quad<kS, true>(ox);
+      for (; ox < ox_end; ox += 2 * kG) Multi<kS, true, kG>(ox);
     } else {
-      for (; ox < ox_end; ox += 4) Quad<kS, false>(ox);
+      for (; ox < ox_end; ox += 2 * kG) Multi<kS, false, kG>(ox);
     }
   }
 
@@ -468,7 +529,7 @@ struct Interior3x3 {
 
 bool Use3x3Interior(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
-  return d.channels >= kBlock / 2 && g.filter_h == 3 && g.filter_w == 3 &&
+  return d.channels >= kBlock / 4 && g.filter_h == 3 && g.filter_w == 3 &&
          g.dilation_h == 1 && g.dilation_w == 1 &&
          (g.stride_w == 1 || g.stride_w == 2);
 }
@@ -480,7 +541,8 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   std::vector<Block3x3> local;
   const Block3x3* blocks = static_cast<const Block3x3*>(d.prepared);
   if (blocks == nullptr) {  // called without the per-call preparation
-    local.resize(static_cast<size_t>(nblocks + HalfBlocks(cc)));
+    local.resize(static_cast<size_t>(nblocks + HalfBlocks(cc) +
+                                     QuarterBlocks(cc, g)));
     PrepareBlocks(d, local.data());
     blocks = local.data();
   }
@@ -503,8 +565,9 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   }
   const int64_t c_split = nblocks * kBlock;
   const int64_t half = HalfBlocks(cc);
-  const int64_t c_rest = c_split + half * (kBlock / 2);
-  // The channels past the full blocks and the half block: the
+  const int64_t quarter = QuarterBlocks(cc, g);
+  const int64_t c_rest = c_split + half * (kBlock / 2) + quarter * (kBlock / 4);
+  // The channels past the full, half and quarter blocks (cc % 16): the
   // one-tap-per-lane kernel, borders included.
   if (c_rest < cc) {
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
@@ -537,43 +600,54 @@ void Rows3x3(const DepthwiseRowArgs& d) {
       }
     }
   }
-  if (half) {
-    // Quads of pixels whose columns all lie inside the image: from the
-    // first ox with ox * s >= pad_left, while the quad's last column
-    // (ox + 3) * s - pad_left + 2 is inside; the other columns (borders,
-    // the row's last 0-3 pixels) run the 16-channel kernel.
+  // The half block (kG = 2 pixel pairs a zmm) and the quarter block
+  // (kG = 4): groups of 2 * kG pixels whose columns all lie inside the
+  // image, from the first ox with ox * s >= pad_left, while the group's
+  // last column (ox + 2 kG - 1) * s - pad_left + 2 is inside; the other
+  // columns (borders, the row's last pixels) run the 16-channel kernel.
+  auto run_part_block = [&](int64_t bi, int64_t c0, int64_t width, auto kg) {
+    constexpr int kG = decltype(kg)::value;
     const int64_t s = g.stride_w;
     const int64_t q0 = (g.pad_left + s - 1) / s;
-    const int64_t room = g.in_w - 3 + g.pad_left;  // (ox + 3) * s <= room
-    const int64_t q_last = room < 0 ? -1 : Min(room / s - 3, g.out_w - 4);
-    const int64_t quads = q_last >= q0 ? (q_last - q0) / 4 + 1 : 0;
-    const int64_t q1 = q0 + 4 * quads;
-    in.blk = &blocks[nblocks];
-    in.c0 = c_split;
+    const int64_t room = g.in_w - 3 + g.pad_left;  // (ox + 2kG - 1) * s <= room
+    const int64_t q_last =
+        room < 0 ? -1 : Min(room / s - (2 * kG - 1), g.out_w - 2 * kG);
+    const int64_t groups = q_last >= q0 ? (q_last - q0) / (2 * kG) + 1 : 0;
+    const int64_t q1 = q0 + 2 * kG * groups;
+    in.blk = &blocks[bi];
+    in.c0 = c0;
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
       set_row(r);
-      if (q0 > 0 || quads == 0) {
-        Rows16::Row(d, k, run_full, run_part, r, 0, quads ? q0 : g.out_w,
-                    c_split, c_rest);
+      if (q0 > 0 || groups == 0) {
+        Rows16::Row(d, k, run_full, run_part, r, 0, groups ? q0 : g.out_w, c0,
+                    c0 + width);
       }
-      if (quads > 0) {
+      if (groups > 0) {
         if (s == 1) {
-          in.RunQuads<1>(q0, q1);
+          in.RunMulti<1, kG>(q0, q1);
         } else {
-          in.RunQuads<2>(q0, q1);
+          in.RunMulti<2, kG>(q0, q1);
         }
         if (q1 < g.out_w) {
-          Rows16::Row(d, k, run_full, run_part, r, q1, g.out_w, c_split, c_rest);
+          Rows16::Row(d, k, run_full, run_part, r, q1, g.out_w, c0, c0 + width);
         }
       }
     }
+  };
+  if (half) {
+    run_part_block(nblocks, c_split, kBlock / 2, std::integral_constant<int, 2>());
+  }
+  if (quarter) {
+    run_part_block(nblocks + half, c_split + half * (kBlock / 2), kBlock / 4,
+                   std::integral_constant<int, 4>());
   }
 }
 
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
   return Use3x3Interior(d)
              ? static_cast<int64_t>(sizeof(Block3x3)) *
-                   (d.channels / kBlock + HalfBlocks(d.channels))
+                   (d.channels / kBlock + HalfBlocks(d.channels) +
+                    QuarterBlocks(d.channels, *d.geo))
              : 0;
 }
 
