@@ -13,8 +13,9 @@
 //   runs the core's ParallelFor on a second thread that spins between calls
 //   and claims units from a shared counter, like cc/tf/pool_parallel_for.cc
 //   with its helpers hot (the whole model case), for plan experiments;
-//   BENCH_CORE_INLINE=C moves its inline bound (default 60000 cycles, the
-//   pool's kInlineCycles; 0 splits every call).
+//   BENCH_CORE_INLINE=C moves its inline bound (default 15000 cycles, the
+//   pool's kHotInlineCycles, its bound while a helper is alive, as this
+//   one always is; 0 splits every call).
 //   BENCH_CORE_PIN=1 pins the filters, as the TF resource op does with a
 //   Keras layer's variables: the cached packing is used with no check (the
 //   time a model's layer takes; unpinned, large filters are checked panel by
@@ -168,17 +169,18 @@ int main(int argc, char** argv) {
   ParallelFor pf;
   std::unique_ptr<SpinPool> pool;
   const char* threads_env = std::getenv("BENCH_CORE_THREADS");
-  // BENCH_CORE_INLINE=C: the inline bound in cycles (default 60000, as
-  // cc/tf/pool_parallel_for.cc's kInlineCycles; 0: split every call).
+  // BENCH_CORE_INLINE=C: the inline bound in cycles (default 15000, as
+  // cc/tf/pool_parallel_for.cc's kHotInlineCycles: its helper is always
+  // alive; 0: split every call).
   const char* inline_env = std::getenv("BENCH_CORE_INLINE");
-  const int64_t inline_cycles = inline_env != nullptr ? std::atoll(inline_env) : 60000;
+  const int64_t inline_cycles = inline_env != nullptr ? std::atoll(inline_env) : 15000;
   if (threads_env != nullptr && std::atoi(threads_env) == 2) {
     pool.reset(new SpinPool());
     pf.num_threads = 2;
     SpinPool* p = pool.get();
     pf.run = [p, inline_cycles](int64_t total, int64_t cost,
                                 const std::function<void(int64_t, int64_t)>& fn) {
-      // Calls below cc/tf/pool_parallel_for.cc's kInlineCycles run inline
+      // Calls below cc/tf/pool_parallel_for.cc's kHotInlineCycles run inline
       // there too.
       if (total * cost < inline_cycles) {
         fn(0, total);
