@@ -496,6 +496,18 @@ void TestChannelTails() {
 // asymmetric padding up to 4 (windows wholly in the padding), batch 2, side
 // input, and operands at the extremes (activations -128 or 127 with weights
 // -128: the +128 shift and its correction at their limits).
+// Points a's operands at b's buffers (per-channel scale; the side input
+// when b has one, with side_scale).
+void PointAt(const Buffers& b, float side_scale, FusedConvArgs* a) {
+  a->input = b.input.data();
+  a->filter = b.filter.data();
+  a->bias = b.bias.data();
+  a->conv_input_scale = b.scale.data();
+  a->per_channel_scale = true;
+  a->side_input = b.side.empty() ? nullptr : b.side.data();
+  a->side_input_scale = b.side.empty() ? 0.0f : side_scale;
+}
+
 void TestDepthwise3x3Blocks() {
   std::mt19937 rng(33);
   auto uni = [&rng](int lo, int hi) {
@@ -555,13 +567,7 @@ void TestDepthwise3x3Blocks() {
     for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -10);
     b.bias.resize(static_cast<size_t>(g.out_c));
     for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
-    a.input = b.input.data();
-    a.filter = b.filter.data();
-    a.bias = b.bias.data();
-    a.conv_input_scale = b.scale.data();
-    a.per_channel_scale = true;
-    a.side_input = side ? b.side.data() : nullptr;
-    a.side_input_scale = side ? 0.5f : 0.0f;
+    PointAt(b, side ? 0.5f : 0.0f, &a);
     a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
     char what[128];
     std::snprintf(what, sizeof(what),
@@ -614,13 +620,7 @@ void TestDepthwise3x3Blocks() {
       b.side.resize(static_cast<size_t>(g.OutputElements()));
       for (auto& x : b.side) x = static_cast<int8_t>(uni(-128, 127));
     }
-    a.input = b.input.data();
-    a.filter = b.filter.data();
-    a.bias = b.bias.data();
-    a.conv_input_scale = b.scale.data();
-    a.per_channel_scale = true;
-    a.side_input = side ? b.side.data() : nullptr;
-    a.side_input_scale = side ? -0.75f : 0.0f;
+    PointAt(b, side ? -0.75f : 0.0f, &a);
     a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
     char what[128];
     std::snprintf(what, sizeof(what),
