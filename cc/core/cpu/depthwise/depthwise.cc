@@ -8,13 +8,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <tuple>
 #include <vector>
 
+#include "cc/core/cpu/bounded_lru.h"
 #include "cc/core/epilogue.h"
 #include "cc/core/fused_conv.h"
 
@@ -117,6 +117,11 @@ namespace {
 
 std::atomic<bool> g_cache_enabled{true};
 
+// How many scale values a call passes (one, or one per channel).
+int64_t ScaleCount(const FusedConvArgs& a) {
+  return a.per_channel_scale ? a.geo.out_c : 1;
+}
+
 // What RunDepthwise prepares from a call's weights (depthwise.h), and the
 // operands it was prepared from.
 struct PreparedWeights {
@@ -130,9 +135,6 @@ struct PreparedWeights {
   std::unique_ptr<void, decltype(&std::free)> prepared{nullptr, &std::free};
   int64_t bytes = 0;
 
-  int64_t ScaleCount(const FusedConvArgs& a) const {
-    return a.per_channel_scale ? a.geo.out_c : 1;
-  }
   // Whether a's weights, scale and bias are byte for byte the ones these
   // were prepared from (bytes: a NaN scale or bias matches itself).
   bool Matches(const FusedConvArgs& a) const {
@@ -157,7 +159,7 @@ std::shared_ptr<const PreparedWeights> Prepare(const FusedConvArgs& a,
   const int64_t taps = g.filter_h * g.filter_w;
   auto w = std::make_shared<PreparedWeights>();
   w->filter.assign(a.filter, a.filter + taps * c_count);
-  w->scale_in.assign(a.conv_input_scale, a.conv_input_scale + w->ScaleCount(a));
+  w->scale_in.assign(a.conv_input_scale, a.conv_input_scale + ScaleCount(a));
   w->bias_in.assign(a.bias, a.bias + c_count);
   w->scale.assign(static_cast<size_t>(padded), 0.0f);
   w->bias.assign(static_cast<size_t>(padded), 0.0f);
@@ -192,7 +194,7 @@ std::shared_ptr<const PreparedWeights> Prepare(const FusedConvArgs& a,
       prep->fill(d, w->prepared.get());
     }
   }
-  w->bytes = taps * c_count + (w->ScaleCount(a) + c_count + 2 * padded) *
+  w->bytes = taps * c_count + (ScaleCount(a) + c_count + 2 * padded) *
              static_cast<int64_t>(sizeof(float)) +
              taps * padded * static_cast<int64_t>(sizeof(int32_t)) + prep_bytes;
   return w;
@@ -220,11 +222,7 @@ class PreparedCache {
     std::shared_ptr<const PreparedWeights> found;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = map_.find(key);
-      if (it != map_.end()) {
-        it->second.used = ++clock_;
-        found = it->second.w;
-      }
+      if (const auto* w = lru_.Find(key)) found = *w;
     }
     if (found != nullptr && found->Matches(a)) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -234,33 +232,15 @@ class PreparedCache {
     std::shared_ptr<const PreparedWeights> fresh = Prepare(a, base, prep);
     std::lock_guard<std::mutex> lock(mu_);
     ++(found != nullptr ? stats_.stale : stats_.misses);
-    auto it = map_.find(key);
-    if (it != map_.end()) {
-      bytes_ -= it->second.w->bytes;
-      map_.erase(it);
-    }
-    if (fresh->bytes > kDepthwiseCacheMaxBytes) return fresh;
-    while (!map_.empty() &&
-           (static_cast<int64_t>(map_.size()) >= kDepthwiseCacheMaxEntries ||
-            bytes_ + fresh->bytes > kDepthwiseCacheMaxBytes)) {
-      auto oldest = map_.begin();
-      for (auto j = map_.begin(); j != map_.end(); ++j) {
-        if (j->second.used < oldest->second.used) oldest = j;
-      }
-      bytes_ -= oldest->second.w->bytes;
-      map_.erase(oldest);
-      ++stats_.evictions;
-    }
-    map_[key] = Slot{fresh, ++clock_};
-    bytes_ += fresh->bytes;
+    stats_.evictions += lru_.Insert(key, fresh, fresh->bytes);
     return fresh;
   }
 
   DepthwiseCacheStats Stats() {
     std::lock_guard<std::mutex> lock(mu_);
     DepthwiseCacheStats s = stats_;
-    s.entries = static_cast<int64_t>(map_.size());
-    s.bytes = bytes_;
+    s.entries = lru_.size();
+    s.bytes = lru_.bytes();
     return s;
   }
 
@@ -270,21 +250,16 @@ class PreparedCache {
     int64_t kh, kw, channels, stride_w, dilation_h, dilation_w;
     bool per_channel_scale;
     const DepthwisePrep* prep;
-    bool operator<(const Key& o) const {
+    bool operator==(const Key& o) const {
       return std::tie(filter, kh, kw, channels, stride_w, dilation_h,
-                      dilation_w, per_channel_scale, prep) <
+                      dilation_w, per_channel_scale, prep) ==
              std::tie(o.filter, o.kh, o.kw, o.channels, o.stride_w,
                       o.dilation_h, o.dilation_w, o.per_channel_scale, o.prep);
     }
   };
-  struct Slot {
-    std::shared_ptr<const PreparedWeights> w;
-    uint64_t used;
-  };
   std::mutex mu_;
-  std::map<Key, Slot> map_;
-  int64_t bytes_ = 0;
-  uint64_t clock_ = 0;
+  BoundedLru<Key, std::shared_ptr<const PreparedWeights>> lru_{
+      kDepthwiseCacheMaxEntries, kDepthwiseCacheMaxBytes};
   DepthwiseCacheStats stats_;
 };
 

@@ -6,10 +6,12 @@
 // channels to feed a GEMM; instead the kernels vectorize across channels
 // (NHWC keeps them contiguous), one int32 accumulator lane per channel.
 //
-// The driver (depthwise.cc, baseline code) prepares per call, for M > 1, an
-// expanded input [N, H, W, out_c] whose channel c is input channel c / M,
-// so that the row kernels only see M == 1. Once per filter (a process-wide
-// cache, below), it prepares:
+// The driver (depthwise.cc, baseline code) runs the row kernel of the
+// chosen instruction set over the output rows (n, oy) with the caller's
+// ParallelFor. It prepares per call, for M > 1, an expanded input
+// [N, H, W, out_c] whose channel c is input channel c / M, so that the row
+// kernels only see M == 1. Once per filter (a process-wide cache, below),
+// it prepares:
 //  * the weights widened to int32 lanes [Kh * Kw, padded_c] holding the int8
 //    weight in the low 16 bits and zero in the high 16 bits: PMADDWD /
 //    VPDPWSSD of such a lane with a sign-extended int8 activation (int32
@@ -32,9 +34,8 @@
 // every call that finds it compares them with the call's (memcmp, a few KB
 // per layer) and prepares afresh on any difference, so a changed or reused
 // buffer is never served stale. At most kDepthwiseCacheMaxEntries entries
-// and kDepthwiseCacheMaxBytes bytes (least recently used evicted first).
-// and runs the row kernel of the chosen instruction set over the output rows
-// (n, oy) with the caller's ParallelFor.
+// and kDepthwiseCacheMaxBytes bytes (least recently used evicted first,
+// cc/core/cpu/bounded_lru.h).
 //
 // Like gemm/gemm_kernels.h, this header is included by baseline and ISA translation
 // units: declarations and plain structs only, no inline code.

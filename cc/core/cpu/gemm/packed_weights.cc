@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <list>
 #include <mutex>
 #include <new>
 #include <utility>
 
+#include "cc/core/cpu/bounded_lru.h"
 #include "cc/core/cpu/winograd/winograd.h"
 
 namespace tf_fused_int8 {
@@ -127,44 +127,22 @@ Key MakeKey(const int8_t* filter, const ConvGeometry& g,
 
 struct PackedWeightsCache::Impl {
   struct Entry {
-    Key key;
     std::shared_ptr<const PackedWeights> weights;
     std::shared_ptr<const void> pin;  // see the header comment
-    int64_t bytes;  // counted against kMaxBytes
   };
   mutable std::mutex mu;
-  std::list<Entry> lru;  // most recently used first
-  int64_t bytes = 0;
+  BoundedLru<Key, Entry> lru{kMaxEntries, kMaxBytes};
   PackedWeightsCacheStats stats;
 
   // Requires mu.
-  std::list<Entry>::iterator Find(const Key& key) {
-    for (auto it = lru.begin(); it != lru.end(); ++it) {
-      if (it->key == key) return it;
-    }
-    return lru.end();
-  }
-  void Erase(std::list<Entry>::iterator it) {
-    bytes -= it->bytes;
-    lru.erase(it);
-  }
   void Insert(const Key& key, std::shared_ptr<const PackedWeights> w,
               std::shared_ptr<const void> pin, int64_t pin_bytes) {
-    auto old = Find(key);
-    if (old != lru.end()) Erase(old);
     // A pinned filter without a copy in the entry is memory the entry keeps.
     const int64_t size = static_cast<int64_t>(w->bytes()) +
                          (pin != nullptr && w->view().filter_copy == nullptr
                               ? pin_bytes
                               : 0);
-    if (size > kMaxBytes) return;  // used by its call only
-    while (!lru.empty() && (static_cast<int64_t>(lru.size()) >= kMaxEntries ||
-                            bytes + size > kMaxBytes)) {
-      Erase(std::prev(lru.end()));
-      ++stats.evictions;
-    }
-    lru.push_front(Entry{key, std::move(w), std::move(pin), size});
-    bytes += size;
+    stats.evictions += lru.Insert(key, Entry{std::move(w), std::move(pin)}, size);
   }
 };
 
@@ -183,10 +161,9 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
   const Key key = MakeKey(key_address, g, isa);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    auto it = impl_->Find(key);
+    const Impl::Entry* it = impl_->lru.Find(key);
     // A pinned call does not trust an entry packed without a pin: repack.
-    if (it != impl_->lru.end() && (pin == nullptr || it->pin != nullptr)) {
-      impl_->lru.splice(impl_->lru.begin(), impl_->lru, it);
+    if (it != nullptr && (pin == nullptr || it->pin != nullptr)) {
       ++impl_->stats.hits;
       // Both pinned: the entry's pin has kept these bytes unchanged and at
       // this address since they were packed.
@@ -217,15 +194,14 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Replace(
 
 void PackedWeightsCache::Clear() {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->lru.clear();
-  impl_->bytes = 0;
+  impl_->lru.Clear();
 }
 
 PackedWeightsCacheStats PackedWeightsCache::Stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   PackedWeightsCacheStats s = impl_->stats;
-  s.entries = static_cast<int64_t>(impl_->lru.size());
-  s.bytes = impl_->bytes;
+  s.entries = impl_->lru.size();
+  s.bytes = impl_->lru.bytes();
   return s;
 }
 
