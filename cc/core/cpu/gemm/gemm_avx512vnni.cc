@@ -481,7 +481,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       const int64_t tiles = (t.rows + mr - 1) / mr;
       const int64_t base = t.rows / tiles, extra = t.rows % tiles;
       const int64_t vslice = ((vrows + tiles - 1) / tiles + 3) / 4 * 4;
-      FillBlockConsts(ep, n0, co, nz == 4, &bc);
+      // Read only by the last panel's epilogue.
+      if (tc.last) FillBlockConsts(ep, n0, co, nz == 4, &bc);
       tc.mask = ByteMask(width);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
