@@ -1276,6 +1276,100 @@ void TestDepthwiseChangedOperands() {
               long(after.hits - before.hits));
 }
 
+// One-pixel depthwise rows (depthwise_rows.h PixelBlocks: an output column
+// whose window lies inside the image across, computed 128 or 64 channels at
+// a time): global averages (window = input, 1x1 output) of ResNet-50's and
+// MobileNetV2's size and others, one-column outputs over several rows with
+// the rows padded, stride 2 and dilation 2 down the column, a channel
+// multiplier, channel counts that leave 64-channel groups, 16-channel
+// blocks and tail lanes after the 128-channel groups, and operands at the
+// extremes; every path, weight mode and partition against the reference.
+// A one-column output whose window is padded across (not full) takes the
+// per-block kernel, as before.
+void TestDepthwiseOnePixel() {
+  std::mt19937 rng(57);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t channel_counts[] = {2048, 1280, 1000, 200, 192, 144, 128,
+                                    80, 64, 48, 24, 16};
+  constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
+  int runs = 0;
+  for (int iter = 0; iter < 4 * kCounts; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    const int64_t c = channel_counts[iter % kCounts];
+    const int kind = iter / kCounts;  // 0 global, 1 column, 2 dilated, 3 padded across
+    const int64_t m = iter % 5 == 4 ? 2 : 1;  // channel multiplier
+    g.batch = 1 + iter % 3;
+    g.in_c = g.groups = c;
+    g.out_c = c * m;
+    g.filter_h = kind == 0 ? (iter % 2 ? 7 : 3) : uni(1, 5);
+    g.filter_w = kind == 0 ? g.filter_h : uni(2, 7);
+    Padding padding = Padding::kValid;
+    g.in_h = g.filter_h;
+    g.in_w = g.filter_w;
+    if (kind == 1) {
+      g.stride_h = uni(1, 2);
+      g.in_h = g.filter_h + uni(0, 6);
+      padding = Padding::kExplicit;
+      g.pad_top = uni(0, 3);
+      g.pad_bottom = uni(0, 3);
+    } else if (kind == 2) {
+      g.dilation_h = g.dilation_w = 2;
+      g.in_h = 2 * (g.filter_h - 1) + 1 + uni(0, 3);
+      g.in_w = 2 * (g.filter_w - 1) + 1;
+    } else if (kind == 3) {
+      padding = Padding::kExplicit;
+      g.in_w = g.filter_w - 1;
+      g.pad_left = 1;
+    }
+    EXPECT(ComputeGeometry(padding, &g).empty(), "one-pixel geometry");
+    EXPECT(g.out_w == 1, "one-pixel geometry: out_w %ld", long(g.out_w));
+    Buffers b;
+    const int operands = iter % 4;  // random, -128 x -128, 127 x -128, mixed
+    b.input.resize(static_cast<size_t>(g.InputElements()));
+    b.filter.resize(static_cast<size_t>(g.FilterElements()));
+    for (auto& x : b.input) {
+      x = static_cast<int8_t>(operands == 1 ? -128 : operands == 2 ? 127 : uni(-128, 127));
+    }
+    for (size_t i = 0; i < b.filter.size(); ++i) {
+      b.filter[i] = static_cast<int8_t>(
+          operands == 1 || operands == 2 ? -128
+          : operands == 3                ? (i % 3 ? 127 : -128)
+                                         : uni(-128, 127));
+    }
+    const bool side = iter % 3 == 1;
+    if (side) {
+      b.side.resize(static_cast<size_t>(g.OutputElements()));
+      for (auto& x : b.side) x = static_cast<int8_t>(uni(-128, 127));
+    }
+    a.per_channel_scale = iter % 2 == 0;
+    b.scale.resize(a.per_channel_scale ? g.out_c : 1);
+    const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
+    for (auto& x : b.scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
+    b.bias.resize(static_cast<size_t>(g.out_c));
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    a.input = b.input.data();
+    a.filter = b.filter.data();
+    a.bias = b.bias.data();
+    a.conv_input_scale = b.scale.data();
+    a.side_input = side ? b.side.data() : nullptr;
+    a.side_input_scale = side ? uni(-100, 100) / 64.0f : 0.0f;
+    a.activation = iter % 4 < 2 ? Activation::kRelu : Activation::kNone;
+    char what[128];
+    std::snprintf(what, sizeof(what),
+                  "one-pixel depthwise n%ld %ldx%ldx%ld k%ldx%ld m%ld s%ld d%ld "
+                  "pad %ld %ld %ld",
+                  long(g.batch), long(g.in_h), long(g.in_w), long(c),
+                  long(g.filter_h), long(g.filter_w), long(m), long(g.stride_h),
+                  long(g.dilation_h), long(g.pad_top), long(g.pad_bottom),
+                  long(g.pad_left));
+    runs += CheckAllPaths(a, what);
+  }
+  std::printf("one-pixel depthwise: %d runs checked\n", runs);
+}
+
 // Pinned filters (FusedConvArgs::filter_pin): a pinned call on a pinned
 // entry uses it unchecked; every other mix is checked or repacked, so a
 // changed filter is never served stale; the entry keeps the pin alive and
@@ -2149,6 +2243,7 @@ int main() {
   TestGemv();
   TestChannelTails();
   TestDepthwise3x3Blocks();
+  TestDepthwiseOnePixel();
   TestWinogradEdges();
   TestWinogradEligibility();
   TestChangedFilterIsRepacked();
