@@ -508,6 +508,27 @@ void PointAt(const Buffers& b, float side_scale, FusedConvArgs* a) {
   a->side_input_scale = b.side.empty() ? 0.0f : side_scale;
 }
 
+// b's input and filter for g: operands 0 random, 1 every activation and
+// weight -128, 2 activations 127 and weights -128, 3 random activations and
+// weights alternating 127 and -128 (-128 every mixed_period-th).
+void FillOperands(const ConvGeometry& g, int operands, int mixed_period,
+                  std::mt19937* rng, Buffers* b) {
+  auto uni = [rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(*rng);
+  };
+  b->input.resize(static_cast<size_t>(g.InputElements()));
+  b->filter.resize(static_cast<size_t>(g.FilterElements()));
+  for (auto& x : b->input) {
+    x = static_cast<int8_t>(operands == 1 ? -128 : operands == 2 ? 127 : uni(-128, 127));
+  }
+  for (size_t i = 0; i < b->filter.size(); ++i) {
+    b->filter[i] = static_cast<int8_t>(
+        operands == 1 || operands == 2 ? -128
+        : operands == 3 ? (i % mixed_period ? 127 : -128)
+                        : uni(-128, 127));
+  }
+}
+
 void TestDepthwise3x3Blocks() {
   std::mt19937 rng(33);
   auto uni = [&rng](int lo, int hi) {
@@ -545,17 +566,8 @@ void TestDepthwise3x3Blocks() {
     }
     EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
     Buffers b;
-    const int operands = iter % 4;  // random, -128 x -128, 127 x -128, mixed
-    b.input.resize(static_cast<size_t>(g.InputElements()));
-    b.filter.resize(static_cast<size_t>(g.FilterElements()));
-    for (auto& x : b.input) {
-      x = static_cast<int8_t>(operands == 1 ? -128 : operands == 2 ? 127 : uni(-128, 127));
-    }
-    for (size_t i = 0; i < b.filter.size(); ++i) {
-      b.filter[i] = static_cast<int8_t>(
-          operands == 1 || operands == 2 ? -128 : operands == 3 ? (i % 2 ? 127 : -128)
-                                                                : uni(-128, 127));
-    }
+    const int operands = iter % 4;
+    FillOperands(g, operands, /*mixed_period=*/2, &rng, &b);
     const bool side = iter % 3 == 0;
     if (side) {
       b.side.resize(static_cast<size_t>(g.OutputElements()));
@@ -604,14 +616,7 @@ void TestDepthwise3x3Blocks() {
     EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
     Buffers b;
     const int operands = iter % 3;  // random, -128 x -128, 127 x -128
-    b.input.resize(static_cast<size_t>(g.InputElements()));
-    b.filter.resize(static_cast<size_t>(g.FilterElements()));
-    for (auto& x : b.input) {
-      x = static_cast<int8_t>(operands == 1 ? -128 : operands == 2 ? 127 : uni(-128, 127));
-    }
-    for (auto& x : b.filter) {
-      x = static_cast<int8_t>(operands == 0 ? uni(-128, 127) : -128);
-    }
+    FillOperands(g, operands, /*mixed_period=*/2, &rng, &b);
     b.scale.assign(static_cast<size_t>(g.out_c), std::ldexp(1.3f, -10));
     b.bias.resize(static_cast<size_t>(g.out_c));
     for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
@@ -1327,18 +1332,8 @@ void TestDepthwiseOnePixel() {
     EXPECT(ComputeGeometry(padding, &g).empty(), "one-pixel geometry");
     EXPECT(g.out_w == 1, "one-pixel geometry: out_w %ld", long(g.out_w));
     Buffers b;
-    const int operands = iter % 4;  // random, -128 x -128, 127 x -128, mixed
-    b.input.resize(static_cast<size_t>(g.InputElements()));
-    b.filter.resize(static_cast<size_t>(g.FilterElements()));
-    for (auto& x : b.input) {
-      x = static_cast<int8_t>(operands == 1 ? -128 : operands == 2 ? 127 : uni(-128, 127));
-    }
-    for (size_t i = 0; i < b.filter.size(); ++i) {
-      b.filter[i] = static_cast<int8_t>(
-          operands == 1 || operands == 2 ? -128
-          : operands == 3                ? (i % 3 ? 127 : -128)
-                                         : uni(-128, 127));
-    }
+    const int operands = iter % 4;
+    FillOperands(g, operands, /*mixed_period=*/3, &rng, &b);
     const bool side = iter % 3 == 1;
     if (side) {
       b.side.resize(static_cast<size_t>(g.OutputElements()));
