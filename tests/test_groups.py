@@ -175,6 +175,10 @@ def _call(x_shape, w_shape, co=None):
 
 @pytest.mark.parametrize("x_shape,w_shape,match", [
     ((1, 5, 5, 6), (3, 3, 4, 6), r"conv_input depth 6 .* must be a multiple of the filter input depth 4"),
+    # Both depths named with their tensors' shapes (built only on this path).
+    ((1, 5, 5, 6), (3, 3, 4, 6),
+     r"conv_input depth 6 \(dimension 3 of conv_input \[1,5,5,6\]\) must be a "
+     r"multiple of the filter input depth 4 \(dimension 2 of filter \[3,3,4,6\]\)"),
     ((1, 5, 5, 6), (3, 3, 3, 7), r"filter output depth \(7\) must be a multiple of groups \(2"),
     ((1, 5, 5, 0), (3, 3, 2, 4), r"conv_input depth 0 .* must be a multiple"),
     ((1, 5, 5, 4), (3, 3, 0, 4), r"filter input depth 0 .* is 0 but conv_input depth"),
