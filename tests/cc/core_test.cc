@@ -489,13 +489,6 @@ void TestChannelTails() {
   std::printf("channel tails: %d runs checked\n", runs);
 }
 
-// The 3x3 depthwise VPDPBUSD kernel (whole 64-channel blocks, borders run
-// with the padding as 0x80 vectors) and its 16-channel tail: channel counts
-// of one to fifteen blocks with and without a tail, images from 1x1 up
-// (every column a border, or none), stride 1 and 2, SAME / VALID / explicit
-// asymmetric padding up to 4 (windows wholly in the padding), batch 2, side
-// input, and operands at the extremes (activations -128 or 127 with weights
-// -128: the +128 shift and its correction at their limits).
 // Points a's operands at b's buffers (per-channel scale; the side input
 // when b has one, with side_scale).
 void PointAt(const Buffers& b, float side_scale, FusedConvArgs* a) {
@@ -510,9 +503,10 @@ void PointAt(const Buffers& b, float side_scale, FusedConvArgs* a) {
 
 // b's input and filter for g: operands 0 random, 1 every activation and
 // weight -128, 2 activations 127 and weights -128, 3 random activations and
-// weights alternating 127 and -128 (-128 every mixed_period-th).
+// weights alternating 127 and -128 (-128 every mixed_period-th); with
+// side, a random side input of g's output shape (else none).
 void FillOperands(const ConvGeometry& g, int operands, int mixed_period,
-                  std::mt19937* rng, Buffers* b) {
+                  bool side, std::mt19937* rng, Buffers* b) {
   auto uni = [rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(*rng);
   };
@@ -527,8 +521,20 @@ void FillOperands(const ConvGeometry& g, int operands, int mixed_period,
         : operands == 3 ? (i % mixed_period ? 127 : -128)
                         : uni(-128, 127));
   }
+  b->side.clear();
+  if (side) {
+    b->side.resize(static_cast<size_t>(g.OutputElements()));
+    for (auto& x : b->side) x = static_cast<int8_t>(uni(-128, 127));
+  }
 }
 
+// The 3x3 depthwise VPDPBUSD kernel (whole 64-channel blocks, borders run
+// with the padding as 0x80 vectors) and its 16-channel tail: channel counts
+// of one to fifteen blocks with and without a tail, images from 1x1 up
+// (every column a border, or none), stride 1 and 2, SAME / VALID / explicit
+// asymmetric padding up to 4 (windows wholly in the padding), batch 2, side
+// input, and operands at the extremes (activations -128 or 127 with weights
+// -128: the +128 shift and its correction at their limits).
 void TestDepthwise3x3Blocks() {
   std::mt19937 rng(33);
   auto uni = [&rng](int lo, int hi) {
@@ -567,12 +573,8 @@ void TestDepthwise3x3Blocks() {
     EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
     Buffers b;
     const int operands = iter % 4;
-    FillOperands(g, operands, /*mixed_period=*/2, &rng, &b);
     const bool side = iter % 3 == 0;
-    if (side) {
-      b.side.resize(static_cast<size_t>(g.OutputElements()));
-      for (auto& x : b.side) x = static_cast<int8_t>(uni(-128, 127));
-    }
+    FillOperands(g, operands, /*mixed_period=*/2, side, &rng, &b);
     b.scale.resize(static_cast<size_t>(g.out_c));
     // About one output level per 2^10 of accumulator: extreme sums saturate,
     // random ones land in range.
@@ -616,15 +618,11 @@ void TestDepthwise3x3Blocks() {
     EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
     Buffers b;
     const int operands = iter % 3;  // random, -128 x -128, 127 x -128
-    FillOperands(g, operands, /*mixed_period=*/2, &rng, &b);
+    const bool side = iter % 5 == 0;
+    FillOperands(g, operands, /*mixed_period=*/2, side, &rng, &b);
     b.scale.assign(static_cast<size_t>(g.out_c), std::ldexp(1.3f, -10));
     b.bias.resize(static_cast<size_t>(g.out_c));
     for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
-    const bool side = iter % 5 == 0;
-    if (side) {
-      b.side.resize(static_cast<size_t>(g.OutputElements()));
-      for (auto& x : b.side) x = static_cast<int8_t>(uni(-128, 127));
-    }
     PointAt(b, side ? -0.75f : 0.0f, &a);
     a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
     char what[128];
@@ -1333,24 +1331,15 @@ void TestDepthwiseOnePixel() {
     EXPECT(g.out_w == 1, "one-pixel geometry: out_w %ld", long(g.out_w));
     Buffers b;
     const int operands = iter % 4;
-    FillOperands(g, operands, /*mixed_period=*/3, &rng, &b);
-    const bool side = iter % 3 == 1;
-    if (side) {
-      b.side.resize(static_cast<size_t>(g.OutputElements()));
-      for (auto& x : b.side) x = static_cast<int8_t>(uni(-128, 127));
-    }
-    a.per_channel_scale = iter % 2 == 0;
-    b.scale.resize(a.per_channel_scale ? g.out_c : 1);
+    FillOperands(g, operands, /*mixed_period=*/3, /*side=*/iter % 3 == 1, &rng, &b);
+    const bool per_channel = iter % 2 == 0;
+    b.scale.resize(per_channel ? g.out_c : 1);
     const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
     for (auto& x : b.scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
     b.bias.resize(static_cast<size_t>(g.out_c));
     for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
-    a.input = b.input.data();
-    a.filter = b.filter.data();
-    a.bias = b.bias.data();
-    a.conv_input_scale = b.scale.data();
-    a.side_input = side ? b.side.data() : nullptr;
-    a.side_input_scale = side ? uni(-100, 100) / 64.0f : 0.0f;
+    PointAt(b, uni(-100, 100) / 64.0f, &a);
+    a.per_channel_scale = per_channel;
     a.activation = iter % 4 < 2 ? Activation::kRelu : Activation::kNone;
     char what[128];
     std::snprintf(what, sizeof(what),
