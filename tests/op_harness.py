@@ -78,7 +78,7 @@ def cpu_flags():
 # between (the direct kernels, the exact Winograd F(2x2, 3x3) on every 3x3
 # stride-1 convolution).
 X86_ISA_PATHS = ("avx2", "avx2_direct", "avx2_winograd", "avxvnni",
-                 "avx512vnni")
+                 "avx512vnni", "amx")
 ARM_ISA_PATHS = ("neon", "dotprod", "i8mm")
 
 # Instruction-set kernels the build has (BUILD selects them by target CPU);
@@ -104,8 +104,13 @@ def expected_paths():
       paths += ["avx2", "avx2_direct", "avx2_winograd"]
     if {"avx2", "fma", "avx_vnni"} <= flags:
       paths.append("avxvnni")
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags:
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}
+    if avx512 <= flags:
       paths.append("avx512vnni")
+    # dispatch.cc also asks Linux for the tile data state (arch_prctl), which
+    # every kernel that lists these flags grants.
+    if avx512 | {"amx_tile", "amx_int8"} <= flags:
+      paths.append("amx")
   return [p for p in paths if p in ("reference", "portable") + BUILT_ISA_PATHS]
 
 

@@ -36,6 +36,7 @@ enum class KernelPath {
   kNeon,     // AArch64 Advanced SIMD (SMULL + SADALP), every ARMv8-A CPU
   kDotprod,  // ARMv8.2 dot product (SDOT), HWCAP_ASIMDDP
   kI8mm,     // int8 matrix multiply (SMMLA), HWCAP2_I8MM (with dot product)
+  kAmx,      // Intel AMX-INT8 (TDPBSSD) GEMMs; everything else as kAvx512Vnni
 };
 
 const char* KernelPathName(KernelPath path);

@@ -49,7 +49,8 @@ constexpr int kExitRefused = 3;
 const KernelPath kFastPaths[] = {
     KernelPath::kPortable,   KernelPath::kAvx2,    KernelPath::kAvx2Direct,
     KernelPath::kAvx2Winograd, KernelPath::kAvxVnni, KernelPath::kAvx512Vnni,
-    KernelPath::kNeon,       KernelPath::kDotprod, KernelPath::kI8mm};
+    KernelPath::kNeon,       KernelPath::kDotprod, KernelPath::kI8mm,
+    KernelPath::kAmx};
 
 // The paths under test (main() fills it) and whether they are reached
 // through TF_FUSED_INT8_CPU_KERNEL (run as kAuto).
@@ -445,12 +446,14 @@ void TestGemv() {
   }
   const int64_t calls = cpu::GemvCallsForTesting() - calls_before;
 #if defined(__x86_64__)
-  // The x86 ISA paths have the GEMV: each case runs it in weight mode 0
+  // The x86 ISA paths have the GEMV (amx shares avx512vnni's): each case
+  // runs it in weight mode 0
   // with three partitions, except the 3x3 case on avx2_winograd (Winograd).
   int64_t want = 0;
   for (KernelPath p : g_paths) {
-    if (p == KernelPath::kAvx512Vnni || p == KernelPath::kAvxVnni ||
-        p == KernelPath::kAvx2 || p == KernelPath::kAvx2Direct) {
+    if (p == KernelPath::kAvx512Vnni || p == KernelPath::kAmx ||
+        p == KernelPath::kAvxVnni || p == KernelPath::kAvx2 ||
+        p == KernelPath::kAvx2Direct) {
       want += 3 * 15;
     } else if (p == KernelPath::kAvx2Winograd) {
       want += 3 * 12;
@@ -1481,12 +1484,105 @@ void TestCacheBound() {
               long(after.entries), long(after.bytes), long(after.evictions));
 }
 
+// Eight threads run different convolutions at once on every path, each
+// with its own single-threaded calls, in both weight sources: no path may
+// keep per-call state anywhere but the calling thread (the amx path loads
+// its tile configuration per call and releases the tiles after; the
+// scratch buffers are per thread). Four random sweep cases and four layer
+// shapes whose GEMMs are wide and deep (several micro-tiles, and with
+// weights packed on the fly several K panels, so tiles travel through the
+// partial sums).
+void TestConcurrentCalls() {
+  constexpr int kThreads = 8, kRepeats = 6;
+  std::mt19937 rng(777);
+  std::vector<Buffers> bufs(kThreads);
+  std::vector<FusedConvArgs> args(kThreads);
+  std::vector<std::vector<int8_t>> want(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    Padding padding = Padding::kSame;
+    if (t < 4) {
+      args[t] = MakeCase(&rng, &padding, &bufs[t]);
+    } else {
+      // MakeCase's operands for a fixed geometry: draw one, then refit it.
+      FusedConvArgs a = MakeCase(&rng, &padding, &bufs[t]);
+      static const int64_t kShapes[4][6] = {  // n, h, w, ci, k, co
+          {1, 14, 14, 96, 3, 80}, {2, 9, 9, 160, 1, 112},
+          {1, 7, 7, 256, 3, 48}, {3, 6, 6, 40, 5, 36}};
+      const int64_t* sh = kShapes[t - 4];
+      ConvGeometry g;
+      g.batch = sh[0];
+      g.in_h = sh[1];
+      g.in_w = sh[2];
+      g.in_c = sh[3];
+      g.filter_h = g.filter_w = sh[4];
+      g.out_c = sh[5];
+      EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "geometry");
+      std::mt19937 fill(100 + t);
+      auto bytes = [&fill](std::vector<int8_t>* v, int64_t n) {
+        v->resize(static_cast<size_t>(n));
+        for (auto& x : *v) x = static_cast<int8_t>(fill() % 256 - 128);
+      };
+      bytes(&bufs[t].input, g.InputElements());
+      bytes(&bufs[t].filter, g.FilterElements());
+      bytes(&bufs[t].side, g.OutputElements());
+      bufs[t].bias.assign(g.out_c, 0.75f);
+      bufs[t].scale.assign(g.out_c, 1.0f / 2048);
+      a.geo = g;
+      a.input = bufs[t].input.data();
+      a.filter = bufs[t].filter.data();
+      a.bias = bufs[t].bias.data();
+      a.conv_input_scale = bufs[t].scale.data();
+      a.per_channel_scale = true;
+      a.side_input = t % 2 ? bufs[t].side.data() : nullptr;
+      a.side_input_scale = t % 2 ? 0.5f : 0.0f;
+      a.output_lut = nullptr;
+      args[t] = a;
+    }
+    want[t].resize(args[t].geo.OutputElements());
+    args[t].output = want[t].data();
+    EXPECT(RunFusedConv(args[t], KernelPath::kReference, ParallelFor()).empty(), "ref");
+  }
+  int runs = 0;
+  for (KernelPath p : g_paths) {
+    for (int mode : {0, 2}) {
+      SetWeightMode(mode);
+      std::vector<std::string> errors(kThreads);
+      std::vector<std::thread> workers;
+      for (int t = 0; t < kThreads; ++t) {
+        workers.emplace_back([&, t] {
+          for (int r = 0; r < kRepeats; ++r) {
+            // Thread t runs case (t + r) % 8: every case on several threads.
+            const int c = (t + r) % kThreads;
+            FusedConvArgs a = args[c];
+            std::vector<int8_t> got(want[c].size(), 77);
+            a.output = got.data();
+            const std::string err = RunFusedConv(a, RunAs(p), ParallelFor());
+            if (!err.empty() || got != want[c]) {
+              errors[t] = "case " + std::to_string(c) + " repeat " +
+                          std::to_string(r) + (err.empty() ? ": wrong bits" : ": " + err);
+              return;
+            }
+          }
+        });
+      }
+      for (auto& w : workers) w.join();
+      for (int t = 0; t < kThreads; ++t) {
+        EXPECT(errors[t].empty(), "concurrent calls, path %s weights %d, thread %d: %s",
+               KernelPathName(p), mode, t, errors[t].c_str());
+      }
+      runs += kThreads * kRepeats;
+    }
+    SetWeightMode(0);
+  }
+  std::printf("concurrent calls: %d runs on %d threads checked\n", runs, kThreads);
+}
+
 // Every forcing name parses back to its path, and an unknown one is an
 // error that lists them all (the avx2 variants included).
 void TestKernelPathNames() {
   for (KernelPath p : {KernelPath::kAuto, KernelPath::kReference, KernelPath::kPortable,
                        KernelPath::kAvx2, KernelPath::kAvx2Direct, KernelPath::kAvx2Winograd,
-                       KernelPath::kAvxVnni, KernelPath::kAvx512Vnni}) {
+                       KernelPath::kAvxVnni, KernelPath::kAvx512Vnni, KernelPath::kAmx}) {
     KernelPath parsed;
     EXPECT(ParseKernelPath(KernelPathName(p), &parsed) && parsed == p, "name %s",
            KernelPathName(p));
@@ -1497,7 +1593,7 @@ void TestKernelPathNames() {
   KernelPath resolved;
   const std::string err = ResolveKernelPath(KernelPath::kAuto, &resolved);
   for (const char* name : {"auto", "reference", "portable", "avx2", "avx2_direct",
-                           "avx2_winograd", "avxvnni", "avx512vnni"}) {
+                           "avx2_winograd", "avxvnni", "avx512vnni", "amx"}) {
     EXPECT(err.find(std::string(" ") + name) != std::string::npos, "'%s' not in '%s'", name,
            err.c_str());
   }
@@ -2234,6 +2330,7 @@ int main() {
   TestDepthwiseChangedOperands();
   TestCacheBound();
   TestPinnedFilters();
+  TestConcurrentCalls();
   if (testing::ExpectFailures()) {
     std::printf("%d failures\n", testing::ExpectFailures());
     return 1;

@@ -4,7 +4,7 @@
 // environment variable TF_FUSED_INT8_CPU_KERNEL forces a path (read on every
 // call so that tests and benchmarks can switch paths within one process).
 //
-// Builds for x86-64 contain the avx2 / avxvnni / avx512vnni kernels, builds
+// Builds for x86-64 contain the avx2 / avxvnni / avx512vnni / amx kernels, builds
 // for aarch64 the neon / dotprod / i8mm ones (BUILD selects the files by
 // target CPU); the kernel tables are referred to only under the matching
 // #if, so this file compiles for either (and for any other CPU, with the
@@ -16,6 +16,11 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "cc/core/cpu/depthwise/depthwise.h"
@@ -52,11 +57,36 @@ static_assert(kHwcapAsimd == HWCAP_ASIMD && kHwcapAsimdDp == HWCAP_ASIMDDP &&
 #endif
 #endif
 
+#if defined(__x86_64__) && defined(__linux__)
+// AMX-INT8 that this process may use: CPUID.(EAX=7, ECX=0):EDX bit 24
+// (AMX-TILE) and bit 25 (AMX-INT8); XCR0 bits 17 and 18 (tile configuration
+// and tile data state enabled by the OS); and Linux's permission for this
+// process to use the tile data state, which it grants on request
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), Linux 5.16 and
+// later; once per process, for every thread). A refusal, or a kernel
+// without the request, leaves the path unavailable: `auto` then takes the
+// best other path, and forcing `amx` is the usual clean error.
+bool AmxUsable() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || ((c >> 27) & 1) == 0) return false;  // OSXSAVE
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (((d >> 24) & 1) == 0 || ((d >> 25) & 1) == 0) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  constexpr unsigned kTileStates = (1u << 17) | (1u << 18);
+  if ((xcr0_lo & kTileStates) != kTileStates) return false;
+  constexpr long kArchReqXcompPerm = 0x1023;  // <asm/prctl.h>
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+#endif
+
 struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool avxvnni = false;
   bool avx512vnni = false;
+  bool amx = false;  // AMX-TILE + AMX-INT8, granted by the OS (AmxUsable)
   bool neon = false;     // Advanced SIMD (ASIMD)
   bool dotprod = false;  // SDOT (FEAT_DotProd)
   bool i8mm = false;     // SMMLA (FEAT_I8MM)
@@ -75,6 +105,10 @@ struct CpuFeatures {
                    __builtin_cpu_supports("avx512vl") &&
                    __builtin_cpu_supports("avx512dq") &&
                    __builtin_cpu_supports("avx512vnni");
+#if defined(__x86_64__) && defined(__linux__)
+    // The amx path runs everything but its GEMMs on the avx512vnni kernels.
+    f.amx = f.avx512vnni && AmxUsable();
+#endif
 #elif defined(__aarch64__) && defined(__linux__)
     // The kernel reports what user space may execute (and qemu-user reports
     // its emulated CPU's features the same way).
@@ -107,6 +141,7 @@ constexpr PathName kNames[] = {
     {KernelPath::kAvx2Winograd, "avx2_winograd"},
     {KernelPath::kAvxVnni, "avxvnni"},
     {KernelPath::kAvx512Vnni, "avx512vnni"},
+    {KernelPath::kAmx, "amx"},
     {KernelPath::kNeon, "neon"},
     {KernelPath::kDotprod, "dotprod"},
     {KernelPath::kI8mm, "i8mm"},
@@ -155,6 +190,8 @@ bool KernelPathSupported(KernelPath path) {
       return kX86Kernels && Features().avxvnni && Features().fma;
     case KernelPath::kAvx512Vnni:
       return kX86Kernels && Features().avx512vnni && Features().fma;
+    case KernelPath::kAmx:
+      return kX86Kernels && Features().amx && Features().fma;
     case KernelPath::kNeon:
       return kArmKernels && Features().neon;
     case KernelPath::kDotprod:
@@ -167,7 +204,7 @@ bool KernelPathSupported(KernelPath path) {
 
 KernelPath BestKernelPath() {
   static const KernelPath best = [] {
-    for (KernelPath p : {KernelPath::kAvx512Vnni, KernelPath::kAvxVnni,
+    for (KernelPath p : {KernelPath::kAmx, KernelPath::kAvx512Vnni, KernelPath::kAvxVnni,
                          KernelPath::kAvx2, KernelPath::kI8mm,
                          KernelPath::kDotprod, KernelPath::kNeon}) {
       if (KernelPathSupported(p)) return p;
@@ -238,6 +275,9 @@ bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
       }
       cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key, lut);
       return true;
+    case KernelPath::kAmx:
+      cpu::RunGemmConv(args, cpu::kAmxKernels, parallel_for, cache_key, lut);
+      return true;
 #endif
 #if defined(__aarch64__)
     case KernelPath::kNeon:
@@ -265,6 +305,7 @@ cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
     case KernelPath::kAvxVnni:
       return cpu::DepthwiseRowsAvx2;
     case KernelPath::kAvx512Vnni:
+    case KernelPath::kAmx:  // a depthwise tap has one k per channel: no tiles
       return cpu::DepthwiseRowsAvx512Vnni;
 #endif
 #if defined(__aarch64__)
@@ -302,6 +343,7 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
     case KernelPath::kNeon:
     case KernelPath::kDotprod:
     case KernelPath::kI8mm:
+    case KernelPath::kAmx:
       break;
     default:
       return std::string("CPU kernel '") + KernelPathName(resolved) +
@@ -311,13 +353,16 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
   if (args.geo.IsDepthwise()) {
     const cpu::DepthwisePrep* prep = nullptr;
 #if defined(__x86_64__)
-    if (resolved == KernelPath::kAvx512Vnni) prep = &cpu::kDepthwisePrepAvx512Vnni;
+    if (resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) {
+      prep = &cpu::kDepthwisePrepAvx512Vnni;
+    }
 #endif
     cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for, prep,
                       cpu::LutBodyFor(resolved));
     lut_applied = true;
 #if defined(__x86_64__)
-  } else if (resolved == KernelPath::kAvx512Vnni && cpu::NarrowGroupsFit(args.geo)) {
+  } else if ((resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) &&
+             cpu::NarrowGroupsFit(args.geo)) {
     cpu::RunNarrowGroups(args, cpu::NarrowGroupRowsAvx512Vnni, parallel_for);
 #endif
   } else if (args.geo.groups > 1) {

@@ -23,6 +23,7 @@ inline VectorIsa VectorIsaOf(KernelPath path) {
 #if defined(__x86_64__)
   switch (path) {
     case KernelPath::kAvx512Vnni:
+    case KernelPath::kAmx:
       return VectorIsa::kAvx512;
     case KernelPath::kAvx2:
     case KernelPath::kAvx2Direct:

@@ -53,10 +53,6 @@ constexpr int64_t kMinWindowedWidth = 24;
 // Micro-tile rows for NZ zmm per row (narrow blocks: NZ * rows <= 24).
 constexpr int kMrNarrow[5] = {0, 8, 12, 8, kMr};
 
-inline __mmask64 ByteMask(int64_t n) {
-  return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
-}
-
 // ---------------------------------------------------------------- packing
 
 // One k-group of a block: filter rows k .. k + 3 (`rows`, ld apart; rows
@@ -153,28 +149,10 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 
 // ----------------------------------------------------------------- im2col
 
-// Im2ColSlice's copy policy (gemm_isa_common.h): the A rows keep the int8
-// activations as they are (a plain copy), padding 0 (a zero activation), 64
-// bytes a vector. The micro-kernel turns each broadcast into VPDPBUSD's u8
-// operand (x ^ 0x80 = x + 128), so a pointwise layer's rows can be read
-// from the input itself (GemmTileZmm) with no copy at all.
-struct ZmmS8Copy {
-  using Vec = __m512i;
-  static constexpr int64_t kElemBytes = 1;
-  static constexpr int64_t kStep = 64;
-  static Vec Load(const int8_t* src) { return _mm512_loadu_si512(src); }
-  static Vec LoadPartial(const int8_t* src, int64_t n) {
-    return _mm512_maskz_loadu_epi8(ByteMask(n), src);
-  }
-  static void Store(uint8_t* dst, Vec v) { _mm512_storeu_si512(dst, v); }
-  static void StorePad(uint8_t* dst) {
-    _mm512_storeu_si512(dst, _mm512_setzero_si512());
-  }
-  static void Copy16(uint8_t* dst, const int8_t* src) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  }
-};
+// Im2ColSlice's copy policy: ZmmS8Copy (gemm_isa_common.h). The
+// micro-kernel turns each broadcast into VPDPBUSD's u8 operand (x ^ 0x80 =
+// x + 128), so a pointwise layer's rows can be read from the input itself
+// (GemmTileZmm) with no copy at all.
 
 // ------------------------------------------------------------------- GEMM
 
@@ -705,10 +683,10 @@ void GemvRows(const GemvArgs& t, const Epilogue512Consts& ec,
   }
 }
 
-void GemvZmm(const GemvArgs& t) {
+void GemvZmmImpl(const GemvArgs& t) {
   const EpilogueArgs& ep = *t.ep;
   const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
-  static_assert(kGemvMaxRows == 2, "GemvZmm instantiates 1 and 2 rows");
+  static_assert(kGemvMaxRows == 2, "GemvZmmImpl instantiates 1 and 2 rows");
   // Once per call, not per pass.
   int32_t init[kGemvMaxRows];
   for (int64_t r = 0; r < t.rows; ++r) {
@@ -735,9 +713,11 @@ extern const IsaKernels kAvx512VnniKernels = {
     PanelZmm,
     GemmTileZmm,
     /*lane_bytes=*/4,
-    GemvZmm,
+    GemvAvx512Vnni,
     /*kc_groups_cached=*/kKcGroupsCached,
 };
+
+void GemvAvx512Vnni(const GemvArgs& t) { GemvZmmImpl(t); }
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

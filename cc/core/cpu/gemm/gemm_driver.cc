@@ -116,7 +116,7 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
   Plan p;
   p.pixels = g.batch * g.out_h * g.out_w;
   p.k = g.filter_h * g.filter_w * g.in_c;
-  p.groups = CeilDiv(p.k, isa.k_per_group);
+  p.groups = PackedGroups(isa, p.k);
   p.kc = kc;
   p.panels = CeilDiv(p.groups, p.kc);
   p.lda = RoundUp(std::min(p.groups, p.kc) * isa.lane_bytes, 64);
@@ -408,8 +408,9 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
     // 7x7x512 3x3 -> 512 at batch 1 on 2 threads took 176 -> 195 us with
     // tiles of 36 and 13 rows instead of one; 14x14x256 3x3 -> 256 at
     // batch 8, 19 tiles of 84 rows instead of 4, ran 4% faster).
-    const int64_t kc =
-        CeilDiv(plan.groups, CeilDiv(plan.groups, isa.kc_groups_cached));
+    const int64_t kc = RoundUp(
+        CeilDiv(plan.groups, CeilDiv(plan.groups, isa.kc_groups_cached)),
+        isa.group_multiple);
     const Plan wide = MakePlan(g, isa, threads, kc);
     if (wide.m_tiles <= plan.m_tiles || wide.tile_rows >= kMinWideTileRows) {
       plan = wide;

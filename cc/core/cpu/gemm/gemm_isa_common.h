@@ -7,8 +7,8 @@
 // vector primitives, plus small helpers (bounds, prefetch, the cached-panel
 // verification).
 //
-// Include ONLY from *_avx512vnni.cc, *_avxvnni.cc, *_avx2.cc, gemm_ymm.h or
-// gemm_neon_tile.h.
+// Include ONLY from *_avx512vnni.cc, *_amx.cc, *_avxvnni.cc, *_avx2.cc,
+// gemm_ymm.h or gemm_neon_tile.h.
 // Everything here is in an anonymous namespace (internal linkage), so each
 // ISA translation unit gets its own copy compiled with its own flags and the
 // linker can never merge it with another unit's (gemm_kernels.h says why that
@@ -83,6 +83,13 @@ bool VerifyPanelRows(const GemmTileArgs& t, int64_t v0, int64_t v1,
   }
   return stale;
 }
+
+#if defined(__AVX512BW__)
+// The first n bits set (n >= 64: all).
+inline __mmask64 ByteMask(int64_t n) {
+  return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
+}
+#endif
 
 // Whether the im2col rows are the input pixels themselves (1x1, stride 1,
 // no padding): a direct GEMM, A row m = input pixel m (Ci bytes). The same
@@ -179,6 +186,29 @@ inline void CopySegment(uint8_t* out, int64_t s, int64_t e, int64_t seg0,
     ConvertRun<Copy>(dst, src + (a - seg0), b - a, end);
   }
 }
+
+#if defined(__AVX512BW__)
+// Im2ColSlice's copy policy of the AVX-512 units (avx512vnni, amx): the A
+// rows keep the int8 activations as they are (a plain copy), padding 0 (a
+// zero activation), 64 bytes a vector.
+struct ZmmS8Copy {
+  using Vec = __m512i;
+  static constexpr int64_t kElemBytes = 1;
+  static constexpr int64_t kStep = 64;
+  static Vec Load(const int8_t* src) { return _mm512_loadu_si512(src); }
+  static Vec LoadPartial(const int8_t* src, int64_t n) {
+    return _mm512_maskz_loadu_epi8(ByteMask(n), src);
+  }
+  static void Store(uint8_t* dst, Vec v) { _mm512_storeu_si512(dst, v); }
+  static void StorePad(uint8_t* dst) {
+    _mm512_storeu_si512(dst, _mm512_setzero_si512());
+  }
+  static void Copy16(uint8_t* dst, const int8_t* src) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  }
+};
+#endif
 
 // A rows gathered per Im2ColSlice call: several micro-tiles' worth (in
 // L1), so that the call's set-up (the first pixel's position: three

@@ -59,6 +59,12 @@
 //  * kFormatNeonS8x8 (i8mm): int8 groups of 8, block 16, natural channel
 //    order: channel c's 8 weights at byte 8c of the group, so channels
 //    (2j, 2j + 1) form the 2x8 B operand of one SMMLA.
+//  * kFormatAmxS8 (amx): int8 groups of 4, block 16, natural channel order
+//    (the bytes of kFormatNeonS8x4), with k_groups a multiple of 16
+//    (IsaKernels::group_multiple; the groups past K are zero): 16 groups of
+//    a block are one 16 x 64-byte B tile of TDPBSSD (signed x signed, no
+//    shift, no column offset), contiguous, and a tile never reads past its
+//    block.
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_GEMM_GEMM_KERNELS_H_
 
@@ -77,6 +83,7 @@ enum PackFormatId : int {
   kFormatNeonS8x4 = 4,  // neon, dotprod: int8 x4 groups, 16-channel blocks, natural
   kFormatNeonS8x8 = 5,  // i8mm: int8 x8 groups, 16-channel blocks, natural
   kFormatWinogradI16 = 6,  // avx2 Winograd U' (cpu/winograd/winograd.h), int16 x2
+  kFormatAmxS8 = 7,  // amx: int8 x4 groups, 16-channel blocks, natural, groups % 16 == 0
 };
 
 // Packs or verifies groups [g0, g1) of channel block `block_index` of the
@@ -205,7 +212,14 @@ struct IsaKernels {
   // block's whole weight panel from L2 faster than it stores and reloads
   // partial sums between panels; on-the-fly packing keeps kc_groups.
   int64_t kc_groups_cached = 0;
+  // k_groups (and so every K panel) is a multiple of this: the packed
+  // blocks hold zero groups up to it (amx: 16 groups, one B tile).
+  int64_t group_multiple = 1;
 };
+
+// The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
+// k_per_group), rounded up to isa.group_multiple.
+int64_t PackedGroups(const IsaKernels& isa, int64_t k);
 
 // Defined in the ISA translation units. Only the ones for the target CPU
 // are built (BUILD selects them); dispatch.cc refers to them under the same
@@ -216,6 +230,11 @@ extern const IsaKernels kAvx2Kernels;
 extern const IsaKernels kNeonKernels;
 extern const IsaKernels kDotprodKernels;
 extern const IsaKernels kI8mmKernels;
+extern const IsaKernels kAmxKernels;
+
+// avx512vnni's GEMV (gemm_avx512vnni.cc), which the amx path shares: it
+// reads the filter in place, so it has no tiles to gain.
+void GemvAvx512Vnni(const GemvArgs& t);
 
 // Lane position -> channel offset within a block of `format` that holds
 // `block_channels` real channels (the last block may hold fewer).

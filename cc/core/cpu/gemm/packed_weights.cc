@@ -18,6 +18,11 @@ int64_t ZmmNarrowZmms(int64_t block_channels) {
   return block_channels <= 48 ? (block_channels + 15) / 16 : 0;
 }
 
+int64_t PackedGroups(const IsaKernels& isa, int64_t k) {
+  const int64_t groups = (k + isa.k_per_group - 1) / isa.k_per_group;
+  return (groups + isa.group_multiple - 1) / isa.group_multiple * isa.group_multiple;
+}
+
 int64_t BlockLaneChannel(PackFormatId format, int64_t block_channels,
                          int64_t p) {
   if (format == kFormatZmmU8 && ZmmNarrowZmms(block_channels) == 0) {
@@ -36,7 +41,7 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
   // (the panel function gets the filter's K and derives Ci from it).
   const int64_t groups = isa.format == kFormatWinogradI16
                              ? WinogradPackedGroups(g.in_c)
-                             : (k + isa.k_per_group - 1) / isa.k_per_group;
+                             : PackedGroups(isa, k);
   const int64_t blocks = (co + isa.block - 1) / isa.block;
   const size_t data_bytes =
       static_cast<size_t>(blocks * groups * isa.block * isa.lane_bytes);

@@ -20,6 +20,7 @@ namespace {
 bool HasAvx2() { return KernelPathSupported(KernelPath::kAvx2); }
 bool HasAvxVnni() { return KernelPathSupported(KernelPath::kAvxVnni); }
 bool HasAvx512Vnni() { return KernelPathSupported(KernelPath::kAvx512Vnni); }
+bool HasAmx() { return KernelPathSupported(KernelPath::kAmx); }
 
 // ops_per_block: instructions per block x MACs (or FMAs) each x 2.
 constexpr PeakLoop kLoops[] = {
@@ -29,6 +30,7 @@ constexpr PeakLoop kLoops[] = {
     {"vpdpwssd_zmm", 16 * 32 * 2, HasAvx512Vnni, PeakVpdpwssdZmm},
     {"fma_ymm", 12 * 8 * 2, HasAvx2, PeakFmaYmm},
     {"fma_zmm", 16 * 16 * 2, HasAvx512Vnni, PeakFmaZmm},
+    {"tdpbssd", 4 * 16 * 16 * 64 * 2, HasAmx, PeakTdpbssd},
 };
 constexpr int kNumLoops = sizeof(kLoops) / sizeof(kLoops[0]);
 #else

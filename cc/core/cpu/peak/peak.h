@@ -14,6 +14,7 @@
 //   vpdpwssd_zmm  VPDPWSSD, zmm                 32 int16 MACs (avx512vnni depthwise)
 //   fma_ymm       VFMADD231PS, ymm              8 fp32 FMAs (what TF's fp32 conv can reach, AVX2)
 //   fma_zmm       VFMADD231PS, zmm              16 fp32 FMAs (AVX-512)
+//   tdpbssd       AMX TDPBSSD                   16 x 16 x 64 s8 x s8 MACs (amx path)
 // The loops live in peak_<isa>.cc, built with that instruction set's flags.
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
@@ -48,6 +49,7 @@ void PeakVpdpbusdYmm(int64_t iters);
 void PeakVpdpbusdZmm(int64_t iters);
 void PeakVpdpwssdZmm(int64_t iters);
 void PeakFmaZmm(int64_t iters);
+void PeakTdpbssd(int64_t iters);
 
 }  // namespace cpu
 }  // namespace tf_fused_int8
