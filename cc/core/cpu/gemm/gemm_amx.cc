@@ -38,6 +38,10 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <utility>
+#include <vector>
 
 #include "cc/core/cpu/amx_tiles.h"
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
@@ -141,50 +145,112 @@ inline void FillBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
 
 // One micro-tile's operands.
 struct TileContext {
-  const uint8_t* a;     // row 0 of the A tile pair at this panel's first byte
+  const uint8_t* a[2];  // rows 0 and 16 of the A tiles at this panel's first byte
   int64_t lda;          // bytes between A rows
+  const int64_t* koff;  // byte offset of K step s from a[0] / a[1]
   const int8_t* b[2];   // the two blocks' weights at this panel's first group
-  int64_t steps;        // B tiles (16 groups each) in the panel
+  int64_t steps;        // K steps (B tiles of 16 groups) in the panel
   int32_t* partial;     // row 0, block 0 of the partial sums
   int64_t partial_ld;   // int32 between partial rows
   bool from_partial;    // start from the partial sums (else zero)
   bool last;            // the last panel: epilogue (else store the partial sums)
-  int64_t rows;         // valid rows (1 .. 32)
-  const BlockConsts* bc[2];
-  __mmask16 mask[2];    // the blocks' channels < Co
-  const int8_t* side;   // side input of row 0, block 0 (Co apart), or nullptr
-  int8_t* out;          // output of row 0, block 0 (Co apart)
-  int64_t ldo;          // Co
-  const Epilogue512Consts* ec;
+  int64_t first;        // the first row's pixel (or virtual pixel: padded input)
+  int64_t rows;         // rows of the micro-tile (1 .. 32)
+  int64_t b0;           // the first block's index within the item
 };
 
-// The epilogue of the 16 x 16 int32 C tile at `c` (rows 16 apart, `rows`
-// of them valid), channels of block j of the micro-tile, rows from r0.
-inline void TileEpilogue(const int32_t* c, int64_t rows, const TileContext& t,
-                         int j, int64_t r0) {
-  const BlockConsts& bc = *t.bc[j];
-  const int64_t col = j * kBlock;
-  int8_t* out = t.out + r0 * t.ldo + col;
-  const int8_t* side = t.side != nullptr ? t.side + r0 * t.ldo + col : nullptr;
+// A finished micro-tile whose C tiles wait in `c` for their epilogue, which
+// runs after the next micro-tile's tile instructions have been issued (in
+// program order they are independent), so that the vector epilogue can
+// overlap the TMUL.
+struct Pending {
+  alignas(64) int32_t c[4][16 * 16];  // tile (m, n) at c[2 * m + n], rows 16 apart
+  int mt = 0, nt = 0;                 // 0: nothing pending
+  int64_t first = 0, rows = 0, b0 = 0;
+};
+
+// What the epilogue needs besides a pending micro-tile.
+struct EpilogueContext {
+  const BlockConsts* consts;  // the item's blocks
+  int64_t block_begin;        // the item's first block
+  const int8_t* side;         // EpilogueArgs::side (null: none)
+  int8_t* output;
+  int64_t co;
+  const Epilogue512Consts* ec;
+  // Padded input (GemmTileArgs::padded): virtual pixels to outputs.
+  bool padded;
+  int64_t image_rows, padded_w, out_h, out_w;
+};
+
+// The epilogue of `count` rows of the C tile from row `row` (rows 16
+// int32 apart), which are the consecutive output pixels from `pixel`, for
+// item block ib.
+inline void EpilogueRun(const int32_t* c, int64_t row, int64_t count,
+                        int64_t pixel, int64_t ib, const EpilogueContext& e) {
+  const BlockConsts& bc = e.consts[ib];
+  const int64_t n0 = (e.block_begin + ib) * kBlock;
+  const __mmask16 mask = ChannelMask(n0, e.co);
+  const int64_t ldo = e.co;
+  int8_t* out = e.output + pixel * ldo + n0;
+  const int8_t* side = e.side != nullptr ? e.side + pixel * ldo + n0 : nullptr;
+  c += 16 * row;
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
+  for (; r + 4 <= count; r += 4) {
     Epilogue16x4Natural(_mm512_load_si512(c + 16 * r), _mm512_load_si512(c + 16 * (r + 1)),
                         _mm512_load_si512(c + 16 * (r + 2)), _mm512_load_si512(c + 16 * (r + 3)),
-                        bc.scale, bc.bias, side != nullptr ? side + r * t.ldo : nullptr,
-                        t.ldo, *t.ec, t.mask[j], out + r * t.ldo);
+                        bc.scale, bc.bias, side != nullptr ? side + r * ldo : nullptr,
+                        ldo, *e.ec, mask, out + r * ldo);
   }
-  for (; r < rows; ++r) {
+  for (; r < count; ++r) {
     Epilogue16Natural(_mm512_load_si512(c + 16 * r), bc.scale, bc.bias,
-                      side != nullptr ? side + r * t.ldo : nullptr, *t.ec,
-                      t.mask[j], out + r * t.ldo);
+                      side != nullptr ? side + r * ldo : nullptr, *e.ec, mask,
+                      out + r * ldo);
   }
 }
 
-// MT A tiles (16 rows each) x NT blocks. Tile numbers are literals in the
-// intrinsics (GCC pastes them into the instruction), hence the spelled-out
-// cases.
+// The epilogue of one C tile: rows [0, rows) from (virtual) pixel `first`.
+inline void TileEpilogue(const int32_t* c, int64_t first, int64_t rows,
+                         int64_t ib, const EpilogueContext& e) {
+  if (!e.padded) {
+    EpilogueRun(c, 0, rows, first, ib, e);
+    return;
+  }
+  // Virtual pixels: runs of consecutive outputs within one output row.
+  int64_t i = 0;
+  while (i < rows) {
+    const int64_t v = first + i;
+    const int64_t n = v / e.image_rows, j = v % e.image_rows;
+    const int64_t y = j / e.padded_w, x = j % e.padded_w;
+    if (y >= e.out_h) break;  // the image's rows past its outputs
+    const int64_t in_row = Min(rows - i, e.padded_w - x);  // rows left in this output row
+    if (x < e.out_w) {
+      EpilogueRun(c, i, Min(in_row, e.out_w - x), (n * e.out_h + y) * e.out_w + x, ib, e);
+    }
+    i += in_row;
+  }
+}
+
+// Runs p's epilogue (if any) and marks it done.
+inline void FinishPending(Pending* p, const EpilogueContext& e) {
+  if (p->mt == 0) return;
+  for (int m = 0; m < p->mt; ++m) {
+    const int64_t rows = Min(16, p->rows - 16 * m);
+    for (int n = 0; n < p->nt; ++n) {
+      TileEpilogue(p->c[2 * m + n], p->first + 16 * m, rows, p->b0 + n, e);
+    }
+  }
+  p->mt = 0;
+}
+
+// MT A tiles (16 rows each) x NT blocks: accumulates the panel into C
+// tiles, then finishes `prev` (the previous micro-tile's epilogue, while
+// the TMUL works), then stores the C tiles: to the partial sums, or, in
+// the last panel, to `next` for its epilogue later. Tile numbers are
+// literals in the intrinsics (GCC pastes them into the instruction), hence
+// the spelled-out cases.
 template <int MT, int NT>
-void MicroTile(const TileContext& t) {
+void MicroTile(const TileContext& t, Pending* prev, Pending* next,
+               const EpilogueContext& e) {
   const int64_t pld = t.partial_ld * 4;  // bytes
   int32_t* p0 = t.partial;
   int32_t* p1 = t.partial + 16 * t.partial_ld;
@@ -204,22 +270,24 @@ void MicroTile(const TileContext& t) {
       if constexpr (NT == 2) _tile_zero(3);
     }
   }
-  const uint8_t* a0 = t.a;
-  const uint8_t* a1 = t.a + 16 * t.lda;
+  const uint8_t* a0 = t.a[0];
+  const uint8_t* a1 = t.a[1];
   const int8_t* b0 = t.b[0];
   const int8_t* b1 = t.b[1];
+  const int64_t* koff = t.koff;
   for (int64_t s = 0; s < t.steps; ++s) {
     _tile_loadd(6, b0 + s * kTileBytes, kGroupBytes);
     if constexpr (NT == 2) _tile_loadd(7, b1 + s * kTileBytes, kGroupBytes);
-    _tile_loadd(4, a0 + s * kTileK, t.lda);
+    _tile_loadd(4, a0 + koff[s], t.lda);
     _tile_dpbssd(0, 4, 6);
     if constexpr (NT == 2) _tile_dpbssd(1, 4, 7);
     if constexpr (MT == 2) {
-      _tile_loadd(5, a1 + s * kTileK, t.lda);
+      _tile_loadd(5, a1 + koff[s], t.lda);
       _tile_dpbssd(2, 5, 6);
       if constexpr (NT == 2) _tile_dpbssd(3, 5, 7);
     }
   }
+  FinishPending(prev, e);
   if (!t.last) {
     _tile_stored(0, p0, pld);
     if constexpr (NT == 2) _tile_stored(1, p0 + kBlock, pld);
@@ -229,131 +297,221 @@ void MicroTile(const TileContext& t) {
     }
     return;
   }
-  alignas(64) int32_t c[16 * 16];
-  const int64_t rows0 = Min(16, t.rows);
-  const int64_t rows1 = t.rows - rows0;
-  _tile_stored(0, c, 64);
-  TileEpilogue(c, rows0, t, 0, 0);
-  if constexpr (NT == 2) {
-    _tile_stored(1, c, 64);
-    TileEpilogue(c, rows0, t, 1, 0);
-  }
+  _tile_stored(0, next->c[0], 64);
+  if constexpr (NT == 2) _tile_stored(1, next->c[1], 64);
   if constexpr (MT == 2) {
-    if (rows1 > 0) {
-      _tile_stored(2, c, 64);
-      TileEpilogue(c, rows1, t, 0, 16);
-      if constexpr (NT == 2) {
-        _tile_stored(3, c, 64);
-        TileEpilogue(c, rows1, t, 1, 16);
-      }
-    }
+    _tile_stored(2, next->c[2], 64);
+    if constexpr (NT == 2) _tile_stored(3, next->c[3], 64);
   }
+  next->mt = MT;
+  next->nt = NT;
+  next->first = t.first;
+  next->rows = t.rows;
+  next->b0 = t.b0;
 }
 
-inline void RunMicroTile(int mt, int nt, const TileContext& t) {
+inline void RunMicroTile(int mt, int nt, const TileContext& t, Pending* prev,
+                         Pending* next, const EpilogueContext& e) {
   if (mt == 2) {
     if (nt == 2) {
-      MicroTile<2, 2>(t);
+      MicroTile<2, 2>(t, prev, next, e);
     } else {
-      MicroTile<2, 1>(t);
+      MicroTile<2, 1>(t, prev, next, e);
     }
   } else if (nt == 2) {
-    MicroTile<1, 2>(t);
+    MicroTile<1, 2>(t, prev, next, e);
   } else {
-    MicroTile<1, 1>(t);
+    MicroTile<1, 1>(t, prev, next, e);
   }
 }
 
-// Loop order: K panels outer, pairs of channel blocks, then micro-tiles of
-// 32 rows. Per panel, the first block pair gathers each micro-tile's A
-// rows just before using them (later pairs read them from the buffer),
-// except pointwise rows read in place. Cached weights: the panels this
-// tile verifies (verify_phase) are compared with the filter for all the
-// item's blocks before they are used. On the fly: each panel of all the
-// item's blocks is packed into panel_buffer before its first pair.
+// A 64-byte aligned buffer that grows to the largest size asked of it.
+class ScratchBytes {
+ public:
+  ~ScratchBytes() { std::free(data_); }
+  uint8_t* Get(size_t bytes) {
+    if (bytes > size_) {
+      std::free(data_);
+      size_ = (bytes + 4095) / 4096 * 4096;
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
+      if (data_ == nullptr) throw std::bad_alloc();
+    }
+    return data_;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Per-thread scratch: the epilogue constants of the item's blocks, the two
+// pending micro-tiles, the A buffer and the K step offsets.
+struct AmxScratch {
+  std::vector<BlockConsts> consts;
+  Pending pending[2];
+  ScratchBytes a;
+  std::vector<int64_t> koff;  // K step offsets of one panel
+};
+thread_local AmxScratch t_amx;
+
+// Work units: (micro-tile m of 32 rows, K panel q). Cached weights run them
+// m-major (a micro-tile's panels in a row, so its A rows stay near), weights
+// packed on the fly q-major (each panel packed once for all the item's
+// blocks into panel_buffer, just before its first unit). Every unit runs
+// all the item's block pairs on its A rows, which are read in place (a
+// padded input's windows, or a pointwise layer's pixels) or gathered just
+// before the unit into the A buffer (one buffer: with B it fits L1, two do
+// not; gathering the next unit's rows between this unit's pairs was slower
+// too). Cached weights: the panels this tile verifies (verify_phase) are
+// compared with the filter for all the item's blocks before the first unit.
 bool GemmTileAmx(const GemmTileArgs& t) {
   LoadTileConfig16x64();
   const EpilogueArgs& ep = *t.ep;
   const ConvGeometry& geo = *t.geo;
   const int64_t co = t.out_c;
+  const int64_t ci = geo.in_c;
   const int64_t groups = t.k_groups;
   const int64_t kc = t.kc_groups;
   const bool cached = t.w != nullptr;
   const int64_t nblocks = t.block_end - t.block_begin;
+  const int64_t npairs = (nblocks + 1) / 2;
   const int64_t partial_ld = nblocks * kBlock;
+  const int64_t panel_bytes = kc * kGroupBytes;  // on the fly, per block
   const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
+  AmxScratch& scratch = t_amx;
+  scratch.consts.resize(static_cast<size_t>(nblocks));
+  for (int64_t b = 0; b < nblocks; ++b) {
+    FillBlockConsts(ep, (t.block_begin + b) * kBlock, co, &scratch.consts[b]);
+  }
+  const bool padded = t.padded != nullptr;
+  EpilogueContext e;
+  e.consts = scratch.consts.data();
+  e.block_begin = t.block_begin;
+  e.side = ep.side;
+  e.output = t.output;
+  e.co = co;
+  e.ec = &ec;
+  e.padded = padded;
+  e.image_rows = t.image_rows;
+  e.padded_w = t.padded_w;
+  e.out_h = geo.out_h;
+  e.out_w = geo.out_w;
+  Pending* prev = &scratch.pending[0];
+  Pending* next = &scratch.pending[1];
+  prev->mt = next->mt = 0;
+  uint8_t* abuf = padded ? nullptr : scratch.a.Get(static_cast<size_t>(kMr * t.lda + kIm2ColSlack));
+  // K step offsets of one panel (kc / 16 steps): s * 64 for rows gathered
+  // or pointwise; for a padded input, the step's window row and offset in
+  // it (PaddedInputFits: a step never straddles two window rows).
+  if (scratch.koff.size() < static_cast<size_t>(kc / kTileGroups)) {
+    scratch.koff.resize(static_cast<size_t>(kc / kTileGroups));
+  }
+  int64_t* koff = scratch.koff.data();
+  auto fill_koff = [&](int64_t g0, int64_t g1) {
+    for (int64_t s = 0; s < (g1 - g0) / kTileGroups; ++s) {
+      const int64_t k0 = 4 * g0 + kTileK * s;
+      if (!padded) {
+        koff[s] = k0 - 4 * g0;
+        continue;
+      }
+      const int64_t run = geo.filter_w * ci;  // one window row
+      const int64_t ky = k0 / run, rem = k0 % run;
+      const int64_t kx = rem / ci, c = rem % ci;
+      koff[s] = (ky * geo.dilation_h * t.padded_w + kx * geo.dilation_w) * ci + c;
+    }
+  };
   bool stale = false;
   // Pointwise rows in place (A row m = input pixel m): for micro-tiles
   // whose whole reads, 16-row tiles and 64-byte rows included, stay inside
   // the input; the others gather.
-  const bool direct = IsDirectGemm(geo);
-  const int64_t input_bytes = geo.batch * geo.in_h * geo.in_w * geo.in_c;
-  BlockConsts bc[2];
-  TileContext tc;
-  tc.partial_ld = partial_ld;
-  tc.ldo = co;
-  tc.ec = &ec;
-  tc.bc[0] = &bc[0];
-  tc.bc[1] = &bc[1];
+  const bool direct = !padded && IsDirectGemm(geo);
+  const int64_t input_bytes = geo.batch * geo.in_h * geo.in_w * ci;
   const int64_t mtiles = (t.rows + kMr - 1) / kMr;
-  for (int64_t g0 = 0; g0 < groups; g0 += kc) {
-    const int64_t g1 = Min(groups, g0 + kc);
-    tc.steps = (g1 - g0) / kTileGroups;
-    tc.from_partial = g0 > 0;
-    tc.last = g1 == groups;
-    const int64_t panel_bytes = kc * kGroupBytes;  // on the fly, per block
-    if (cached) {
-      if (t.verify && (g0 / kc) % t.verify_stride == t.verify_phase) {
-        PanelArgs pa;
-        pa.filter = t.filter;
-        pa.k = t.k;
-        pa.out_c = co;
-        pa.g0 = g0;
-        pa.g1 = g1;
-        pa.verify = true;
-        for (int64_t nb = t.block_begin; nb < t.block_end; ++nb) {
-          pa.block_index = nb;
-          pa.panel = const_cast<int8_t*>(t.w->data + (nb * groups + g0) * kGroupBytes);
-          stale |= PanelAmx(pa);
-        }
-      }
-    } else {
+  const int64_t panels = (groups + kc - 1) / kc;
+  const int64_t units = mtiles * panels;
+  // Verifies (cached) or packs (on the fly) panel q for all the item's blocks.
+  auto prepare_panel = [&](int64_t q) {
+    const int64_t g0 = q * kc, g1 = Min(groups, g0 + kc);
+    if (!cached) {
       PackPanelsAmx(t.filter, t.k, co, t.block_begin, t.block_end, g0, g1,
                     t.panel_buffer, panel_bytes);
+      return;
     }
-    for (int64_t b = 0; b < nblocks; b += 2) {
+    if (!t.verify || q % t.verify_stride != t.verify_phase) return;
+    PanelArgs pa;
+    pa.filter = t.filter;
+    pa.k = t.k;
+    pa.out_c = co;
+    pa.g0 = g0;
+    pa.g1 = g1;
+    pa.verify = true;
+    for (int64_t nb = t.block_begin; nb < t.block_end; ++nb) {
+      pa.block_index = nb;
+      pa.panel = const_cast<int8_t*>(t.w->data + (nb * groups + g0) * kGroupBytes);
+      stale |= PanelAmx(pa);
+    }
+  };
+
+  if (cached) {
+    for (int64_t q = 0; q < panels; ++q) prepare_panel(q);
+  }
+  TileContext tc;
+  tc.partial_ld = partial_ld;
+  tc.koff = koff;
+  int64_t koff_panel = -1;
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t m = cached ? u / panels : u % mtiles;
+    const int64_t q = cached ? u % panels : u / mtiles;
+    if (!cached && m == 0) prepare_panel(q);
+    const int64_t g0 = q * kc, g1 = Min(groups, g0 + kc);
+    if (q != koff_panel) {
+      fill_koff(g0, g1);
+      koff_panel = q;
+    }
+    const int64_t r = m * kMr;
+    const int64_t h = Min(kMr, t.rows - r);
+    const int mt = h > 16 ? 2 : 1;
+    const int64_t first = t.p0 + r;
+    if (padded) {
+      // Each 16-row A tile lies in one image (image_rows % 16 == 0).
+      for (int i = 0; i < 2; ++i) {
+        const int64_t v = first + 16 * Min(i, mt - 1);
+        const int64_t n = v / t.image_rows, j = v % t.image_rows;
+        tc.a[i] = reinterpret_cast<const uint8_t*>(t.padded) +
+                  (n * t.padded_h * t.padded_w + j) * ci;
+      }
+      tc.lda = ci;
+    } else if (direct && (first + 16 * mt - 1) * ci + 4 * g1 <= input_bytes) {
+      tc.a[0] = reinterpret_cast<const uint8_t*>(t.input) + first * ci + 4 * g0;
+      tc.a[1] = tc.a[0] + 16 * ci;
+      tc.lda = ci;
+    } else {
+      Im2ColSlice<ZmmS8Copy>(t, abuf, r, h, 4 * g0, 4 * g1);
+      tc.a[0] = abuf;
+      tc.a[1] = abuf + 16 * t.lda;
+      tc.lda = t.lda;
+    }
+    tc.steps = (g1 - g0) / kTileGroups;
+    tc.from_partial = q > 0;
+    tc.last = q + 1 == panels;
+    tc.first = first;
+    tc.rows = h;
+    for (int64_t pair = 0; pair < npairs; ++pair) {
+      const int64_t b = 2 * pair;
       const int nt = b + 1 < nblocks ? 2 : 1;
-      for (int j = 0; j < nt; ++j) {
-        const int64_t nb = t.block_begin + b + j;
-        tc.b[j] = cached ? t.w->data + (nb * groups + g0) * kGroupBytes
-                         : t.panel_buffer + (b + j) * panel_bytes;
-        if (tc.last) FillBlockConsts(ep, nb * kBlock, co, &bc[j]);
-        tc.mask[j] = ChannelMask(nb * kBlock, co);
+      for (int j = 0; j < 2; ++j) {
+        const int64_t bj = b + (j < nt ? j : 0);
+        tc.b[j] = cached ? t.w->data + ((t.block_begin + bj) * groups + g0) * kGroupBytes
+                         : t.panel_buffer + bj * panel_bytes;
       }
-      if (nt == 1) tc.b[1] = tc.b[0];
-      const int64_t n0 = (t.block_begin + b) * kBlock;
-      for (int64_t m = 0; m < mtiles; ++m) {
-        const int64_t r = m * kMr;
-        const int64_t h = Min(kMr, t.rows - r);
-        const int mt = h > 16 ? 2 : 1;
-        const int64_t pixel = t.p0 + r;
-        if (direct && (pixel + 16 * mt - 1) * geo.in_c + 4 * g1 <= input_bytes) {
-          tc.a = reinterpret_cast<const uint8_t*>(t.input) + pixel * geo.in_c + 4 * g0;
-          tc.lda = geo.in_c;
-        } else {
-          if (b == 0) Im2ColSlice<ZmmS8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
-          tc.a = t.a + r * t.lda;
-          tc.lda = t.lda;
-        }
-        tc.rows = h;
-        tc.partial = t.partial != nullptr ? t.partial + r * partial_ld + b * kBlock : nullptr;
-        tc.side = ep.side != nullptr ? ep.side + pixel * co + n0 : nullptr;
-        tc.out = t.output + pixel * co + n0;
-        CompilerBarrier();
-        RunMicroTile(mt, nt, tc);
-      }
+      tc.b0 = b;
+      tc.partial = t.partial != nullptr ? t.partial + r * partial_ld + b * kBlock : nullptr;
+      CompilerBarrier();
+      RunMicroTile(mt, nt, tc, prev, next, e);
+      if (tc.last) std::swap(prev, next);
     }
   }
+  FinishPending(prev, e);
   _tile_release();
   return stale;
 }
@@ -374,6 +532,7 @@ extern const IsaKernels kAmxKernels = {
     GemvAvx512Vnni,
     /*kc_groups_cached=*/kKcGroupsCached,
     /*group_multiple=*/kTileGroups,
+    /*padded_input=*/true,
 };
 
 }  // namespace cpu

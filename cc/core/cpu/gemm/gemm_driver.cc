@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 
@@ -86,7 +87,7 @@ struct AlignedBuffer {
 };
 
 struct ThreadScratch {
-  AlignedBuffer a, partial, panel, sums, gemv;
+  AlignedBuffer a, partial, panel, sums, gemv, padded;
 };
 
 thread_local ThreadScratch t_scratch;
@@ -95,6 +96,28 @@ thread_local ThreadScratch t_scratch;
 // the fly; the GEMV calls so far.
 std::atomic<int> g_weight_mode{0};
 std::atomic<int64_t> g_gemv_calls{0};
+// Test hook (gemm_kernels.h): 0 automatic, 1 wherever it fits, 2 never.
+std::atomic<int> g_padded_mode{0};
+
+// Whether a convolution that fits a padded input (PaddedInputFits) runs on
+// one: its virtual pixels (gemm_kernels.h) compute padded_w - out_w extra
+// columns per output row and pad each image to a multiple of 16 rows, so
+// it pays where most of them are outputs. One Sapphire Rapids-class thread
+// (bench_core, amx, pinned weights), gathered -> padded: ResNet-50's
+// 56x56x64 3x3 -> 64 118 -> 92 us, 28x28x128 3x3 111 -> 92, 14x14x256 3x3
+// (87.5% outputs) 100 -> 87, all at batch 1; 7x7x512 3x3 (77%) at batch 1
+// 156 -> 148 but at batch 8 1077 -> 1236.
+constexpr double kMinPaddedOutputShare = 0.8;
+
+bool UsePaddedInput(const IsaKernels& isa, const ConvGeometry& g) {
+  if (!isa.padded_input || !PaddedInputFits(g)) return false;
+  const int mode = g_padded_mode.load(std::memory_order_relaxed);
+  if (mode != 0) return mode == 1;
+  const int64_t padded_w = g.pad_left + g.in_w + g.pad_right;
+  const int64_t image_rows = RoundUp(g.out_h * padded_w, 16);
+  return static_cast<double>(g.out_h * g.out_w) >=
+         kMinPaddedOutputShare * static_cast<double>(image_rows);
+}
 
 constexpr int64_t kAPanelBytes = 192 << 10;   // rows x one K panel of A
 constexpr int64_t kPartialBytes = 512 << 10;  // rows x item channels int32
@@ -109,12 +132,21 @@ struct Plan {
   bool per_block_items;  // one block an item, claimed one at a time
 };
 
+// The padded input of GemmTileArgs::padded, built by the calling thread's
+// BuildPaddedInput (data null: none).
+struct PaddedInput {
+  const int8_t* data = nullptr;
+  int64_t h = 0, w = 0, image_rows = 0;
+};
+
 // kc: the K panel size in groups (isa.kc_groups, or up to
-// isa.kc_groups_cached for weights from the cache: RunGemmConv).
+// isa.kc_groups_cached for weights from the cache: RunGemmConv). The GEMM's
+// rows are the output pixels, or the virtual pixels of a padded input.
 Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
-              int64_t kc) {
+              int64_t kc, const PaddedInput& padded) {
   Plan p;
-  p.pixels = g.batch * g.out_h * g.out_w;
+  p.pixels = padded.data != nullptr ? g.batch * padded.image_rows
+                                    : g.batch * g.out_h * g.out_w;
   p.k = g.filter_h * g.filter_w * g.in_c;
   p.groups = PackedGroups(isa, p.k);
   p.kc = kc;
@@ -270,11 +302,53 @@ void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,
   });
 }
 
+// The input zero-padded for GemmTileArgs::padded (gemm_kernels.h), in the
+// calling thread's scratch, rows copied over parallel_for: padded_h =
+// pad_top + in_h + pad_bottom rows of padded_w = pad_left + in_w +
+// pad_right pixels per image, then zeros for the last image's virtual
+// pixels past its rows (their windows read up to one window past the
+// image's end).
+PaddedInput BuildPaddedInput(const int8_t* input, const ConvGeometry& g,
+                             const ParallelFor& parallel_for) {
+  PaddedInput p;
+  p.h = g.pad_top + g.in_h + g.pad_bottom;
+  p.w = g.pad_left + g.in_w + g.pad_right;
+  p.image_rows = RoundUp(g.out_h * p.w, 16);
+  const int64_t ci = g.in_c;
+  const int64_t image_bytes = p.h * p.w * ci;
+  const int64_t slack =
+      (p.image_rows + (g.filter_h - 1) * g.dilation_h * p.w +
+       (g.filter_w - 1) * g.dilation_w + 1) * ci - image_bytes + 64;
+  const int64_t total = g.batch * image_bytes + std::max<int64_t>(slack, 64);
+  int8_t* buf = static_cast<int8_t*>(t_scratch.padded.Get(static_cast<size_t>(total)));
+  const int64_t rows = g.batch * p.h;
+  const int64_t row_bytes = p.w * ci;
+  auto copy_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t n = r / p.h, y = r % p.h - g.pad_top;
+      int8_t* dst = buf + r * row_bytes;
+      if (y < 0 || y >= g.in_h) {
+        std::memset(dst, 0, static_cast<size_t>(row_bytes));
+        continue;
+      }
+      const int64_t left = g.pad_left * ci, mid = g.in_w * ci;
+      std::memset(dst, 0, static_cast<size_t>(left));
+      std::memcpy(dst + left, input + (n * g.in_h + y) * mid, static_cast<size_t>(mid));
+      std::memset(dst + left + mid, 0, static_cast<size_t>(row_bytes - left - mid));
+    }
+  };
+  parallel_for(rows, row_bytes, copy_rows);
+  std::memset(buf + g.batch * image_bytes, 0, static_cast<size_t>(total - g.batch * image_bytes));
+  p.data = buf;
+  return p;
+}
+
 // Runs the items of one pass. `view` is null for on-the-fly weights.
 // Returns true if verification found the packed weights stale.
 bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
              const PackedView* view, bool verify,
-             const ParallelFor& parallel_for, LutBody lut) {
+             const ParallelFor& parallel_for, LutBody lut,
+             const PaddedInput& padded) {
   const ConvGeometry& g = a.geo;
   const EpilogueArgs ep = MakeEpilogueArgs(a);
   std::atomic<bool> stale{false};
@@ -311,6 +385,10 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
     t.ep = &ep;
     t.output = a.output;
     t.out_c = g.out_c;
+    t.padded = padded.data;
+    t.padded_h = padded.h;
+    t.padded_w = padded.w;
+    t.image_rows = padded.image_rows;
     for (int64_t item = item_begin; item < item_end; ++item) {
       const int64_t tile = item / plan.n_groups;
       const int64_t ngroup = item % plan.n_groups;
@@ -358,6 +436,71 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
 
 }  // namespace
 
+// The weight sources and passes of RunGemmConv (after the GEMV and the
+// padded input were decided): on the fly, or cached (checked by a memcmp or
+// while computing, recomputed if stale). run_pass(plan, view, verify) runs
+// one pass and returns whether the packed weights were found stale.
+template <class RunPassFn>
+void RunPasses(const FusedConvArgs& a, const IsaKernels& isa,
+               const ConvGeometry& g, int mode, bool copy_check,
+               size_t filter_bytes, int threads, const int8_t* cache_key,
+               const PaddedInput& padded, const RunPassFn& run_pass) {
+  // A pinned filter uses its cached packing unchecked, which beats packing
+  // it again on the fly.
+  auto packs_on_the_fly = [&](const Plan& p) {
+    return p.on_the_fly && (mode == 2 || (!copy_check && a.filter_pin == nullptr));
+  };
+  // On the fly each panel is packed just before use (L1-sized panels,
+  // kc_groups); cached weights may use larger panels (kc_groups_cached).
+  Plan plan = MakePlan(g, isa, threads, isa.kc_groups, padded);
+  if (packs_on_the_fly(plan)) {
+    run_pass(plan, nullptr, false);
+    return;
+  }
+  if (isa.kc_groups_cached > isa.kc_groups && plan.panels > 1) {
+    // Balanced panels of at most kc_groups_cached groups, unless their
+    // longer A rows cut the pixels into more M tiles of fewer than
+    // kMinWideTileRows rows (each tile streams the item's weights again:
+    // 7x7x512 3x3 -> 512 at batch 1 on 2 threads took 176 -> 195 us with
+    // tiles of 36 and 13 rows instead of one; 14x14x256 3x3 -> 256 at
+    // batch 8, 19 tiles of 84 rows instead of 4, ran 4% faster).
+    const int64_t kc = RoundUp(
+        CeilDiv(plan.groups, CeilDiv(plan.groups, isa.kc_groups_cached)),
+        isa.group_multiple);
+    const Plan wide = MakePlan(g, isa, threads, kc, padded);
+    if (wide.m_tiles <= plan.m_tiles || wide.tile_rows >= kMinWideTileRows) {
+      plan = wide;
+    }
+  }
+  PackedWeightsCache& cache = PackedWeightsCache::Global();
+  bool fresh = false;
+  std::shared_ptr<const PackedWeights> w =
+      cache.Get(a.filter, cache_key, g, isa, a.filter_pin, &fresh);
+  if (w->view().filter_copy != nullptr) {
+    // A small filter: one memcmp against the bytes it was packed from
+    // (packed_weights.h); repacked first if it changed.
+    if (!fresh &&
+        std::memcmp(a.filter, w->view().filter_copy, filter_bytes) != 0) {
+      w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
+    }
+    run_pass(plan, &w->view(), false);
+    return;
+  }
+  if (run_pass(plan, &w->view(), !fresh)) {
+    // The filter changed since it was packed: repack, recompute.
+    w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
+    run_pass(plan, &w->view(), false);
+  }
+}
+
+bool PaddedInputFits(const ConvGeometry& g) {
+  if (g.stride_h != 1 || g.stride_w != 1 || IsPointwise(g)) return false;
+  const int64_t chunk = g.dilation_w == 1 ? g.filter_w * g.in_c : g.in_c;
+  return chunk % 64 == 0;
+}
+
+void SetPaddedInputForTesting(int mode) { g_padded_mode.store(mode); }
+
 void SetWeightModeForTesting(int mode) { g_weight_mode.store(mode); }
 int64_t GemvCallsForTesting() { return g_gemv_calls.load(); }
 
@@ -389,52 +532,19 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   }
   const int threads =
       parallel_for.run ? std::max(1, parallel_for.num_threads) : 1;
-  // A pinned filter uses its cached packing unchecked, which beats packing
-  // it again on the fly.
-  auto packs_on_the_fly = [&](const Plan& p) {
-    return p.on_the_fly && (mode == 2 || (!copy_check && a.filter_pin == nullptr));
+  PaddedInput padded;
+  if (UsePaddedInput(isa, g)) {
+    padded = BuildPaddedInput(a.input, g, parallel_for);
+  }
+  // With a padded input the items' rows are virtual pixels: the table goes
+  // over the whole output after them.
+  const LutBody item_lut = padded.data != nullptr ? nullptr : lut;
+  auto run_pass = [&](const Plan& plan, const PackedView* view, bool verify) {
+    return RunPass(a, isa, plan, view, verify, parallel_for, item_lut, padded);
   };
-  // On the fly each panel is packed just before use (L1-sized panels,
-  // kc_groups); cached weights may use larger panels (kc_groups_cached).
-  Plan plan = MakePlan(g, isa, threads, isa.kc_groups);
-  if (packs_on_the_fly(plan)) {
-    RunPass(a, isa, plan, nullptr, false, parallel_for, lut);
-    return;
-  }
-  if (isa.kc_groups_cached > isa.kc_groups && plan.panels > 1) {
-    // Balanced panels of at most kc_groups_cached groups, unless their
-    // longer A rows cut the pixels into more M tiles of fewer than
-    // kMinWideTileRows rows (each tile streams the item's weights again:
-    // 7x7x512 3x3 -> 512 at batch 1 on 2 threads took 176 -> 195 us with
-    // tiles of 36 and 13 rows instead of one; 14x14x256 3x3 -> 256 at
-    // batch 8, 19 tiles of 84 rows instead of 4, ran 4% faster).
-    const int64_t kc = RoundUp(
-        CeilDiv(plan.groups, CeilDiv(plan.groups, isa.kc_groups_cached)),
-        isa.group_multiple);
-    const Plan wide = MakePlan(g, isa, threads, kc);
-    if (wide.m_tiles <= plan.m_tiles || wide.tile_rows >= kMinWideTileRows) {
-      plan = wide;
-    }
-  }
-  PackedWeightsCache& cache = PackedWeightsCache::Global();
-  bool fresh = false;
-  std::shared_ptr<const PackedWeights> w =
-      cache.Get(a.filter, cache_key, g, isa, a.filter_pin, &fresh);
-  if (w->view().filter_copy != nullptr) {
-    // A small filter: one memcmp against the bytes it was packed from
-    // (packed_weights.h); repacked first if it changed.
-    if (!fresh &&
-        std::memcmp(a.filter, w->view().filter_copy, filter_bytes) != 0) {
-      w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
-    }
-    RunPass(a, isa, plan, &w->view(), false, parallel_for, lut);
-    return;
-  }
-  if (RunPass(a, isa, plan, &w->view(), !fresh, parallel_for, lut)) {
-    // The filter changed since it was packed: repack, recompute.
-    w = cache.Replace(a.filter, cache_key, g, isa, a.filter_pin);
-    RunPass(a, isa, plan, &w->view(), false, parallel_for, lut);
-  }
+  RunPasses(a, isa, g, mode, copy_check, filter_bytes, threads, cache_key,
+            padded, run_pass);
+  if (padded.data != nullptr) lut_after();
 }
 
 }  // namespace cpu

@@ -168,7 +168,25 @@ struct GemmTileArgs {
   const EpilogueArgs* ep;
   int8_t* output;
   int64_t out_c;
+  // A padded copy of the input (IsaKernels::padded_input), or nullptr. Set
+  // for a stride-1 convolution (PaddedInputFits): the input zero-padded to
+  // padded_h x padded_w pixels per image, with the rows of the GEMM being
+  // "virtual" pixels: image n's virtual pixel j (0 <= j < image_rows, a
+  // multiple of 16) is the output at (y, x) = (j / padded_w, j % padded_w)
+  // when y < out_h and x < out_w, and computed but never stored otherwise;
+  // virtual row v = n * image_rows + j. Its window starts at padded pixel
+  // (n, y, x), i.e. at byte (n * padded_h * padded_w + j) * Ci, so the
+  // window rows of consecutive virtual pixels are Ci bytes apart and
+  // kernels read them in place (p0 and rows count virtual rows then).
+  const int8_t* padded = nullptr;
+  int64_t padded_h = 0, padded_w = 0, image_rows = 0;
 };
+
+// Whether a convolution can run on a padded input (GemmTileArgs::padded):
+// stride 1 and not pointwise (those read their rows in place already), and
+// every 64 bytes of K (one AMX tile row) inside one window row: Kw * Ci a
+// multiple of 64 with dilation 1 across, Ci a multiple of 64 otherwise.
+bool PaddedInputFits(const ConvGeometry& g);
 
 // A GEMV for few output pixels (M <= kGemvMaxRows: a Dense layer at batch
 // 1 or 2, say) and a filter too large for the cache's copy check
@@ -215,6 +233,9 @@ struct IsaKernels {
   // k_groups (and so every K panel) is a multiple of this: the packed
   // blocks hold zero groups up to it (amx: 16 groups, one B tile).
   int64_t group_multiple = 1;
+  // gemm_tile reads a padded input in place (GemmTileArgs::padded) where
+  // PaddedInputFits: the driver builds it.
+  bool padded_input = false;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
@@ -264,6 +285,11 @@ void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
 // 1: always cached, 2: always on the fly (1 and 2 never take the GEMV). Not
 // thread-safe with concurrent convolutions.
 void SetWeightModeForTesting(int mode);
+// Tests only: whether ISAs with IsaKernels::padded_input run convolutions
+// that fit it (PaddedInputFits) on a padded input. 0: automatic (where most
+// virtual pixels are outputs), 1: always, 2: never. Not thread-safe with
+// concurrent convolutions.
+void SetPaddedInputForTesting(int mode);
 // Tests only: the GEMV calls so far (RunGemmConv calls that took isa.gemv).
 int64_t GemvCallsForTesting();
 
