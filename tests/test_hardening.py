@@ -84,6 +84,40 @@ def test_eight_threads_share_keras_layers():
   assert_threads_agree(len(layers), call, want)
 
 
+# Shapes that run the amx path's tiles: a padded-input 3x3, a pointwise
+# GEMM read in place, a gathered strided 3x3, and K over several panels.
+AMX_CASES = [
+    testing.ConvCase(1, 14, 14, 64, 3, 3, 48, padding="SAME", side_input=True),
+    testing.ConvCase(2, 8, 8, 128, 1, 1, 80, padding="VALID"),
+    testing.ConvCase(1, 9, 9, 96, 3, 3, 40, 2, 2, "SAME", activation="None"),
+    testing.ConvCase(1, 6, 6, 320, 3, 3, 36, padding="SAME", per_channel_scale=False),
+]
+AMX_INPUTS = [testing.make_inputs(c, seed=40 + i) for i, c in enumerate(AMX_CASES)]
+
+
+@pytest.mark.skipif("amx" not in op_harness.expected_paths(),
+                    reason="this CPU has no AMX-INT8 (amx_tile, amx_int8 in /proc/cpuinfo)")
+def test_amx_tile_state_with_eight_threads_and_onednn_bfloat16():
+  """Eight threads call the op on the amx path while each also runs TF's
+  own bfloat16 matmuls (oneDNN, which may configure AMX tiles its own way on
+  the same pool threads): every result must stay exact. The kernel loads
+  its tile configuration per call and releases the tiles after."""
+  rng = np.random.default_rng(5)
+  a = tf.constant(rng.standard_normal((192, 256)).astype(np.float32), tf.bfloat16)
+  b = tf.constant(rng.standard_normal((256, 160)).astype(np.float32), tf.bfloat16)
+  want = [op_harness.run_reference(c, x) for c, x in zip(AMX_CASES, AMX_INPUTS)]
+  cases = len(AMX_CASES)
+
+  def call(i):
+    # Calls cases .. 2 * cases - 1 run a bfloat16 matmul first.
+    if i >= cases:
+      tf.linalg.matmul(a, b).numpy()
+    return op_harness.run_op(AMX_CASES[i % cases], AMX_INPUTS[i % cases])
+
+  with op_harness.forced_kernel("amx"):
+    assert_threads_agree(2 * cases, call, want + want, calls=120)
+
+
 def rss_mb():
   with open("/proc/self/status") as f:
     for line in f:
