@@ -101,22 +101,26 @@ std::atomic<int> g_padded_mode{0};
 
 // Whether a convolution that fits a padded input (PaddedInputFits) runs on
 // one: its virtual pixels (gemm_kernels.h) compute padded_w - out_w extra
-// columns per output row and pad each image to a multiple of 16 rows, so
-// it pays where most of them are outputs. One Sapphire Rapids-class thread
-// (bench_core, amx, pinned weights), gathered -> padded: ResNet-50's
-// 56x56x64 3x3 -> 64 118 -> 92 us, 28x28x128 3x3 111 -> 92, 14x14x256 3x3
-// (87.5% outputs) 100 -> 87, all at batch 1; 7x7x512 3x3 (77%) at batch 1
-// 156 -> 148 but at batch 8 1077 -> 1236.
-constexpr double kMinPaddedOutputShare = 0.8;
+// columns per output row and pad each image to a multiple of 16 rows,
+// while gathered rows cost a gather but pack every image's pixels densely
+// (in micro-tiles of isa.mr rows). So the padded input is used where its
+// rows are at most kMaxPaddedRowShare times the gathered ones. One Sapphire
+// Rapids-class thread (bench_core, amx, pinned weights), gathered ->
+// padded: ResNet-50's 56x56x64 3x3 -> 64 118 -> 92 us (rows 1.04x),
+// 28x28x128 3x3 111 -> 92 (1.06x), 14x14x256 3x3 100 -> 87 (1.0x), all at
+// batch 1; 14x14x256 at batch 8 (1.14x) 735-885 -> 688-697; 7x7x512 3x3
+// at batch 1 (1.0x) 156 -> 148, at batch 8 (1.23x) 1077 -> 1236.
+constexpr double kMaxPaddedRowShare = 1.18;
 
 bool UsePaddedInput(const IsaKernels& isa, const ConvGeometry& g) {
   if (!isa.padded_input || !PaddedInputFits(g)) return false;
   const int mode = g_padded_mode.load(std::memory_order_relaxed);
   if (mode != 0) return mode == 1;
   const int64_t padded_w = g.pad_left + g.in_w + g.pad_right;
-  const int64_t image_rows = RoundUp(g.out_h * padded_w, 16);
-  return static_cast<double>(g.out_h * g.out_w) >=
-         kMinPaddedOutputShare * static_cast<double>(image_rows);
+  const int64_t padded_rows = g.batch * RoundUp(g.out_h * padded_w, 16);
+  const int64_t gathered_rows = RoundUp(g.batch * g.out_h * g.out_w, isa.mr);
+  return static_cast<double>(padded_rows) <=
+         kMaxPaddedRowShare * static_cast<double>(gathered_rows);
 }
 
 constexpr int64_t kAPanelBytes = 192 << 10;   // rows x one K panel of A

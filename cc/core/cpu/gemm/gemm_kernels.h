@@ -286,9 +286,9 @@ void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
 // thread-safe with concurrent convolutions.
 void SetWeightModeForTesting(int mode);
 // Tests only: whether ISAs with IsaKernels::padded_input run convolutions
-// that fit it (PaddedInputFits) on a padded input. 0: automatic (where most
-// virtual pixels are outputs), 1: always, 2: never. Not thread-safe with
-// concurrent convolutions.
+// that fit it (PaddedInputFits) on a padded input. 0: automatic (where its
+// rows are few enough against gathered ones: gemm_driver.cc), 1: always,
+// 2: never. Not thread-safe with concurrent convolutions.
 void SetPaddedInputForTesting(int mode);
 // Tests only: the GEMV calls so far (RunGemmConv calls that took isa.gemv).
 int64_t GemvCallsForTesting();
