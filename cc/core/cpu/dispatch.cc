@@ -276,6 +276,15 @@ bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
       cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key, lut);
       return true;
     case KernelPath::kAmx:
+      // A reduction of at most 16 bytes fills a quarter of a tile row, and
+      // the tiles' store and reload costs more than the products save (one
+      // Sapphire Rapids-class thread, bench_core: MobileNetV2's 112x112x16
+      // -> 96 173-175 us on the avx512vnni kernel, 190-210 on amx; 8 -> 64
+      // 25 against 34; 24 -> 144 81 against 72, so K = 24 stays on amx).
+      if (args.geo.ReductionDepth() <= 16) {
+        cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key, lut);
+        return true;
+      }
       cpu::RunGemmConv(args, cpu::kAmxKernels, parallel_for, cache_key, lut);
       return true;
 #endif
