@@ -126,22 +126,8 @@ void PackPanelsAmx(const int8_t* filter, int64_t k, int64_t co, int64_t nb0,
 
 // ------------------------------------------------------------------- GEMM
 
-// The epilogue constants of one block: 16 scales (the scalar repeated) and
-// 16 biases, zero past Co.
-struct alignas(64) BlockConsts {
-  float scale[kBlock];
-  float bias[kBlock];
-};
-
-inline void FillBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
-                            BlockConsts* bc) {
-  for (int64_t i = 0; i < kBlock; ++i) {
-    const int64_t c = n0 + i;
-    const bool real = c < co;
-    bc->scale[i] = ep.per_channel_scale ? (real ? ep.scale[c] : 0.f) : ep.scale[0];
-    bc->bias[i] = real ? ep.bias[c] : 0.f;
-  }
-}
+// A block's scales and biases: gemm_isa_common.h's Block16Consts.
+static_assert(kBlock == 16, "Block16Consts holds 16 channels");
 
 // One micro-tile's operands.
 struct TileContext {
@@ -170,7 +156,7 @@ struct Pending {
 
 // What the epilogue needs besides a pending micro-tile.
 struct EpilogueContext {
-  const BlockConsts* consts;  // the item's blocks
+  const Block16Consts* consts;  // the item's blocks
   int64_t block_begin;        // the item's first block
   const int8_t* side;         // EpilogueArgs::side (null: none)
   int8_t* output;
@@ -186,7 +172,7 @@ struct EpilogueContext {
 // item block ib.
 inline void EpilogueRun(const int32_t* c, int64_t row, int64_t count,
                         int64_t pixel, int64_t ib, const EpilogueContext& e) {
-  const BlockConsts& bc = e.consts[ib];
+  const Block16Consts& bc = e.consts[ib];
   const int64_t n0 = (e.block_begin + ib) * kBlock;
   const __mmask16 mask = ChannelMask(n0, e.co);
   const int64_t ldo = e.co;
@@ -368,7 +354,7 @@ class ScratchBytes {
 // Per-thread scratch: the epilogue constants of the item's blocks, the two
 // pending micro-tiles, the A buffer and the K step offsets.
 struct AmxScratch {
-  std::vector<BlockConsts> consts;
+  std::vector<Block16Consts> consts;
   Pending pending[2];
   ScratchBytes a;
   std::vector<int64_t> koff;  // K step offsets of one panel
@@ -402,7 +388,7 @@ bool GemmTileAmx(const GemmTileArgs& t) {
   AmxScratch& scratch = t_amx;
   scratch.consts.resize(static_cast<size_t>(nblocks));
   for (int64_t b = 0; b < nblocks; ++b) {
-    FillBlockConsts(ep, (t.block_begin + b) * kBlock, co, &scratch.consts[b]);
+    FillBlock16Consts(ep, (t.block_begin + b) * kBlock, co, &scratch.consts[b]);
   }
   const bool padded = t.padded != nullptr;
   EpilogueContext e;

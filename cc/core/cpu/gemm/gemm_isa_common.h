@@ -91,6 +91,24 @@ inline __mmask64 ByteMask(int64_t n) {
 }
 #endif
 
+// The epilogue's scales and biases of 16 channels from n0 in natural order
+// (the 16-channel blocks of the avx2 / avxvnni and amx kernels), zero past
+// Co; 64-byte aligned, so one zmm or two ymm loads each.
+struct alignas(64) Block16Consts {
+  float scale[16];
+  float bias[16];
+};
+
+inline void FillBlock16Consts(const EpilogueArgs& ep, int64_t n0, int64_t co,
+                              Block16Consts* bc) {
+  for (int64_t p = 0; p < 16; ++p) {
+    const int64_t c = n0 + p;
+    const bool in = c < co;
+    bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
+    bc->bias[p] = in ? ep.bias[c] : 0.0f;
+  }
+}
+
 // Whether the im2col rows are the input pixels themselves (1x1, stride 1,
 // no padding): a direct GEMM, A row m = input pixel m (Ci bytes). The same
 // test as im2col.h's IsPointwise, kept here for the reason at the top.

@@ -124,22 +124,8 @@ struct YmmCopy {
   }
 };
 
-struct alignas(32) YmmBlockConsts {
-  float scale[kYmmBlock];
-  float bias[kYmmBlock];
-};
-
-// The scales and biases of the 16 channels from n0 (natural order), zero
-// past Co.
-inline void FillYmmBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
-                               YmmBlockConsts* bc) {
-  for (int64_t p = 0; p < kYmmBlock; ++p) {
-    const int64_t c = n0 + p;
-    const bool in = c < co;
-    bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
-    bc->bias[p] = in ? ep.bias[c] : 0.0f;
-  }
-}
+// A block's scales and biases: gemm_isa_common.h's Block16Consts.
+static_assert(kYmmBlock == 16, "Block16Consts holds 16 channels");
 
 struct YmmTileContext {
   const uint8_t* a;
@@ -152,7 +138,7 @@ struct YmmTileContext {
   bool last;
   int32_t* partial;  // this block's first row
   int64_t partial_ld;  // int32 between partial rows
-  const YmmBlockConsts* bc;
+  const Block16Consts* bc;
   const Epilogue256Consts* ec;
   const int8_t* side;
   int8_t* out;
@@ -255,7 +241,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   bool stale = false;
   const int64_t tiles = (t.rows + kYmmMr - 1) / kYmmMr;
   const int64_t base = t.rows / tiles, extra = t.rows % tiles;
-  YmmBlockConsts bc;
+  Block16Consts bc;
   alignas(32) int32_t offset[kYmmBlock];
   alignas(32) static const int32_t kZeros[kYmmBlock] = {0};
   if (!cached) {
@@ -282,7 +268,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       const int64_t nb = t.block_begin + b;
       const int64_t n0 = nb * kYmmBlock;
       const int64_t valid = Min(kYmmBlock, co - n0);
-      FillYmmBlockConsts(ep, n0, co, &bc);
+      FillBlock16Consts(ep, n0, co, &bc);
       tc.count = static_cast<int>(valid);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
@@ -435,8 +421,8 @@ void GemvYmmPass(const GemvArgs& t, int64_t c0, int64_t ng_count,
     if (g >= ng_count) break;
     const int64_t n0 = c0 + 16 * g;
     const int count = static_cast<int>(Min(16, co - n0));
-    YmmBlockConsts bc;
-    FillYmmBlockConsts(ep, n0, co, &bc);
+    Block16Consts bc;
+    FillBlock16Consts(ep, n0, co, &bc);
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
       // [e0 o0 e1 o1 | e4 o4 e5 o5] = channels [0-3 | 8-11], and [4-7 | 12-15].
