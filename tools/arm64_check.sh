@@ -47,7 +47,7 @@ declare -A ISA_FLAGS=(
   [dotprod]="-march=armv8.2-a+dotprod"
   [i8mm]="-march=armv8.2-a+dotprod+i8mm"
 )
-X86_ISAS=(avx2 avxvnni avx512vnni)
+X86_ISAS=(avx2 avxvnni avx512vnni amx)
 
 # "<source> <extra flags>" per translation unit.
 units=()
@@ -148,6 +148,7 @@ run cortex-a72 auto pass:neon
 run cortex-a72 dotprod refused
 run cortex-a72 i8mm refused
 run cortex-a72 avx2 refused
+run cortex-a72 amx refused
 
 if [[ "${failures}" != 0 ]]; then
   echo "arm64_check: ${failures} run(s) FAILED" >&2

@@ -18,14 +18,16 @@
 // and channels past Co (zero weights) are computed and never stored.
 //
 // K: the packed blocks hold k_groups groups, a multiple of 16 (zero groups
-// past K); A rows are gathered (Im2ColSlice, ZmmS8Copy) or read in place
-// (pointwise layers whose reads stay inside the input), and their bytes
+// past K); A rows are read in place (a padded input's windows, see
+// GemmTileArgs::padded, or pointwise layers' pixels where the reads stay
+// inside the input) or gathered (Im2ColSlice, ZmmS8Copy), and their bytes
 // past K meet those zero weights, so their values do not matter.
 //
-// Epilogue: a C tile is stored to a 1 KiB scratch and put through
+// Epilogue: a micro-tile's C tiles are stored to a scratch and put through
 // epilogue_avx512.h (Epilogue16x4Natural: four rows of 16 natural-order
-// channels at a time), bit for bit the contract as on avx512vnni. Between K
-// panels the C tiles go to and come back from GemmTileArgs::partial.
+// channels at a time), bit for bit the contract as on avx512vnni, in two
+// halves between the next micro-tile's K steps (Pending). Between K panels
+// the C tiles go to and come back from GemmTileArgs::partial.
 //
 // Tile state: every gemm_tile call loads the tile configuration at its start
 // (LDTILECFG: eight tiles of 16 rows x 64 bytes) and releases the tiles
