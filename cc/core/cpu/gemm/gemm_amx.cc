@@ -446,18 +446,8 @@ bool GemmTileAmx(const GemmTileArgs& t) {
                     t.panel_buffer, panel_bytes);
       return;
     }
-    if (!t.verify || q % t.verify_stride != t.verify_phase) return;
-    PanelArgs pa;
-    pa.filter = t.filter;
-    pa.k = t.k;
-    pa.out_c = co;
-    pa.g0 = g0;
-    pa.g1 = g1;
-    pa.verify = true;
-    for (int64_t nb = t.block_begin; nb < t.block_end; ++nb) {
-      pa.block_index = nb;
-      pa.panel = const_cast<int8_t*>(t.w->data + (nb * groups + g0) * kGroupBytes);
-      stale |= PanelAmx(pa);
+    if (t.verify && q % t.verify_stride == t.verify_phase) {
+      stale |= VerifyPanelRows<PanelAmx>(t, 4 * g0, 4 * g1, 4, kGroupBytes);
     }
   };
 

@@ -49,7 +49,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <new>
 
@@ -99,6 +98,24 @@ std::atomic<int64_t> g_gemv_calls{0};
 // Test hook (gemm_kernels.h): 0 automatic, 1 wherever it fits, 2 never.
 std::atomic<int> g_padded_mode{0};
 
+// The padded input of GemmTileArgs::padded, built by the calling thread's
+// BuildPaddedInput (data null: none).
+struct PaddedInput {
+  const int8_t* data = nullptr;
+  int64_t h = 0, w = 0, image_rows = 0;
+};
+
+// The padded input's shape for g (data still null): padded_h = pad_top +
+// in_h + pad_bottom rows of padded_w = pad_left + in_w + pad_right pixels
+// per image, out_h * padded_w virtual pixels rounded up to 16 per image.
+PaddedInput PaddedShape(const ConvGeometry& g) {
+  PaddedInput p;
+  p.h = g.pad_top + g.in_h + g.pad_bottom;
+  p.w = g.pad_left + g.in_w + g.pad_right;
+  p.image_rows = RoundUp(g.out_h * p.w, 16);
+  return p;
+}
+
 // Whether a convolution that fits a padded input (PaddedInputFits) runs on
 // one: its virtual pixels (gemm_kernels.h) compute padded_w - out_w extra
 // columns per output row and pad each image to a multiple of 16 rows,
@@ -116,8 +133,7 @@ bool UsePaddedInput(const IsaKernels& isa, const ConvGeometry& g) {
   if (!isa.padded_input || !PaddedInputFits(g)) return false;
   const int mode = g_padded_mode.load(std::memory_order_relaxed);
   if (mode != 0) return mode == 1;
-  const int64_t padded_w = g.pad_left + g.in_w + g.pad_right;
-  const int64_t padded_rows = g.batch * RoundUp(g.out_h * padded_w, 16);
+  const int64_t padded_rows = g.batch * PaddedShape(g).image_rows;
   const int64_t gathered_rows = RoundUp(g.batch * g.out_h * g.out_w, isa.mr);
   return static_cast<double>(padded_rows) <=
          kMaxPaddedRowShare * static_cast<double>(gathered_rows);
@@ -134,13 +150,6 @@ struct Plan {
   int64_t tile_rows, m_tiles, n_groups, blocks_per_group, items, units;
   bool on_the_fly;
   bool per_block_items;  // one block an item, claimed one at a time
-};
-
-// The padded input of GemmTileArgs::padded, built by the calling thread's
-// BuildPaddedInput (data null: none).
-struct PaddedInput {
-  const int8_t* data = nullptr;
-  int64_t h = 0, w = 0, image_rows = 0;
 };
 
 // kc: the K panel size in groups (isa.kc_groups, or up to
@@ -306,18 +315,13 @@ void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,
   });
 }
 
-// The input zero-padded for GemmTileArgs::padded (gemm_kernels.h), in the
-// calling thread's scratch, rows copied over parallel_for: padded_h =
-// pad_top + in_h + pad_bottom rows of padded_w = pad_left + in_w +
-// pad_right pixels per image, then zeros for the last image's virtual
-// pixels past its rows (their windows read up to one window past the
-// image's end).
+// The input zero-padded for GemmTileArgs::padded (gemm_kernels.h) to
+// PaddedShape, in the calling thread's scratch, rows copied over
+// parallel_for, then zeros for the last image's virtual pixels past its
+// rows (their windows read up to one window past the image's end).
 PaddedInput BuildPaddedInput(const int8_t* input, const ConvGeometry& g,
                              const ParallelFor& parallel_for) {
-  PaddedInput p;
-  p.h = g.pad_top + g.in_h + g.pad_bottom;
-  p.w = g.pad_left + g.in_w + g.pad_right;
-  p.image_rows = RoundUp(g.out_h * p.w, 16);
+  PaddedInput p = PaddedShape(g);
   const int64_t ci = g.in_c;
   const int64_t image_bytes = p.h * p.w * ci;
   const int64_t slack =
