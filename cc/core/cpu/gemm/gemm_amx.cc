@@ -532,6 +532,8 @@ extern const IsaKernels kAmxKernels = {
     /*kc_groups_cached=*/kKcGroupsCached,
     /*group_multiple=*/kTileGroups,
     /*padded_input=*/true,
+    /*split_blocks=*/2,
+    /*rows_first=*/true,
 };
 
 }  // namespace cpu

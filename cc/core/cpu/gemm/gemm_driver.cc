@@ -170,11 +170,18 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
   // outweigh the gathered rows) split channels across threads first, so
   // each thread streams only its share of the weights; the others split
   // pixels first, so each thread gathers only its share of the rows.
+  // Channels are split in runs of isa.split_blocks blocks. An ISA with
+  // isa.rows_first splits rows first wherever each thread gets at least two
+  // micro-tile rows (see IsaKernels).
+  const int64_t split = std::max<int64_t>(1, isa.split_blocks);
+  const int64_t runs = CeilDiv(p.blocks, split);
+  const bool rows_first =
+      isa.rows_first && threads > 1 && CeilDiv(p.pixels, isa.mr) >= 2 * threads;
   int64_t n_groups = 1;
-  if (threads > 1 && g.out_c >= p.pixels) {
-    n_groups = std::min<int64_t>(p.blocks, threads);
+  if (threads > 1 && g.out_c >= p.pixels && !rows_first) {
+    n_groups = std::min<int64_t>(runs, threads);
   }
-  const int64_t group_channels = CeilDiv(p.blocks, n_groups) * isa.block;
+  const int64_t group_channels = CeilDiv(runs, n_groups) * split * isa.block;
   int64_t max_rows = std::min(kMaxRows, kAPanelBytes / p.lda);
   if (p.panels > 1) {
     max_rows = std::min(max_rows, kPartialBytes / (group_channels * 4));
@@ -187,8 +194,10 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
       m_tiles = RoundUp(m_tiles, 4 * threads);
     } else if (m_tiles >= threads) {
       m_tiles = RoundUp(m_tiles, threads);
+    } else if (rows_first) {
+      m_tiles = threads;
     } else {
-      n_groups = std::min(p.blocks, CeilDiv(2 * threads, m_tiles));
+      n_groups = std::min(runs, CeilDiv(2 * threads, m_tiles));
       if (m_tiles * n_groups < threads) {
         m_tiles = std::min(CeilDiv(p.pixels, isa.mr), CeilDiv(threads, n_groups));
       }
@@ -200,7 +209,7 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
   // Even tile heights, multiples of the micro-tile height where possible.
   p.tile_rows = RoundUp(CeilDiv(p.pixels, m_tiles), isa.mr);
   p.m_tiles = CeilDiv(p.pixels, p.tile_rows);
-  p.blocks_per_group = CeilDiv(p.blocks, n_groups);
+  p.blocks_per_group = CeilDiv(runs, n_groups) * split;
   p.n_groups = CeilDiv(p.blocks, p.blocks_per_group);
   // A channel split into groups of whole blocks can be lopsided (160
   // channels on 2 threads: 128 : 32; 96: 64 : 32). When the widest group
@@ -217,8 +226,8 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
       4 * std::min(p.blocks_per_group * isa.block, g.out_c) * p.n_groups >
           5 * g.out_c) {
     p.per_block_items = true;
-    p.blocks_per_group = 1;
-    p.n_groups = p.blocks;
+    p.blocks_per_group = split;
+    p.n_groups = runs;
     if (p.m_tiles < threads) {
       p.tile_rows = RoundUp(CeilDiv(p.pixels, threads), isa.mr);
       p.m_tiles = CeilDiv(p.pixels, p.tile_rows);

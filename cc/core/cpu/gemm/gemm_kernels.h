@@ -236,6 +236,24 @@ struct IsaKernels {
   // gemm_tile reads a padded input in place (GemmTileArgs::padded) where
   // PaddedInputFits: the driver builds it.
   bool padded_input = false;
+  // A channel split across threads gives each item a multiple of this many
+  // blocks (amx: 2, its micro-tile's width; an item of one block runs
+  // half-width micro-tiles).
+  int64_t split_blocks = 1;
+  // Split rows across threads before channels, weight-heavy layers
+  // included, wherever each thread gets at least two micro-tile rows. The
+  // others split channels first for weight-heavy layers and small images
+  // (MakePlan in gemm_driver.cc). amx sets both: before, two threads ran
+  // MobileNetV2's 14x14 pointwise layers slower than one (channel items of
+  // one block, every row read by each thread). bench_core, amx, batch 1,
+  // two threads, best of 5 alternated (Xeon with AMX, KVM): 14x14x384 ->
+  // 64 9.0 -> 5.3 us (one thread 6.0), 14x14x192 -> 64 7.7 -> 3.8,
+  // 14x14x64 -> 384 16.2 -> 12.2, 14x14x576 -> 96 12.6 -> 9.5; the 7x7
+  // layers (two micro-tile rows) unchanged. In TF (step profiler,
+  // MobileNetV2 batch 1, two threads) its 14 pointwise 14x14 steps went
+  // 267 -> 199 us. On avx512vnni rows first measured the same as now
+  // (14x14x384 -> 64, 192 -> 64, 576 -> 96, 384 -> 96), so it stays off.
+  bool rows_first = false;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
