@@ -44,7 +44,12 @@
 namespace {
 
 // One spinning helper thread: each ParallelFor call publishes [0, total)
-// and both threads claim units from an atomic counter until none is left.
+// and both threads claim units until none is left. One atomic word holds
+// the call number, its unit count and the next unit, so a helper that is late
+// from one call can never take or count a unit of the next: with a plain
+// counter reset per call, a caller preempted between resetting the claim
+// and done counters let a helper's finished unit be zeroed, and the caller
+// then waited forever (seen on a 2-vCPU VM, more often under perf record).
 class SpinPool {
  public:
   SpinPool() : helper_([this] { Loop(); }) {}
@@ -53,39 +58,53 @@ class SpinPool {
     helper_.join();
   }
   void Run(int64_t total, const std::function<void(int64_t, int64_t)>& fn) {
+    // No unit of the previous call is running or can be claimed here.
+    if (total >= (int64_t{1} << kBits)) std::abort();
     fn_ = &fn;
-    total_ = total;
-    next_.store(0);
-    done_.store(0);
-    epoch_.fetch_add(1, std::memory_order_release);
-    Work();
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t call = ((next_.load(std::memory_order_relaxed) >> (2 * kBits)) + 1) &
+                          ((uint64_t{1} << (64 - 2 * kBits)) - 1);
+    next_.store(call << (2 * kBits) | static_cast<uint64_t>(total) << kBits,
+                std::memory_order_release);
+    Work(call);
     while (done_.load(std::memory_order_acquire) < total) {
     }
   }
 
  private:
-  void Work() {
+  // Claims and runs units of call `call` until none is left or another
+  // call has begun.
+  void Work(uint64_t call) {
+    uint64_t v = next_.load(std::memory_order_acquire);
     for (;;) {
-      const int64_t b = next_.fetch_add(1, std::memory_order_relaxed);
-      if (b >= total_) return;
+      if ((v >> (2 * kBits)) != call) return;
+      const uint64_t mask = (uint64_t{1} << kBits) - 1;
+      if ((v & mask) >= ((v >> kBits) & mask)) return;
+      const int64_t b = static_cast<int64_t>(v & mask);
+      if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+        continue;
+      }
       (*fn_)(b, b + 1);
       done_.fetch_add(1, std::memory_order_acq_rel);
+      v = next_.load(std::memory_order_acquire);
     }
   }
   void Loop() {
     uint64_t seen = 0;
     while (!stop_.load(std::memory_order_relaxed)) {
-      const uint64_t e = epoch_.load(std::memory_order_acquire);
-      if (e != seen) {
-        seen = e;
-        Work();
+      const uint64_t call = next_.load(std::memory_order_acquire) >> (2 * kBits);
+      if (call != seen) {
+        seen = call;
+        Work(call);
       }
     }
   }
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> epoch_{0};
-  std::atomic<int64_t> next_{0}, done_{0};
-  int64_t total_ = 0;
+  static constexpr int kBits = 24;
+  // call << 48 | units << 24 | next unit
+  std::atomic<uint64_t> next_{0};
+  std::atomic<int64_t> done_{0};
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   std::thread helper_;
 };
