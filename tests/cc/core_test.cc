@@ -2,7 +2,8 @@
 //
 // TF-free test of the compute core: every CPU kernel path this machine runs is
 // compared bit for bit with the reference kernel over a generated sweep, with
-// std::thread parallelism; geometry validation is checked for clean errors.
+// parallel-fors on a pool of test threads (test_pool.h); geometry validation
+// is checked for clean errors.
 // Plain main(), no test framework (the build is offline).
 //
 // Environment (both unset in `bazel test`, which then tests every path this
@@ -31,6 +32,7 @@
 #include "cc/core/conv_params.h"
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "tests/cc/expect.h"
+#include "tests/cc/test_pool.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/lut/lut.h"
@@ -59,19 +61,20 @@ bool g_forced = false;
 
 KernelPath RunAs(KernelPath p) { return g_forced ? KernelPath::kAuto : p; }
 
-// A parallel-for over std::threads, splitting [0, total) into even chunks.
+// A parallel-for on the test pool's threads (test_pool.h), splitting [0,
+// total) into even chunks.
 ParallelFor ThreadParallelFor(int threads) {
   ParallelFor pf;
   pf.num_threads = threads;
   pf.run = [threads](int64_t total, int64_t,
                      const std::function<void(int64_t, int64_t)>& fn) {
-    std::vector<std::thread> workers;
+    std::vector<std::function<void()>> tasks;
     const int64_t chunk = (total + threads - 1) / threads;
     for (int64_t b = 0; b < total; b += chunk) {
       const int64_t e = std::min(total, b + chunk);
-      workers.emplace_back([&fn, b, e] { fn(b, e); });
+      tasks.push_back([&fn, b, e] { fn(b, e); });
     }
-    for (auto& w : workers) w.join();
+    TestPool::Get().RunAll(std::move(tasks));
   };
   return pf;
 }
@@ -225,7 +228,8 @@ void TestPathsMatchReference(int cases) {
 
 
 // A parallel-for that hands out ranges in an unusual way (uneven pieces, in
-// reverse order, on threads), so kernels cannot depend on the partition.
+// reverse order, on the test pool's threads), so kernels cannot depend on
+// the partition.
 ParallelFor OddParallelFor(int threads) {
   ParallelFor pf;
   pf.num_threads = threads;
@@ -235,11 +239,11 @@ ParallelFor OddParallelFor(int threads) {
     for (int64_t b = 0, step = 1; b < total; b += step, ++step) {
       pieces.emplace_back(b, std::min(total, b + step));
     }
-    std::vector<std::thread> workers;
+    std::vector<std::function<void()>> tasks;
     for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
-      workers.emplace_back([&fn, it] { fn(it->first, it->second); });
+      tasks.push_back([&fn, it] { fn(it->first, it->second); });
     }
-    for (auto& w : workers) w.join();
+    TestPool::Get().RunAll(std::move(tasks));
   };
   return pf;
 }
