@@ -144,6 +144,18 @@ def test_peak_measures_this_cpus_instructions(quick_run):
       assert peak[name]["gops"] > 1, peak[name]
     elif not needs & cpu:
       assert peak[name]["gops"] is None and peak[name]["error"], peak[name]
+  # The amx loops exist in every x86-64 build; they run where the path is
+  # usable (AMX flags and the OS's tile permission), and the micro-tile's K
+  # step with its four tile loads cannot beat TDPBSSD alone (noise aside).
+  if "avx2" in cpu:
+    assert {"tdpbssd", "tdpbssd_loads"} <= set(peak), sorted(peak)
+  if not {"amx_tile", "amx_int8"} <= cpu:
+    for name in ("tdpbssd", "tdpbssd_loads"):
+      if name in peak:
+        assert peak[name]["gops"] is None and peak[name]["error"], peak[name]
+  elif peak.get("tdpbssd", {}).get("gops"):
+    loads = peak["tdpbssd_loads"]["gops"]
+    assert loads is not None and 1 < loads <= 1.2 * peak["tdpbssd"]["gops"], peak
   ours = [r for r in rows if r["impl"] == "ours" and r["forced"] is None
           and r["cpu_kernel"] in ("avx2", "avx512vnni", "avxvnni")]
   assert all(r["peak_pct"] is not None for r in ours), ours

@@ -31,6 +31,7 @@ constexpr PeakLoop kLoops[] = {
     {"fma_ymm", 12 * 8 * 2, HasAvx2, PeakFmaYmm},
     {"fma_zmm", 16 * 16 * 2, HasAvx512Vnni, PeakFmaZmm},
     {"tdpbssd", 4 * 16 * 16 * 64 * 2, HasAmx, PeakTdpbssd},
+    {"tdpbssd_loads", 4 * 16 * 16 * 64 * 2, HasAmx, PeakTdpbssdLoads},
 };
 constexpr int kNumLoops = sizeof(kLoops) / sizeof(kLoops[0]);
 #else

@@ -15,6 +15,8 @@
 //   fma_ymm       VFMADD231PS, ymm              8 fp32 FMAs (what TF's fp32 conv can reach, AVX2)
 //   fma_zmm       VFMADD231PS, zmm              16 fp32 FMAs (AVX-512)
 //   tdpbssd       AMX TDPBSSD                   16 x 16 x 64 s8 x s8 MACs (amx path)
+//   tdpbssd_loads TDPBSSD x 4 after 4 TILELOADDs from L1 (the amx micro-tile's K step; not a
+//                 register-only loop: the limit of that micro-tile, see peak_amx.cc)
 // The loops live in peak_<isa>.cc, built with that instruction set's flags.
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
@@ -50,6 +52,7 @@ void PeakVpdpbusdZmm(int64_t iters);
 void PeakVpdpwssdZmm(int64_t iters);
 void PeakFmaZmm(int64_t iters);
 void PeakTdpbssd(int64_t iters);
+void PeakTdpbssdLoads(int64_t iters);
 
 }  // namespace cpu
 }  // namespace tf_fused_int8
