@@ -364,9 +364,11 @@ struct AmxScratch {
 thread_local AmxScratch t_amx;
 
 // Work units: (micro-tile m of 32 rows, K panel q). Cached weights run them
-// m-major (a micro-tile's panels in a row, so its A rows stay near), weights
-// packed on the fly q-major (each panel packed once for all the item's
-// blocks into panel_buffer, just before its first unit). Every unit runs
+// m-major (a micro-tile's panels in a row, so its A rows stay near), unless
+// t.panel_major (packings over IsaKernels::panel_major_bytes: each panel's
+// weights then come from L2 for every micro-tile); weights packed on the
+// fly run q-major too (each panel packed once for all the item's blocks into
+// panel_buffer, just before its first unit). Every unit runs
 // all the item's block pairs on its A rows, which are read in place (a
 // padded input's windows, or a pointwise layer's pixels) or gathered just
 // before the unit into the A buffer (one buffer: with B it fits L1, two do
@@ -459,8 +461,9 @@ bool GemmTileAmx(const GemmTileArgs& t) {
   tc.koff = koff;
   int64_t koff_panel = -1;
   for (int64_t u = 0; u < units; ++u) {
-    const int64_t m = cached ? u / panels : u % mtiles;
-    const int64_t q = cached ? u % panels : u / mtiles;
+    const bool m_major = cached && !t.panel_major;
+    const int64_t m = m_major ? u / panels : u % mtiles;
+    const int64_t q = m_major ? u % panels : u / mtiles;
     if (!cached && m == 0) prepare_panel(q);
     const int64_t g0 = q * kc, g1 = Min(groups, g0 + kc);
     if (q != koff_panel) {
@@ -534,6 +537,7 @@ extern const IsaKernels kAmxKernels = {
     /*padded_input=*/true,
     /*split_blocks=*/2,
     /*rows_first=*/true,
+    /*panel_major_bytes=*/int64_t{1} << 20,
 };
 
 }  // namespace cpu

@@ -15,7 +15,9 @@
 //    int32 partial sums carry over between panels (on avx512vnni, cached
 //    weights use panels of up to 4096 groups, in practice all of K: the
 //    micro-kernel streams a block's weights from L2 with no partial sums;
-//    IsaKernels::kc_groups_cached). Tiles are as tall as the
+//    IsaKernels::kc_groups_cached; amx's packings over 1 MiB instead keep
+//    kc_groups panels, run panel-major: IsaKernels::panel_major_bytes).
+//    Tiles are as tall as the
 //    A-panel and partial-sum budgets allow (kAPanelBytes, kPartialBytes), so
 //    weights stream from memory once or twice per call even for
 //    weight-heavy layers.
@@ -150,6 +152,7 @@ struct Plan {
   int64_t tile_rows, m_tiles, n_groups, blocks_per_group, items, units;
   bool on_the_fly;
   bool per_block_items;  // one block an item, claimed one at a time
+  bool panel_major = false;  // GemmTileArgs::panel_major
 };
 
 // kc: the K panel size in groups (isa.kc_groups, or up to
@@ -388,6 +391,7 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
     t.filter = a.filter;
     t.verify = verify;
     t.verify_stride = plan.m_tiles;
+    t.panel_major = plan.panel_major;
     t.panel_buffer = nullptr;
     t.col_sums = nullptr;
     if (view == nullptr) {
@@ -476,7 +480,13 @@ void RunPasses(const FusedConvArgs& a, const IsaKernels& isa,
     run_pass(plan, nullptr, false);
     return;
   }
-  if (isa.kc_groups_cached > isa.kc_groups && plan.panels > 1) {
+  // Item packings over isa.panel_major_bytes: kc_groups panels, panel-major.
+  const int64_t item_bytes =
+      plan.blocks_per_group * isa.block * plan.groups * isa.lane_bytes;
+  if (isa.panel_major_bytes > 0 && plan.panels > 1 &&
+      item_bytes > isa.panel_major_bytes) {
+    plan.panel_major = true;
+  } else if (isa.kc_groups_cached > isa.kc_groups && plan.panels > 1) {
     // Balanced panels of at most kc_groups_cached groups, unless their
     // longer A rows cut the pixels into more M tiles of fewer than
     // kMinWideTileRows rows (each tile streams the item's weights again:

@@ -180,6 +180,10 @@ struct GemmTileArgs {
   // kernels read them in place (p0 and rows count virtual rows then).
   const int8_t* padded = nullptr;
   int64_t padded_h = 0, padded_w = 0, image_rows = 0;
+  // Cached weights in several K panels run panel by panel, each panel over
+  // all the tile's micro-tiles (IsaKernels::panel_major_bytes), instead of
+  // micro-tile by micro-tile. Only kernels that set panel_major_bytes read it.
+  bool panel_major = false;
 };
 
 // Whether a convolution can run on a padded input (GemmTileArgs::padded):
@@ -256,6 +260,17 @@ struct IsaKernels {
   // 267 -> 199 us. On avx512vnni rows first measured the same as now
   // (14x14x384 -> 64, 192 -> 64, 576 -> 96, 384 -> 96), so it stays off.
   bool rows_first = false;
+  // Cached weights whose item packing exceeds this many bytes (0: never)
+  // run in kc_groups panels, panel-major (GemmTileArgs::panel_major): each
+  // panel's weights are read from L2 by every micro-tile of the tile, where
+  // micro-tile-major order streams the whole packing from L3 once per
+  // micro-tile. amx: 1 MiB. bench_core, amx, best of 3 alternated (Xeon
+  // with AMX, KVM), ResNet-50's 7x7x512 3x3 -> 512 (2.4 MiB packed): batch
+  // 8 1070 -> 709 us on one thread, 524 -> 373 on two; batch 1 178 -> 154
+  // and 94 -> 77. Layers with less (14x14x256 3x3: 590 KiB; 7x7x2048 1x1
+  // -> 512 at batch 8, two threads: 512 KiB an item) ran 5-20% slower
+  // panel-major, so they keep one panel of all of K.
+  int64_t panel_major_bytes = 0;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
