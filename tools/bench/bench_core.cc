@@ -12,8 +12,8 @@
 //   not in L2 at each call), instead of one hot filter. BENCH_CORE_THREADS=2
 //   runs the core's ParallelFor on a second thread that spins between calls
 //   and claims units from the back while the caller claims from the front,
-//   like cc/tf/pool_parallel_for.cc
-//   with its helpers hot (the whole model case), for plan experiments;
+//   like cc/tf/pool_parallel_for.cc with its helpers hot (the whole model
+//   case), for plan experiments;
 //   BENCH_CORE_INLINE=C moves its inline bound (default 15000 cycles, the
 //   pool's kHotInlineCycles, its bound while a helper is alive, as this
 //   one always is; 0 splits every call).

@@ -460,8 +460,8 @@ bool GemmTileAmx(const GemmTileArgs& t) {
   tc.partial_ld = partial_ld;
   tc.koff = koff;
   int64_t koff_panel = -1;
+  const bool m_major = cached && !t.panel_major;
   for (int64_t u = 0; u < units; ++u) {
-    const bool m_major = cached && !t.panel_major;
     const int64_t m = m_major ? u / panels : u % mtiles;
     const int64_t q = m_major ? u % panels : u / mtiles;
     if (!cached && m == 0) prepare_panel(q);

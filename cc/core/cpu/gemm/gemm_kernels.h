@@ -247,9 +247,9 @@ struct IsaKernels {
   // Split rows across threads before channels wherever each thread gets at
   // least two micro-tile rows, weight-heavy layers included while out_c <=
   // 2 x pixels (14x14x256 -> 1024 ran 6% slower split by rows: each thread
-  // then streams all of its 256 KiB of weights). The
-  // others split channels first for weight-heavy layers and small images
-  // (MakePlan in gemm_driver.cc). amx sets both: before, two threads ran
+  // then streams all of its 256 KiB of weights). The others split channels
+  // first for weight-heavy layers and small images (MakePlan in
+  // gemm_driver.cc). amx sets both: before, two threads ran
   // MobileNetV2's 14x14 pointwise layers slower than one (channel items of
   // one block, every row read by each thread). bench_core, amx, batch 1,
   // two threads, best of 5 alternated (Xeon with AMX, KVM): 14x14x384 ->
