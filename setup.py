@@ -65,7 +65,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=[PACKAGE, PACKAGE + ".*"]),
-    package_data={PACKAGE: [OP_LIBRARY]},
+    package_data={PACKAGE: [OP_LIBRARY, "benchmark/workers/*.c"]},
     install_requires=[TF_REQUIREMENT],
     python_requires=">=3.9",
     distclass=BinaryDistribution,

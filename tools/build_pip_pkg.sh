@@ -4,7 +4,7 @@
 #   bazel build //:build_pip_pkg && bazel-bin/build_pip_pkg <outdir>
 #   (or: bazel run //:build_pip_pkg -- <outdir>)
 #
-# Stages tf_fused_int8/**/*.py, _fused_int8_ops.so (into tf_fused_int8/) and setup.py from this
+# Stages tf_fused_int8/**/*.py (and the benchmark's cpuid_mask.c), _fused_int8_ops.so (into tf_fused_int8/) and setup.py from this
 # target's runfiles into a temporary directory and runs `pip wheel` there with the project's venv
 # python (PYTHON_BIN_PATH overrides it). No network, no rsync.
 set -euo pipefail
@@ -58,7 +58,7 @@ for f in README.md LICENSE; do
   if [[ -e "${src}/${f}" ]]; then cp -L "${src}/${f}" "${stage}/"; fi
 done
 if [[ -d "${src}/tf_fused_int8" ]]; then
-  (cd "${src}" && find -L tf_fused_int8 -name '*.py' -type f) | while IFS= read -r f; do
+  (cd "${src}" && find -L tf_fused_int8 \( -name '*.py' -o -name '*.c' \) -type f) | while IFS= read -r f; do
     mkdir -p "${stage}/$(dirname "${f}")"
     cp -L "${src}/${f}" "${stage}/${f}"
   done

@@ -22,7 +22,10 @@ def main(argv):
     cli.validate()
   except (cases.SpecError, ValueError) as e:
     raise app.UsageError(str(e))
-  cli.run()
+  try:
+    cli.run()
+  except cli.PeerIsaError as e:
+    raise SystemExit(f"error: {e}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ measured and how; this module only orchestrates.
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -95,6 +96,17 @@ def define_flags():
                     "set (ONEDNN_MAX_CPU_ISA in our worker), e.g. AVX2 to "
                     "compare --paths=avx2 with float as a CPU without "
                     "AVX-512 runs it. Our kernels do not use oneDNN.")
+  flags.DEFINE_enum("peer_isa", "", ["", "avx2", "avx512vnni"],
+                    "Show the peers (their workers only) a CPU whose widest "
+                    "int8 instructions are these: CPUID answers without "
+                    "AVX-512, VNNI or AMX (avx2), or without AMX "
+                    "(avx512vnni), so XNNPACK, MLAS and oneDNN pick the "
+                    "kernels they run on such a CPU, to compare with "
+                    "--paths=avx2 / avx512vnni. x86-64 Linux CPUs with CPUID "
+                    "faulting (the 'cpuid_fault' flag, also in KVM guests); "
+                    "workers/cpuid_mask.c, compiled with cc. Our rows: "
+                    "--paths. TF's (tf_fp32, tf_int8): oneDNN limited to the "
+                    "same unless --fp32_max_isa says otherwise.")
   flags.DEFINE_bool("check", True,
                     "Compare our output with TF's int8 kernel, bit for bit.")
   flags.DEFINE_bool("probes", True,
@@ -219,9 +231,60 @@ def family_of(impl):
   return FAMILY[impl.split("@")[0]]
 
 
+# --peer_isa's default for --fp32_max_isa: TF's own columns are peers too.
+PEER_ISA_ONEDNN = {"avx2": "AVX2", "avx512vnni": "AVX512_CORE_VNNI"}
+CPUID_MASK_SRC = os.path.join(os.path.dirname(WORKER_PY), "cpuid_mask.c")
+CPUID_MASK_STATES = {
+    0: "the library was not loaded (LD_PRELOAD ignored?)",
+    -1: "unknown instruction-set name",
+    -2: "this CPU or kernel cannot make CPUID fault (no 'cpuid_fault' in "
+        "/proc/cpuinfo's flags)",
+    -3: "sigaction(SIGSEGV) failed",
+    -4: "a library the peer loaded replaced the SIGSEGV handler that "
+        "answers CPUID",
+}
+
+
+class PeerIsaError(RuntimeError):
+  """--peer_isa cannot limit a peer here: the run stops (its table would
+  compare ours on a small instruction set with peers on the full one)."""
+
+
+def cpuid_mask_library(work_dir):
+  """Compiles workers/cpuid_mask.c into work_dir; returns the .so's path."""
+  out = os.path.join(work_dir, "libtfi_cpuid_mask.so")
+  cc = os.environ.get("CC", "cc")
+  try:
+    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", out,
+                        CPUID_MASK_SRC], capture_output=True, text=True,
+                       check=False)
+  except OSError as e:
+    raise PeerIsaError(f"--peer_isa needs a C compiler ({cc}): {e}") from e
+  if r.returncode != 0:
+    raise PeerIsaError(f"--peer_isa: {cc} could not build {CPUID_MASK_SRC}:"
+                       f"\n{r.stderr[-1500:]}")
+  return out
+
+
+def peer_env(env, library):
+  """env for a peer worker whose CPUID is limited to --peer_isa."""
+  preload = [library] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+  return dict(env, LD_PRELOAD=":".join(preload),
+              TF_FUSED_INT8_CPUID_MASK=FLAGS.peer_isa)
+
+
+def check_peer_isa(family, info, isa):
+  state = info.get("cpuid_mask_state")
+  if state != 1:
+    raise PeerIsaError(
+        f"--peer_isa={isa}: the {family} worker's CPUID is not "
+        f"limited: {CPUID_MASK_STATES.get(state, f'state {state!r}')}")
+
+
 def start_workers(impls, threads, work_dir, notes):
   """{family: Worker}; families that cannot start are reported in notes."""
   env = dict(os.environ)
+  mask_library = cpuid_mask_library(work_dir) if FLAGS.peer_isa else None
   env["PYTHONPATH"] = os.pathsep.join(
       [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
   env["TF_FUSED_INT8_BENCH_GRAPH_OPS"] = str(FLAGS.graph_ops)
@@ -229,10 +292,13 @@ def start_workers(impls, threads, work_dir, notes):
   for family in dict.fromkeys(family_of(i) for i in impls):
     python = sys.executable
     family_env = env
-    if family == "ours" and FLAGS.fp32_max_isa:
+    fp32_isa = FLAGS.fp32_max_isa or PEER_ISA_ONEDNN.get(FLAGS.peer_isa, "")
+    if family == "ours" and fp32_isa:
       # Read by oneDNN once, when TF first uses it: set before the worker
       # starts.
-      family_env = dict(env, ONEDNN_MAX_CPU_ISA=FLAGS.fp32_max_isa)
+      family_env = dict(env, ONEDNN_MAX_CPU_ISA=fp32_isa)
+    if family != "ours" and mask_library:
+      family_env = peer_env(env, mask_library)
     if family in PEER_VENV_FAMILIES:
       python = peers_python()
       if not os.path.exists(python):
@@ -241,6 +307,16 @@ def start_workers(impls, threads, work_dir, notes):
         continue
     try:
       workers[family] = Worker(family, python, threads, work_dir, family_env)
+      if family != "ours" and mask_library:
+        try:
+          check_peer_isa(family, workers[family].info, FLAGS.peer_isa)
+        except PeerIsaError:
+          for w in workers.values():
+            w.close()
+          raise
+        notes.add(f"peers: their CPUID says {FLAGS.peer_isa} is this CPU's "
+                  f"widest int8 instruction set (--peer_isa; our rows are "
+                  f"not limited, use --paths)")
       isa = workers[family].info.get("onednn_max_cpu_isa")
       if isa:  # as the worker itself sees it
         notes.add(f"tf-fp32 / tf-int8: TF's oneDNN limited to {isa} "
@@ -556,7 +632,15 @@ def cpu_name():
 
 def validate():
   """Usage errors before anything starts (bad --layers, --peers, numbers)."""
-  selected_impls()
+  impls = selected_impls()
+  if FLAGS.peer_isa:
+    if not sys.platform.startswith("linux") or platform.machine() not in (
+        "x86_64", "AMD64"):
+      raise ValueError(f"--peer_isa needs x86-64 Linux, not {sys.platform} "
+                       f"{platform.machine()}")
+    if not any(family_of(i) != "ours" for i in impls):
+      raise ValueError("--peer_isa limits the peers' CPUID, and no peer is "
+                       "selected (--peers)")
   for b in FLAGS.batches + FLAGS.threads:
     if not b.strip().isdigit() or int(b) < 1:
       raise ValueError(f"--batches/--threads need positive integers, got {b!r}")

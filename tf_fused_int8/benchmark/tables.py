@@ -70,7 +70,10 @@ def layer_table(rows, paths):
             "eager ms"]
   header += [f"{p} GOPS" for p in paths]
   header += [f"{SHORT[i]} GOPS" for i in present]
-  header += ["best peer", "vs best", "best exact", "vs exact", "check"]
+  header += ["best peer", "vs best", "best exact", "vs exact"]
+  for p in paths:
+    header += [f"{p} vs best", f"{p} vs exact"]
+  header += ["check"]
   out = []
   for (layer, batch, threads), group in groups.items():
     ours = _ours(group)
@@ -93,12 +96,18 @@ def layer_table(rows, paths):
     cells += [SHORT[best["impl"]] if best else "-",
               _ratio(g, best and best["gops"]),
               SHORT[exact["impl"]] if exact else "-",
-              _ratio(g, exact and exact["gops"]),
-              (ours or {}).get("check") or "-"]
+              _ratio(g, exact and exact["gops"])]
+    for p in paths:
+      r = _ours(group, "graph", p)
+      pg = r and r["gops"]
+      cells += [_ratio(pg, best and best["gops"]),
+                _ratio(pg, exact and exact["gops"])]
+    cells.append((ours or {}).get("check") or "-")
     out.append(cells)
   legend = ("GOPS = 2 * MACs / time; ours = in a tf.function (several ops per "
             "call), eager = one eager call; '*' = not exact on this CPU (see "
-            "the exactness table); vs = ours GOPS / theirs; %peak = ours vs "
+            "the exactness table); vs = ours GOPS / theirs (P vs: the "
+            "forced path P's); %peak = ours vs "
             "the --peak limit of the path that ran; check = ours vs TF's int8 "
             "kernel bit for bit.")
   return render(header, out) + "\n" + legend

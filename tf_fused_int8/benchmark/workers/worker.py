@@ -32,6 +32,23 @@ def _set_thread_env(threads):
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def cpuid_mask_info():
+  """Whether cpuid_mask.c (LD_PRELOADed by --peer_isa) limits this process,
+  asked after the family's libraries loaded (one could have replaced the
+  SIGSEGV handler that answers CPUID)."""
+  import ctypes  # pylint: disable=g-import-not-at-top
+  try:
+    lib = ctypes.CDLL(None)
+    state = int(lib.tfi_cpuid_mask_state())
+    count = lib.tfi_cpuid_mask_emulated
+    count.restype = ctypes.c_long
+    emulated = int(count())
+  except AttributeError:
+    state, emulated = 0, 0
+  return dict(cpuid_mask=os.environ["TF_FUSED_INT8_CPUID_MASK"],
+              cpuid_mask_state=state, cpuid_mask_emulated=emulated)
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--family", required=True)
@@ -50,7 +67,10 @@ def main():
     # The parent reads this first reply: the family is unavailable here.
     protocol.send({"ok": False, "error": f"{type(e).__name__}: {e}"})
     return 0
-  protocol.send({"ok": True, "info": family.info()})
+  info = family.info()
+  if os.environ.get("TF_FUSED_INT8_CPUID_MASK"):
+    info.update(cpuid_mask_info())
+  protocol.send({"ok": True, "info": info})
   fns = {}
 
   def setup_layer(msg):
