@@ -382,6 +382,24 @@ def test_layer_table_ratios_against_best_and_best_exact_peer():
   assert "64%" in cells and "avx2" in cells
 
 
+def test_layer_table_ratios_of_each_forced_path():
+  rows = [_row("ours", 400.0, mode="graph", cpu_kernel="amx", check="exact"),
+          _row("ours", 150.0, mode="graph", forced="avx2"),
+          _row("ours", 300.0, mode="graph", forced="avx512vnni"),
+          _row("onnxruntime_u8", 200.0, exact=False),
+          _row("litert", 120.0)]
+  text = tables.layer_table(rows, ["avx2", "avx512vnni"])
+  header, _, line = text.splitlines()[:3]
+  cells = dict(zip(re.split(r"\s{2,}", header.strip()),
+                   re.split(r"\s{2,}", line.strip())))
+  assert cells["vs best"] == "2.00x" and cells["vs exact"] == "3.33x"
+  assert cells["avx2 vs best"] == "0.75x"
+  assert cells["avx2 vs exact"] == "1.25x"
+  assert cells["avx512vnni vs best"] == "1.50x"
+  assert cells["avx512vnni vs exact"] == "2.50x"
+  assert cells["check"] == "exact"
+
+
 def _run_worker_script(script, tmp_path, **env_vars):
   """Runs `script` (argv: the repository, tmp_path) in a fresh Python with
   no path forced; returns the JSON of its last line."""

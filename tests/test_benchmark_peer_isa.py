@@ -18,7 +18,6 @@ import sys
 import pytest
 
 from tf_fused_int8.benchmark import cli
-from tf_fused_int8.benchmark import tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "tf_fused_int8", "benchmark", "workers",
@@ -190,8 +189,12 @@ def test_cli_limits_the_peer_and_tfs_onednn(tmp_path):
   header = next(l for l in r.stdout.splitlines() if l.startswith("layer "))
   assert "avx2 vs best" in header and "avx2 vs exact" in header
   (row,) = [l for l in r.stdout.splitlines() if l.startswith("6x7x8 ")]
-  assert row.split()[-1] == "exact", row
-  assert re.search(r"litert", header), header
+  cells = dict(zip(re.split(r"\s{2,}", header.strip()),
+                   re.split(r"\s{2,}", row.strip())))
+  assert cells["check"] == "exact", row
+  assert cells["litert GOPS"].isdigit(), row  # the limited peer ran
+  assert cells["avx2 GOPS"].isdigit(), row
+  assert cells["avx2 vs best"].endswith("x"), row
 
 
 def test_usage_errors():
@@ -199,30 +202,3 @@ def test_usage_errors():
   assert r.returncode != 0 and "no peer is selected" in r.stderr, r.stderr
   r = _run_cli("--peer_isa=sse", "--peers=litert")
   assert r.returncode != 0 and "peer_isa" in r.stderr
-
-
-def _row(impl, gops, exact=True, **kw):
-  r = dict(suite="resnet50", layer="L", batch=1, threads=2, impl=impl,
-           mode=None, forced=None, ms=1.0, gops=gops, exact=exact,
-           exact_text="exact" if exact else "off by 30", cpu_kernel=None,
-           peak_pct=None, check=None, macs=1, error=None)
-  r.update(kw)
-  return r
-
-
-def test_layer_table_ratios_of_each_forced_path():
-  rows = [_row("ours", 400.0, mode="graph", cpu_kernel="amx", check="exact"),
-          _row("ours", 150.0, mode="graph", forced="avx2"),
-          _row("ours", 300.0, mode="graph", forced="avx512vnni"),
-          _row("onnxruntime_u8", 200.0, exact=False),
-          _row("litert", 120.0)]
-  text = tables.layer_table(rows, ["avx2", "avx512vnni"])
-  header, _, line = text.splitlines()[:3]
-  cells = dict(zip(re.split(r"\s{2,}", header.strip()),
-                   re.split(r"\s{2,}", line.strip())))
-  assert cells["vs best"] == "2.00x" and cells["vs exact"] == "3.33x"
-  assert cells["avx2 vs best"] == "0.75x"
-  assert cells["avx2 vs exact"] == "1.25x"
-  assert cells["avx512vnni vs best"] == "1.50x"
-  assert cells["avx512vnni vs exact"] == "2.50x"
-  assert cells["check"] == "exact"
