@@ -149,10 +149,41 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 
 // ----------------------------------------------------------------- im2col
 
-// Im2ColSlice's copy policy: ZmmS8Copy (gemm_isa_common.h). The
-// micro-kernel turns each broadcast into VPDPBUSD's u8 operand (x ^ 0x80 =
-// x + 128), so a pointwise layer's rows can be read from the input itself
-// (GemmTileZmm) with no copy at all.
+// VPDPBUSD's u8 operand is the activation x ^ 0x80 = x + 128 (the column
+// offsets, -128 * sum w, undo the +128). A rows read in place (a pointwise
+// layer's input, or windows: GemmTileZmm) are flipped by the micro-kernel,
+// one VPXORD per broadcast; gathered rows are flipped once as they are
+// copied (ZmmU8Copy), padding 0x80 (a zero activation), and the
+// micro-kernel broadcasts them as they are. The VPXORDs took 6 of the 30
+// vector uops per k-group of a 6 x 64 micro-tile. Gathered layers, one
+// thread, bench_core, best of 3 alternated (Xeon with AMX, KVM): 14x14x256
+// 3x3 -> 256 b1 375 -> 330 us, b8 3140 -> 2586; 7x7x512 3x3 b1 411 -> 361,
+// b8 3016 -> 2610; ResNet-50's stem 526 -> 488; MobileNetV2's 224x224x3 3x3
+// s2 -> 32 stem 112 -> 101. In-place layers unchanged (28x28x128 3x3 and
+// 56x56x64 3x3: windows; 56x56x256 1x1: pointwise). There, gathering every
+// tile now measured 7-12% faster than the windows (28x28x128 and 56x56x64
+// 3x3, batch 1 and 8, one and two threads), but the windows were chosen on
+// Zen 5 (kMinWindowedWidth) and stay until measured there again.
+struct ZmmU8Copy {
+  using Vec = __m512i;
+  static constexpr int64_t kElemBytes = 1;
+  static constexpr int64_t kStep = 64;
+  static Vec Load(const int8_t* src) { return _mm512_loadu_si512(src); }
+  static Vec LoadPartial(const int8_t* src, int64_t n) {
+    return _mm512_maskz_loadu_epi8(ByteMask(n), src);
+  }
+  static void Store(uint8_t* dst, Vec v) {
+    _mm512_storeu_si512(dst, _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))));
+  }
+  static void StorePad(uint8_t* dst) {
+    _mm512_storeu_si512(dst, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  static void Copy16(uint8_t* dst, const int8_t* src) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                     _mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80))));
+  }
+};
 
 // ------------------------------------------------------------------- GEMM
 
@@ -199,13 +230,14 @@ struct TileContext {
   const Epilogue512Consts* ec;
   const int8_t* side;  // first row's side input at the block, or nullptr
   int8_t* out;         // first row's output at the block
+  bool flip;           // A rows are int8 (read in place), not u8 (gathered)
   int64_t ldo;         // Co
   __mmask64 mask;      // the block's channels (bytes)
 };
 
 // MR rows x NZ zmm of accumulators (NZ = 4: a full interleaved block; 1-3:
 // a narrow block in natural order, 16 channels per zmm).
-template <int MR, int NZ>
+template <int MR, int NZ, bool kFlip>
 inline void MicroTile(const TileContext& t) {
   __m512i acc[MR][NZ];
   if (!t.from_partial) {
@@ -245,9 +277,9 @@ inline void MicroTile(const TileContext& t) {
       b += kGroupBytes;
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
-        // int8 x -> u8 x + 128 (the column offsets undo the +128).
-        const __m512i av =
-            _mm512_xor_si512(_mm512_set1_epi32(LoadU32(a + i * lda)), flip);
+        // int8 x -> u8 x + 128 in place; gathered rows hold x + 128.
+        const __m512i raw = _mm512_set1_epi32(LoadU32(a + i * lda));
+        const __m512i av = kFlip ? _mm512_xor_si512(raw, flip) : raw;
 #pragma GCC unroll 4
         for (int j = 0; j < NZ; ++j) {
           acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
@@ -313,23 +345,33 @@ inline void MicroTile(const TileContext& t) {
 
 using MicroTileFn = void (*)(const TileContext&);
 
-// MicroTile<h, NZ> for h = 1 .. kMrNarrow[NZ], indexed by h - 1.
-template <int NZ, int... H>
+// MicroTile<h, NZ, kFlip> for h = 1 .. kMrNarrow[NZ], indexed by h - 1.
+template <int NZ, bool kFlip, int... H>
 constexpr std::array<MicroTileFn, sizeof...(H)> MicroTiles(
     std::integer_sequence<int, H...>) {
-  return {&MicroTile<H + 1, NZ>...};
+  return {&MicroTile<H + 1, NZ, kFlip>...};
 }
-constexpr auto kTiles1 = MicroTiles<1>(std::make_integer_sequence<int, kMrNarrow[1]>());
-constexpr auto kTiles2 = MicroTiles<2>(std::make_integer_sequence<int, kMrNarrow[2]>());
-constexpr auto kTiles3 = MicroTiles<3>(std::make_integer_sequence<int, kMrNarrow[3]>());
-constexpr auto kTiles4 = MicroTiles<4>(std::make_integer_sequence<int, kMrNarrow[4]>());
+template <bool kFlip>
+struct TileTable {
+  static constexpr auto k1 = MicroTiles<1, kFlip>(std::make_integer_sequence<int, kMrNarrow[1]>());
+  static constexpr auto k2 = MicroTiles<2, kFlip>(std::make_integer_sequence<int, kMrNarrow[2]>());
+  static constexpr auto k3 = MicroTiles<3, kFlip>(std::make_integer_sequence<int, kMrNarrow[3]>());
+  static constexpr auto k4 = MicroTiles<4, kFlip>(std::make_integer_sequence<int, kMrNarrow[4]>());
+  static void Run(int nz, int64_t h, const TileContext& tc) {
+    switch (nz) {
+      case 1: k1[h - 1](tc); return;
+      case 2: k2[h - 1](tc); return;
+      case 3: k3[h - 1](tc); return;
+      default: k4[h - 1](tc); return;
+    }
+  }
+};
 
 inline void RunMicroTile(int nz, int64_t h, const TileContext& tc) {
-  switch (nz) {
-    case 1: kTiles1[h - 1](tc); return;
-    case 2: kTiles2[h - 1](tc); return;
-    case 3: kTiles3[h - 1](tc); return;
-    default: kTiles4[h - 1](tc); return;
+  if (tc.flip) {
+    TileTable<true>::Run(nz, h, tc);
+  } else {
+    TileTable<false>::Run(nz, h, tc);
   }
 }
 
@@ -509,7 +551,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       }
       const bool verifying = verify_panel && b == 0;
       int64_t r = 0;
-      PanelRows<ZmmS8Copy> rows(t, b == 0, single_block, 4 * g0, 4 * g1);
+      PanelRows<ZmmU8Copy> rows(t, b == 0, single_block, 4 * g0, 4 * g1);
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
           const int64_t l0 = next_lines * mt / tiles;
@@ -530,12 +572,14 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         }
         const int64_t h = base + (mt < extra ? 1 : 0);
         const int64_t pixel = t.p0 + r;
+        tc.flip = true;  // read in place, unless gathered below
         if (direct) {
           tc.a = reinterpret_cast<const uint8_t*>(t.input) +
                  pixel * t.geo->in_c + 4 * g0;
         } else if (windowed && WindowTile(geo, t.input, pixel, h, 4 * g0, &tc)) {
           // tc.a, lda and the segments set for this tile.
         } else {
+          tc.flip = false;
           tc.lda = t.lda;
           tc.seg_left = tc.groups;
           tc.seg_jump = 0;
@@ -543,7 +587,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
             // Only the tiles that cannot read in place gather, one at a
             // time, each row once per panel.
             if (!std::all_of(ready + r, ready + r + h, [](uint8_t x) { return x != 0; })) {
-              Im2ColSlice<ZmmS8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
+              Im2ColSlice<ZmmU8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
               std::fill(ready + r, ready + r + h, uint8_t{1});
             }
             tc.a = t.a + r * t.lda;
