@@ -164,14 +164,7 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // tile now measured 7-12% faster than the windows (28x28x128 and 56x56x64
 // 3x3, batch 1 and 8, one and two threads), but the windows were chosen on
 // Zen 5 (kMinWindowedWidth) and stay until measured there again.
-struct ZmmU8Copy {
-  using Vec = __m512i;
-  static constexpr int64_t kElemBytes = 1;
-  static constexpr int64_t kStep = 64;
-  static Vec Load(const int8_t* src) { return _mm512_loadu_si512(src); }
-  static Vec LoadPartial(const int8_t* src, int64_t n) {
-    return _mm512_maskz_loadu_epi8(ByteMask(n), src);
-  }
+struct ZmmU8Copy : ZmmS8Copy {  // its loads; these stores
   static void Store(uint8_t* dst, Vec v) {
     _mm512_storeu_si512(dst, _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))));
   }
