@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from tf_fused_int8.benchmark import cli
+from test_benchmark import QUICK, _cpu_flags, _run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "tf_fused_int8", "benchmark", "workers",
@@ -74,12 +75,6 @@ int main(int argc, char** argv) {
 """
 
 REGS = ("eax", "ebx", "ecx", "edx")
-
-
-def _cpu_flags():
-  with open("/proc/cpuinfo") as f:
-    return set(next((l.split(":", 1)[1].split() for l in f
-                     if l.startswith("flags")), []))
 
 
 CAN_FAULT = "cpuid_fault" in _cpu_flags()
@@ -152,7 +147,7 @@ def test_without_the_variable_nothing_changes(built):
 
 @pytest.mark.skipif(CAN_FAULT, reason="this CPU can fault CPUID")
 def test_cli_refuses_where_cpuid_cannot_fault():
-  r = _run_cli("--layers=6x7x8:3x3x16:1", "--peers=litert",
+  r = _run_cli(*QUICK, "--layers=6x7x8:3x3x16:1", "--peers=litert",
                "--peer_isa=avx2", "--noprobes")
   assert r.returncode != 0
   assert "cpuid_fault" in r.stderr + r.stdout
@@ -166,22 +161,12 @@ def test_check_peer_isa_names_the_reason():
   cli.check_peer_isa("litert", {"cpuid_mask_state": 1}, "avx2")
 
 
-def _run_cli(*args):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  return subprocess.run(
-      [sys.executable, "-m", "tf_fused_int8.benchmark", "--batches=1",
-       "--threads=1", "--repeats=1", "--min_time=0", "--graph_ops=2", *args],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-      check=False)
-
-
 @pytest.mark.skipif(not CAN_FAULT, reason="no CPUID faulting on this CPU")
 def test_cli_limits_the_peer_and_tfs_onednn(tmp_path):
   """litert (the project venv's TFLite) runs limited; our forced avx2 row
   gets its ratios against the peers; TF's oneDNN follows --peer_isa."""
-  r = _run_cli("--layers=6x7x8:3x3x16:1", "--peers=litert", "--paths=avx2",
-               "--peer_isa=avx2", "--noprobes", "--notf_int8")
+  r = _run_cli(*QUICK, "--layers=6x7x8:3x3x16:1", "--peers=litert",
+               "--paths=avx2", "--peer_isa=avx2", "--noprobes", "--notf_int8")
   assert r.returncode == 0, r.stderr[-4000:]
   assert ("note: peers: their CPUID says avx2 is this CPU's widest int8 "
           "instruction set") in r.stdout, r.stdout
@@ -198,7 +183,7 @@ def test_cli_limits_the_peer_and_tfs_onednn(tmp_path):
 
 
 def test_usage_errors():
-  r = _run_cli("--peer_isa=avx2", "--peers=")
+  r = _run_cli(*QUICK, "--peer_isa=avx2", "--peers=")
   assert r.returncode != 0 and "no peer is selected" in r.stderr, r.stderr
-  r = _run_cli("--peer_isa=sse", "--peers=litert")
+  r = _run_cli(*QUICK, "--peer_isa=sse", "--peers=litert")
   assert r.returncode != 0 and "peer_isa" in r.stderr

@@ -288,16 +288,17 @@ def start_workers(impls, threads, work_dir, notes):
   env["PYTHONPATH"] = os.pathsep.join(
       [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
   env["TF_FUSED_INT8_BENCH_GRAPH_OPS"] = str(FLAGS.graph_ops)
+  fp32_isa = FLAGS.fp32_max_isa or PEER_ISA_ONEDNN.get(FLAGS.peer_isa, "")
   workers = {}
   for family in dict.fromkeys(family_of(i) for i in impls):
     python = sys.executable
     family_env = env
-    fp32_isa = FLAGS.fp32_max_isa or PEER_ISA_ONEDNN.get(FLAGS.peer_isa, "")
+    limited = family != "ours" and mask_library is not None
     if family == "ours" and fp32_isa:
       # Read by oneDNN once, when TF first uses it: set before the worker
       # starts.
       family_env = dict(env, ONEDNN_MAX_CPU_ISA=fp32_isa)
-    if family != "ours" and mask_library:
+    if limited:
       family_env = peer_env(env, mask_library)
     if family in PEER_VENV_FAMILIES:
       python = peers_python()
@@ -307,7 +308,7 @@ def start_workers(impls, threads, work_dir, notes):
         continue
     try:
       workers[family] = Worker(family, python, threads, work_dir, family_env)
-      if family != "ours" and mask_library:
+      if limited:
         try:
           check_peer_isa(family, workers[family].info, FLAGS.peer_isa)
         except PeerIsaError:

@@ -78,14 +78,14 @@ def layer_table(rows, paths):
   for (layer, batch, threads), group in groups.items():
     ours = _ours(group)
     eager = _ours(group, "eager")
+    forced = [_ours(group, "graph", p) for p in paths]
     g = ours["gops"] if ours else None
     cells = [layer, str(batch), str(threads),
              (ours or {}).get("cpu_kernel") or "-",
              _ms(ours and ours["ms"]), _num(g),
              _num(ours and ours["peak_pct"], "{:.0f}%"),
              _ms(eager and eager["ms"])]
-    for p in paths:
-      r = _ours(group, "graph", p)
+    for r in forced:
       cells.append(_num(r and r["gops"]))
     for impl in present:
       r = _other(group, impl)
@@ -97,8 +97,7 @@ def layer_table(rows, paths):
               _ratio(g, best and best["gops"]),
               SHORT[exact["impl"]] if exact else "-",
               _ratio(g, exact and exact["gops"])]
-    for p in paths:
-      r = _ours(group, "graph", p)
+    for r in forced:
       pg = r and r["gops"]
       cells += [_ratio(pg, best and best["gops"]),
                 _ratio(pg, exact and exact["gops"])]

@@ -60,8 +60,7 @@ static const uint32_t kAvx2Leaf71Edx = BIT(4) | BIT(5) | BIT(8) | BIT(10) | BIT(
 static const uint32_t kNoAmxLeaf71Eax = BIT(21);
 static const uint32_t kNoAmxLeaf71Edx = BIT(8) | BIT(19);
 
-static LeafMask g_masks[2];
-static int g_num_masks;
+static LeafMask g_masks[2]; /* set before the handler is installed */
 static int g_state; /* see tfi_cpuid_mask_state */
 static volatile long g_emulated;
 static struct sigaction g_previous;
@@ -84,7 +83,7 @@ static void OnSegv(int sig, siginfo_t* info, void* context) {
     syscall(SYS_arch_prctl, ARCH_SET_CPUID, 1);
     RealCpuid(leaf, subleaf, out);
     syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0);
-    for (int i = 0; i < g_num_masks; ++i) {
+    for (int i = 0; i < 2; ++i) {
       if (g_masks[i].leaf == leaf && g_masks[i].subleaf == subleaf) {
         for (int r = 0; r < 4; ++r) out[r] &= ~g_masks[i].clear[r];
       }
@@ -117,7 +116,6 @@ __attribute__((constructor)) static void Init(void) {
     g_state = -1;
     return;
   }
-  g_num_masks = 2;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = OnSegv;
@@ -149,6 +147,3 @@ int tfi_cpuid_mask_state(void) {
 
 /* How many CPUID instructions were answered here so far. */
 long tfi_cpuid_mask_emulated(void) { return __atomic_load_n(&g_emulated, __ATOMIC_RELAXED); }
-
-/* CPUID as this process now sees it (for the tests). */
-void tfi_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t out[4]) { RealCpuid(leaf, subleaf, out); }
