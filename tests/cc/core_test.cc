@@ -1598,6 +1598,95 @@ void TestPaddedInput() {
               runs == 0 ? "; no path under test has a padded input" : "");
 }
 
+// Rows read in place against gathered rows (cpu::SetInPlaceRowsForTesting:
+// the avx512vnni micro-tiles read a pointwise layer's input, or windows of
+// it, in place wherever they can, or gather every row), both forced on
+// every machine whatever the automatic choice is there (gemm_avx512vnni.cc,
+// ReadInPlace): pointwise depths below and above 64 and not a multiple of
+// 4, 1x1 convolutions
+// that are not direct (stride 2, padding), 3x3 windows on rows wide enough
+// to be read in place (out_w >= 24) and narrower, strides 1 and 2, dilated
+// rows, SAME, VALID and explicit padding, channel tails, side input, Relu
+// bounds and extreme operands; every path, weight mode and partition,
+// against the reference. Only machines with the avx512vnni path run them.
+// It found a gathered row that another block's gather had overrun being
+// used as whole (windows, a narrow last block, weights packed on the fly).
+void TestInPlaceRows() {
+  const bool has_path = std::find(g_paths.begin(), g_paths.end(),
+                                  KernelPath::kAvx512Vnni) != g_paths.end();
+  if (!has_path) {
+    std::printf("in-place rows: no path under test reads rows in place\n");
+    return;
+  }
+  std::mt19937 rng(77);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  struct Shape {
+    int64_t ci, k, stride, dilation;
+  };
+  const Shape shapes[] = {{16, 1, 1, 1},  {48, 1, 1, 1},  {60, 1, 1, 1},  {64, 1, 1, 1},
+                          {68, 1, 1, 1},  {144, 1, 1, 1}, {30, 1, 1, 1},  {66, 1, 1, 1},
+                          {64, 1, 2, 1},  {96, 3, 1, 1},  {32, 3, 1, 1},  {8, 3, 1, 1},
+                          {64, 3, 2, 1},  {36, 3, 1, 2},  {64, 5, 1, 1},  {20, 3, 1, 1}};
+  const int64_t out_channels[] = {1, 16, 24, 40, 64, 100, 144};
+  int runs = 0;
+  for (int iter = 0; iter < 2 * 16; ++iter) {
+    const Shape& sh = shapes[iter % 16];
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = uni(1, 2);
+    g.in_c = sh.ci;
+    g.filter_h = g.filter_w = sh.k;
+    g.stride_h = g.stride_w = sh.stride;
+    g.dilation_h = sh.dilation;
+    g.out_c = out_channels[uni(0, 6)];
+    // Wide rows (read in place where the windows fit) in the first round,
+    // any width in the second.
+    g.in_h = uni(1, 9);
+    g.in_w = iter < 16 ? uni(24, 40) * sh.stride : uni(1, 30);
+    const int kind = uni(0, 2);
+    Padding padding = kind == 0 ? Padding::kSame : kind == 1 ? Padding::kValid : Padding::kExplicit;
+    const int64_t eh = (sh.k - 1) * sh.dilation + 1;
+    if (kind == 1) {
+      g.in_h += eh - 1;
+      g.in_w += sh.k - 1;
+    }
+    if (kind == 2) {
+      g.pad_top = uni(0, 2);
+      g.pad_bottom = uni(0, 2);
+      g.pad_left = uni(0, 2);
+      g.pad_right = uni(0, 2);
+      if (g.in_h + g.pad_top + g.pad_bottom < eh) g.pad_bottom = eh - g.in_h - g.pad_top;
+      if (g.in_w + g.pad_left + g.pad_right < sh.k) g.pad_right = sh.k - g.in_w - g.pad_left;
+    }
+    EXPECT(ComputeGeometry(padding, &g).empty(), "in-place rows case %d geometry", iter);
+    Buffers b;
+    const int operands = iter % 5 == 4 ? 1 + iter % 3 : 0;
+    FillOperands(g, operands, 3, uni(0, 1) == 1, &rng, &b);
+    b.bias.resize(g.out_c);
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    b.scale.resize(g.out_c);
+    const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
+    for (auto& x : b.scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
+    PointAt(b, uni(-100, 100) / 64.0f, &a);
+    a.activation = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+    char what[160];
+    for (int mode : {1, 2}) {
+      cpu::SetInPlaceRowsForTesting(mode);
+      std::snprintf(what, sizeof(what),
+                    "in-place rows %d, case %d (n%ld %ldx%ldx%ld k%ld s%ld d%ld co%ld "
+                    "pad %ld %ld %ld %ld)",
+                    mode, iter, long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c),
+                    long(g.filter_h), long(g.stride_h), long(g.dilation_h), long(g.out_c),
+                    long(g.pad_top), long(g.pad_bottom), long(g.pad_left), long(g.pad_right));
+      runs += CheckAllPaths(a, what);
+    }
+    cpu::SetInPlaceRowsForTesting(0);
+  }
+  std::printf("in-place rows: %d runs checked\n", runs);
+}
+
 // Eight threads run different convolutions at once on every path, each
 // with its own single-threaded calls, in both weight sources: no path may
 // keep per-call state anywhere but the calling thread (the amx path loads
@@ -2445,6 +2534,7 @@ int main() {
   TestCacheBound();
   TestPinnedFilters();
   TestPaddedInput();
+  TestInPlaceRows();
   TestConcurrentCalls();
   if (testing::ExpectFailures()) {
     std::printf("%d failures\n", testing::ExpectFailures());

@@ -164,6 +164,11 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // tile now measured 7-12% faster than the windows (28x28x128 and 56x56x64
 // 3x3, batch 1 and 8, one and two threads), but the windows were chosen on
 // Zen 5 (kMinWindowedWidth) and stay until measured there again.
+
+// Whether micro-tiles may read A rows in place (a pointwise layer's rows,
+// or windows): the test hook (SetInPlaceRowsForTesting) or yes.
+bool ReadInPlace() { return InPlaceRowsModeForTesting() != 2; }
+
 struct ZmmU8Copy : ZmmS8Copy {  // its loads; these stores
   static void Store(uint8_t* dst, Vec v) {
     _mm512_storeu_si512(dst, _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))));
@@ -449,14 +454,16 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // A pointwise layer whose rows hold whole groups (Ci % 4 == 0: no group
   // straddles two pixels, and the last group ends at the input's end) reads
   // its A rows from the input itself; the others gather them into t.a.
-  const bool direct = IsDirectGemm(*t.geo) && t.geo->in_c % 4 == 0;
+  // Neither when a test asks for gathered rows (ReadInPlace).
+  const bool in_place = ReadInPlace();
+  const bool direct = in_place && IsDirectGemm(*t.geo) && t.geo->in_c % 4 == 0;
   // Windowed direct rows: a micro-tile whose pixels lie in one output row
   // with every window inside the image reads its A rows in place, one
   // window row (kw * Ci contiguous bytes) per segment, lda = stride * Ci
   // apart, instead of gathering them (WindowTile). The others gather.
   const ConvGeometry& geo = *t.geo;
   const int64_t run = geo.filter_w * geo.in_c;  // bytes of one window row
-  const bool windowed = !direct && geo.dilation_w == 1 && run % 4 == 0 &&
+  const bool windowed = in_place && !direct && geo.dilation_w == 1 && run % 4 == 0 &&
                         geo.out_w >= kMinWindowedWidth &&
                         t.rows <= kMaxWindowedRows;
   // Windowed: which rows of the panel are gathered in the A buffer (the
@@ -582,6 +589,11 @@ bool GemmTileZmm(const GemmTileArgs& t) {
             if (!std::all_of(ready + r, ready + r + h, [](uint8_t x) { return x != 0; })) {
               Im2ColSlice<ZmmU8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
               std::fill(ready + r, ready + r + h, uint8_t{1});
+              // Im2ColSlice's last vector may run into the next row (up to
+              // one vector past the slice, gemm_isa_common.h): a row
+              // gathered before, for another block's micro-tiles (a narrow
+              // last block's are taller), is no longer whole.
+              if (r + h < t.rows) ready[r + h] = 0;
             }
             tc.a = t.a + r * t.lda;
           } else {

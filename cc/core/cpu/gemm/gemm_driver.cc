@@ -97,8 +97,9 @@ thread_local ThreadScratch t_scratch;
 // the fly; the GEMV calls so far.
 std::atomic<int> g_weight_mode{0};
 std::atomic<int64_t> g_gemv_calls{0};
-// Test hook (gemm_kernels.h): 0 automatic, 1 wherever it fits, 2 never.
+// Test hooks (gemm_kernels.h): 0 automatic, 1 wherever it fits, 2 never.
 std::atomic<int> g_padded_mode{0};
+std::atomic<int> g_in_place_rows_mode{0};
 
 // The padded input of GemmTileArgs::padded, built by the calling thread's
 // BuildPaddedInput (data null: none).
@@ -531,6 +532,10 @@ bool PaddedInputFits(const ConvGeometry& g) {
 void SetPaddedInputForTesting(int mode) { g_padded_mode.store(mode); }
 
 void SetWeightModeForTesting(int mode) { g_weight_mode.store(mode); }
+void SetInPlaceRowsForTesting(int mode) { g_in_place_rows_mode.store(mode); }
+int InPlaceRowsModeForTesting() {
+  return g_in_place_rows_mode.load(std::memory_order_relaxed);
+}
 int64_t GemvCallsForTesting() { return g_gemv_calls.load(); }
 
 void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,

@@ -325,6 +325,12 @@ void SetWeightModeForTesting(int mode);
 // rows are few enough against gathered ones: gemm_driver.cc), 1: always,
 // 2: never. Not thread-safe with concurrent convolutions.
 void SetPaddedInputForTesting(int mode);
+// Tests only: where the avx512vnni micro-tiles may read their A rows in
+// place (a pointwise layer's input, or windows of it: gemm_avx512vnni.cc,
+// ReadInPlace). 0: automatic, 1: wherever they can, 2: never (every row
+// gathered). Not thread-safe with concurrent convolutions.
+void SetInPlaceRowsForTesting(int mode);
+int InPlaceRowsModeForTesting();
 // Tests only: the GEMV calls so far (RunGemmConv calls that took isa.gemv).
 int64_t GemvCallsForTesting();
 
