@@ -1601,16 +1601,17 @@ void TestPaddedInput() {
 // Rows read in place against gathered rows (cpu::SetInPlaceRowsForTesting:
 // the avx512vnni micro-tiles read a pointwise layer's input, or windows of
 // it, in place wherever they can, or gather every row), both forced on
-// every machine whatever the automatic choice is there (gemm_avx512vnni.cc,
-// ReadInPlace): pointwise depths below and above 64 and not a multiple of
-// 4, 1x1 convolutions
-// that are not direct (stride 2, padding), 3x3 windows on rows wide enough
-// to be read in place (out_w >= 24) and narrower, strides 1 and 2, dilated
-// rows, SAME, VALID and explicit padding, channel tails, side input, Relu
-// bounds and extreme operands; every path, weight mode and partition,
-// against the reference. Only machines with the avx512vnni path run them.
-// It found a gathered row that another block's gather had overrun being
-// used as whole (windows, a narrow last block, weights packed on the fly).
+// every machine, since the automatic choice depends on the CPU's vendor
+// (gemm_avx512vnni.cc, ReadInPlace: Intel CPUs gather all but pointwise
+// rows shorter than 64 bytes): pointwise depths below and above 64 and not
+// a multiple of 4, 1x1 convolutions that are not direct (stride 2,
+// padding), 3x3 windows on rows wide enough to be read in place (out_w >=
+// 24) and narrower, strides 1 and 2, dilated rows, SAME, VALID and explicit
+// padding, channel tails, side input, Relu bounds and extreme operands;
+// every path, weight mode and partition, against the reference. Only
+// machines with the avx512vnni path run them. It found a gathered row that
+// another block's gather had overrun being used as whole (windows, a narrow
+// last block, weights packed on the fly).
 void TestInPlaceRows() {
   const bool has_path = std::find(g_paths.begin(), g_paths.end(),
                                   KernelPath::kAvx512Vnni) != g_paths.end();

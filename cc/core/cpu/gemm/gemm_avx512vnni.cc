@@ -50,6 +50,9 @@ constexpr int64_t kMaxWindowedRows = 1024;   // tile rows of a windowed GEMM
 // 14x14x256 -> 256 and 7x7x512 -> 512, where few micro-tiles can, 4-7%
 // slower (they then gather a tile at a time).
 constexpr int64_t kMinWindowedWidth = 24;
+// Pointwise depth (Ci) from which Intel CPUs gather pointwise rows instead
+// of reading them in place (ReadInPlace).
+constexpr int64_t kMinGatheredPointwiseK = 64;
 // Micro-tile rows for NZ zmm per row (narrow blocks: NZ * rows <= 24).
 constexpr int kMrNarrow[5] = {0, 8, 12, 8, kMr};
 
@@ -159,15 +162,49 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // thread, bench_core, best of 3 alternated (Xeon with AMX, KVM): 14x14x256
 // 3x3 -> 256 b1 375 -> 330 us, b8 3140 -> 2586; 7x7x512 3x3 b1 411 -> 361,
 // b8 3016 -> 2610; ResNet-50's stem 526 -> 488; MobileNetV2's 224x224x3 3x3
-// s2 -> 32 stem 112 -> 101. In-place layers unchanged (28x28x128 3x3 and
-// 56x56x64 3x3: windows; 56x56x256 1x1: pointwise). There, gathering every
-// tile now measured 7-12% faster than the windows (28x28x128 and 56x56x64
-// 3x3, batch 1 and 8, one and two threads), but the windows were chosen on
-// Zen 5 (kMinWindowedWidth) and stay until measured there again.
-
-// Whether micro-tiles may read A rows in place (a pointwise layer's rows,
-// or windows): the test hook (SetInPlaceRowsForTesting) or yes.
-bool ReadInPlace() { return InPlaceRowsModeForTesting() != 2; }
+// s2 -> 32 stem 112 -> 101.
+//
+// Whether rows are read in place at all (ReadInPlace) depends on the CPU.
+// On this project's Intel Xeon (Sapphire Rapids class, KVM) the XORs
+// compete with the VPDPBUSDs (removing them, wrong results and all, ran
+// 10-17% faster), and a contiguous copy per tile costs less than an XOR per
+// broadcast per 64-channel block. Same Xeon, one thread, bench_core, in
+// place -> gathered, two rounds alternated:
+//   pointwise, K >= 64: 56x56x144 -> 24 60-62 -> 57-58 us, 14x14x96 -> 576
+//   41-43 -> 38-39, 7x7x960 -> 320 47-49 -> 43-44, 56x56x256 -> 64 164-178
+//   -> 154-157, 14x14x576 -> 96 39 -> 33-35, 28x28x192 -> 32 19-19.4 ->
+//   16.4-16.5, 14x14x64 -> 384 21.5-22.5 -> 19.2-20.4, 28x28x64 -> 64 14.0
+//   -> 13.3, 7x7x160 -> 960 28.4-29.1 -> 26.3-26.7, batch 8 14x14x384 ->
+//   64 122-124 -> 117-119;
+//   pointwise, K < 64 (short rows, several per cache line in place):
+//   112x112x16 -> 96 157-163 -> 170-176 us, 56x56x24 -> 144 75-76 -> 74-79,
+//   28x28x32 -> 192 26-26.5 -> 26.2-26.6, 28x28x48 -> 96 17.8-17.9 ->
+//   17.0-18.4;
+//   3x3 windows: 56x56x64 -> 64 339-363 -> 323-344 us, 28x28x128 -> 128
+//   375-387 -> 349-361 (batch 8 3040-3130 -> 2807-2835), 56x56x144 -> 144
+//   2119-2148 -> 1844-1897, 28x28x96 -> 96 229-232 -> 205-206, 28x28x32 ->
+//   32 29.5-30 -> 27.5-28.3.
+// So on Intel CPUs only pointwise layers with K < kMinGatheredPointwiseK
+// read in place (not measured on Intel cores with one 512-bit multiply
+// unit, Ice Lake client and Tiger Lake). AMD's Zen 4 and 5 have more vector
+// pipes than their VPDPBUSDs use, and there the windows measured faster
+// than gathering (kMinWindowedWidth, Zen 5, when gathered rows were XORed
+// too), so they still read in place wherever they can; not measured there
+// since the gathered rows lost their XOR.
+//
+// Whether micro-tiles may read A rows in place: a pointwise layer's rows
+// (pointwise, with Ci = k) or windows (im2col row length k); see above.
+bool ReadInPlace(bool pointwise, int64_t k) {
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  switch (InPlaceRowsModeForTesting()) {
+    case 1: return true;
+    case 2: return false;
+    default: return !intel || (pointwise && k < kMinGatheredPointwiseK);
+  }
+}
 
 struct ZmmU8Copy : ZmmS8Copy {  // its loads; these stores
   static void Store(uint8_t* dst, Vec v) {
@@ -454,9 +491,10 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // A pointwise layer whose rows hold whole groups (Ci % 4 == 0: no group
   // straddles two pixels, and the last group ends at the input's end) reads
   // its A rows from the input itself; the others gather them into t.a.
-  // Neither when a test asks for gathered rows (ReadInPlace).
-  const bool in_place = ReadInPlace();
-  const bool direct = in_place && IsDirectGemm(*t.geo) && t.geo->in_c % 4 == 0;
+  // Neither where the CPU runs gathered rows faster (ReadInPlace).
+  const bool pointwise = IsDirectGemm(*t.geo);
+  const bool in_place = ReadInPlace(pointwise, t.k);
+  const bool direct = in_place && pointwise && t.geo->in_c % 4 == 0;
   // Windowed direct rows: a micro-tile whose pixels lie in one output row
   // with every window inside the image reads its A rows in place, one
   // window row (kw * Ci contiguous bytes) per segment, lda = stride * Ci
