@@ -1488,6 +1488,41 @@ void TestCacheBound() {
               long(after.entries), long(after.bytes), long(after.evictions));
 }
 
+// Explicit padding of 0..max_pad per side for g (TestPaddedInput,
+// TestInPlaceRows), raised at the bottom and right where the padded input
+// would be smaller than the eh x ew window.
+void RandomPads(int max_pad, int64_t eh, int64_t ew, std::mt19937* rng, ConvGeometry* g) {
+  auto uni = [rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(*rng);
+  };
+  g->pad_top = uni(0, max_pad);
+  g->pad_bottom = uni(0, max_pad);
+  g->pad_left = uni(0, max_pad);
+  g->pad_right = uni(0, max_pad);
+  if (g->in_h + g->pad_top + g->pad_bottom < eh) g->pad_bottom = eh - g->in_h - g->pad_top;
+  if (g->in_w + g->pad_left + g->pad_right < ew) g->pad_right = ew - g->in_w - g->pad_left;
+}
+
+// The operands of sweep case `iter` for a->geo (TestPaddedInput,
+// TestInPlaceRows): every fifth case extreme (FillOperands), a side input
+// or not, per-channel scales sized for the depth, bias, side scale and
+// activation, drawn from rng; a points at them in b.
+void FillSweepCase(int iter, std::mt19937* rng, Buffers* b, FusedConvArgs* a) {
+  auto uni = [rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(*rng);
+  };
+  const ConvGeometry& g = a->geo;
+  const int operands = iter % 5 == 4 ? 1 + iter % 3 : 0;
+  FillOperands(g, operands, 3, uni(0, 1) == 1, rng, b);
+  b->bias.resize(g.out_c);
+  for (auto& x : b->bias) x = uni(-40, 40) * 0.5f;
+  b->scale.resize(g.out_c);
+  const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
+  for (auto& x : b->scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
+  PointAt(*b, uni(-100, 100) / 64.0f, a);
+  a->activation = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+}
+
 // Convolutions on a padded input (gemm_kernels.h, GemmTileArgs::padded: the
 // amx path's stride-1 convolutions whose K steps each lie in one window
 // row), forced on and off (SetPaddedInputForTesting): window rows of 64 to
@@ -1534,27 +1569,12 @@ void TestPaddedInput() {
     Padding padding = kind == 0 ? Padding::kSame : kind == 1 ? Padding::kValid : Padding::kExplicit;
     g.in_h = (kind == 1 ? eh : 1) + uni(0, 17);
     g.in_w = (kind == 1 ? ew : 1) + uni(0, 17);
-    if (kind == 2) {
-      g.pad_top = uni(0, 4);
-      g.pad_bottom = uni(0, 4);
-      g.pad_left = uni(0, 4);
-      g.pad_right = uni(0, 4);
-      if (g.in_h + g.pad_top + g.pad_bottom < eh) g.pad_bottom = eh - g.in_h - g.pad_top;
-      if (g.in_w + g.pad_left + g.pad_right < ew) g.pad_right = ew - g.in_w - g.pad_left;
-    }
+    if (kind == 2) RandomPads(4, eh, ew, &rng, &g);
     EXPECT(ComputeGeometry(padding, &g).empty(), "geometry");
     fits += cpu::PaddedInputFits(g);
     EXPECT(cpu::PaddedInputFits(g), "padded sweep case %d does not fit a padded input", iter);
     Buffers b;
-    const int operands = iter % 5 == 4 ? 1 + iter % 3 : 0;
-    FillOperands(g, operands, 3, uni(0, 1) == 1, &rng, &b);
-    b.bias.resize(g.out_c);
-    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
-    b.scale.resize(g.out_c);
-    const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
-    for (auto& x : b.scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
-    PointAt(b, uni(-100, 100) / 64.0f, &a);
-    a.activation = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+    FillSweepCase(iter, &rng, &b, &a);
     if (!has_padded_path) continue;
     std::vector<int8_t> want(g.OutputElements());
     a.output = want.data();
@@ -1653,25 +1673,10 @@ void TestInPlaceRows() {
       g.in_h += eh - 1;
       g.in_w += sh.k - 1;
     }
-    if (kind == 2) {
-      g.pad_top = uni(0, 2);
-      g.pad_bottom = uni(0, 2);
-      g.pad_left = uni(0, 2);
-      g.pad_right = uni(0, 2);
-      if (g.in_h + g.pad_top + g.pad_bottom < eh) g.pad_bottom = eh - g.in_h - g.pad_top;
-      if (g.in_w + g.pad_left + g.pad_right < sh.k) g.pad_right = sh.k - g.in_w - g.pad_left;
-    }
+    if (kind == 2) RandomPads(2, eh, sh.k, &rng, &g);
     EXPECT(ComputeGeometry(padding, &g).empty(), "in-place rows case %d geometry", iter);
     Buffers b;
-    const int operands = iter % 5 == 4 ? 1 + iter % 3 : 0;
-    FillOperands(g, operands, 3, uni(0, 1) == 1, &rng, &b);
-    b.bias.resize(g.out_c);
-    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
-    b.scale.resize(g.out_c);
-    const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
-    for (auto& x : b.scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
-    PointAt(b, uni(-100, 100) / 64.0f, &a);
-    a.activation = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+    FillSweepCase(iter, &rng, &b, &a);
     char what[160];
     for (int mode : {1, 2}) {
       cpu::SetInPlaceRowsForTesting(mode);
