@@ -1361,6 +1361,96 @@ void TestDepthwiseOnePixel() {
   std::printf("one-pixel depthwise: %d runs checked\n", runs);
 }
 
+// Depthwise filters whose taps all hold the same weight per channel (an
+// average pooling's, quantize_model's global average pooling included):
+// the driver keeps one tap of widened weights (DepthwiseRowArgs::tap_stride
+// 0). Global averages (one output pixel, 3x3 to 7x7), strided poolings
+// (2x2 and 3x3, VALID and SAME) and padded or dilated windows, channel
+// counts with and without tails, multipliers 1 and 2, extreme weights;
+// each filter checked uniform, then with one tap of one channel changed in
+// the same buffer (no longer uniform: the cache must prepare it again, all
+// taps), then uniform again; every path, weight mode and partition, against
+// the reference.
+void TestDepthwiseUniformTaps() {
+  std::mt19937 rng(303);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t channel_counts[] = {2048, 1280, 200, 144, 64, 17, 16, 3};
+  constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
+  int runs = 0;
+  for (int iter = 0; iter < 3 * kCounts; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    const int64_t c = channel_counts[iter % kCounts];
+    const int kind = iter / kCounts;  // 0 global, 1 strided pooling, 2 padded / dilated
+    const int64_t m = iter % 3 == 2 ? 2 : 1;
+    g.batch = 1 + iter % 2;
+    g.in_c = g.groups = c;
+    g.out_c = c * m;
+    Padding padding = Padding::kValid;
+    if (kind == 0) {
+      g.filter_h = g.filter_w = 3 + 2 * (iter % 3);  // 3, 5, 7
+      g.in_h = g.filter_h;
+      g.in_w = g.filter_w;
+    } else if (kind == 1) {
+      g.filter_h = g.filter_w = uni(2, 3);
+      g.stride_h = g.stride_w = 2;
+      g.in_h = uni(3, 12);
+      g.in_w = uni(3, 12);
+      padding = iter % 2 ? Padding::kSame : Padding::kValid;
+    } else {
+      g.filter_h = uni(2, 5);
+      g.filter_w = uni(2, 5);
+      g.dilation_h = g.dilation_w = 1 + iter % 2;
+      g.in_h = uni(1, 9);
+      g.in_w = uni(1, 9);
+      padding = Padding::kSame;
+    }
+    EXPECT(ComputeGeometry(padding, &g).empty(), "uniform-taps geometry, case %d", iter);
+    Buffers b;
+    FillOperands(g, iter % 4 == 3 ? 2 : 0, /*mixed_period=*/3, /*side=*/iter % 3 == 1, &rng, &b);
+    const int64_t taps = g.filter_h * g.filter_w, co = g.out_c;
+    std::vector<int8_t> value(static_cast<size_t>(co));
+    for (auto& v : value) {
+      v = static_cast<int8_t>(iter % 4 == 3 ? -128 : iter % 4 == 2 ? 127 : uni(-128, 127));
+    }
+    auto make_uniform = [&] {
+      for (int64_t t = 0; t < taps; ++t) {
+        for (int64_t j = 0; j < co; ++j) b.filter[t * co + j] = value[j];
+      }
+    };
+    make_uniform();
+    b.scale.resize(static_cast<size_t>(co));
+    const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
+    for (auto& x : b.scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
+    b.bias.resize(static_cast<size_t>(co));
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    PointAt(b, uni(-100, 100) / 64.0f, &a);
+    a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
+    char what[160];
+    for (int round = 0; round < 3; ++round) {
+      if (round == 1) {
+        // One tap (not the first) of one channel differs from the others.
+        const int64_t t = uni(1, static_cast<int>(taps - 1));
+        const int64_t j = uni(0, static_cast<int>(co - 1));
+        b.filter[t * co + j] = static_cast<int8_t>(value[j] == 127 ? -128 : value[j] + 1);
+      } else if (round == 2) {
+        make_uniform();
+      }
+      std::snprintf(what, sizeof(what),
+                    "uniform-taps depthwise (%s) n%ld %ldx%ldx%ld k%ldx%ld m%ld s%ld d%ld "
+                    "pad %ld %ld %ld %ld",
+                    round == 1 ? "one tap changed" : "uniform", long(g.batch), long(g.in_h),
+                    long(g.in_w), long(c), long(g.filter_h), long(g.filter_w), long(m),
+                    long(g.stride_h), long(g.dilation_h), long(g.pad_top), long(g.pad_bottom),
+                    long(g.pad_left), long(g.pad_right));
+      runs += CheckAllPaths(a, what);
+    }
+  }
+  std::printf("uniform-taps depthwise: %d runs checked\n", runs);
+}
+
 // Pinned filters (FusedConvArgs::filter_pin): a pinned call on a pinned
 // entry uses it unchecked; every other mix is checked or repacked, so a
 // changed filter is never served stale; the entry keeps the pin alive and
@@ -2533,6 +2623,7 @@ int main() {
   TestChannelTails();
   TestDepthwise3x3Blocks();
   TestDepthwiseOnePixel();
+  TestDepthwiseUniformTaps();
   TestWinogradEdges();
   TestWinogradEligibility();
   TestChangedFilterIsRepacked();

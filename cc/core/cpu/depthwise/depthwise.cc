@@ -131,7 +131,8 @@ struct PreparedWeights {
   std::vector<float> bias_in;   // [channels]
   // What the row kernels read.
   std::vector<float> scale, bias;  // [padded_c] (scale broadcast when scalar)
-  std::unique_ptr<int32_t[]> wide;  // [taps, padded_c]
+  std::unique_ptr<int32_t[]> wide;  // [wide_taps, padded_c]
+  int64_t tap_stride = 0;           // DepthwiseRowArgs::tap_stride
   std::unique_ptr<void, decltype(&std::free)> prepared{nullptr, &std::free};
   int64_t bytes = 0;
 
@@ -175,8 +176,17 @@ std::shared_ptr<const PreparedWeights> Prepare(const FusedConvArgs& a,
   // padding lanes zero; a 3x3 call on AVX-512 with whole 64-channel blocks
   // reads none). Lanes below wide_from are never read.
   const int64_t wide_from = prep != nullptr ? prep->wide_from(d) : 0;
-  w->wide.reset(new int32_t[static_cast<size_t>(taps * padded)]);
-  for (int64_t t = 0; t < taps; ++t) {
+  // One tap's worth when every tap of each channel has the same weight
+  // (DepthwiseRowArgs::tap_stride 0).
+  bool uniform = taps > 1;
+  for (int64_t i = c_count; uniform && i < taps * c_count; ++i) {
+    uniform = a.filter[i] == a.filter[i % c_count];
+  }
+  const int64_t wide_taps = uniform ? 1 : taps;
+  w->tap_stride = uniform ? 0 : padded;
+  d.tap_stride = w->tap_stride;
+  w->wide.reset(new int32_t[static_cast<size_t>(wide_taps * padded)]);
+  for (int64_t t = 0; t < wide_taps; ++t) {
     int32_t* wt = w->wide.get() + t * padded;
     for (int64_t c = wide_from; c < c_count; ++c) {
       wt[c] = static_cast<int32_t>(
@@ -196,7 +206,7 @@ std::shared_ptr<const PreparedWeights> Prepare(const FusedConvArgs& a,
   }
   w->bytes = taps * c_count + (ScaleCount(a) + c_count + 2 * padded) *
              static_cast<int64_t>(sizeof(float)) +
-             taps * padded * static_cast<int64_t>(sizeof(int32_t)) + prep_bytes;
+             wide_taps * padded * static_cast<int64_t>(sizeof(int32_t)) + prep_bytes;
   return w;
 }
 
@@ -318,6 +328,7 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   base.scale = w->scale.data();
   base.bias = w->bias.data();
   base.wide = w->wide.get();
+  base.tap_stride = w->tap_stride;
   base.prepared = w->prepared.get();
   const int64_t total_rows = g.batch * g.out_h;
   // Cycles per output row for the vector kernels: per pixel and 16

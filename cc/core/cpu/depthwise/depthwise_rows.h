@@ -103,17 +103,17 @@ struct DepthwiseRowKernel {
   static void Interior(const Block& b, int64_t ox, Acc* acc) {
     const DepthwiseRowArgs& d = *b.d;
     const ConvGeometry& g = *d.geo;
-    const int64_t cc = d.channels, pc = d.padded_c;
+    const int64_t cc = d.channels, ts = d.tap_stride;
     const int8_t* row0 =
         b.image + ((b.iy0 + b.ky0) * g.in_w + ox * kSw - g.pad_left) * cc + b.c0;
-    const int32_t* wide = d.wide + b.ky0 * kKw * pc + b.c0;
+    const int32_t* wide = d.wide + b.ky0 * kKw * ts + b.c0;
     for (int p = 0; p < kP; ++p) acc[p] = V::Zero();
     for (int64_t r = 0; r < b.ky1 - b.ky0; ++r) {
       const int8_t* row = row0 + r * g.in_w * cc;
-      const int32_t* w = wide + r * kKw * pc;
+      const int32_t* w = wide + r * kKw * ts;
       typename V::W wv[kKw];
 #pragma GCC unroll 8
-      for (int kx = 0; kx < kKw; ++kx) wv[kx] = V::LoadW(w + kx * pc);
+      for (int kx = 0; kx < kKw; ++kx) wv[kx] = V::LoadW(w + kx * ts);
       constexpr int kCols = (kP - 1) * kSw + kKw;
       // Fully unrolled, so that every tap test below is decided at compile
       // time and the weights stay in registers (7-wide, 8 pixels: without
@@ -185,16 +185,16 @@ struct DepthwiseRowKernel {
   static void Generic4(const Block& b, int64_t ox, Acc* acc) {
     const DepthwiseRowArgs& d = *b.d;
     const ConvGeometry& g = *d.geo;
-    const int64_t cc = d.channels, pc = d.padded_c;
+    const int64_t cc = d.channels, ts = d.tap_stride;
     const int64_t step = g.stride_w * cc;
     for (int p = 0; p < 4; ++p) acc[p] = V::Zero();
     for (int64_t ky = b.ky0; ky < b.ky1; ++ky) {
       // Whole window inside horizontally: every address is in the image.
       const int8_t* row = b.image +
           ((b.iy0 + ky * g.dilation_h) * g.in_w + ox * g.stride_w - g.pad_left) * cc + b.c0;
-      const int32_t* w = d.wide + ky * g.filter_w * pc + b.c0;
+      const int32_t* w = d.wide + ky * g.filter_w * ts + b.c0;
       for (int64_t kx = 0; kx < g.filter_w; ++kx) {
-        const auto wv = V::LoadW(w + kx * pc);
+        const auto wv = V::LoadW(w + kx * ts);
         const int8_t* p = row + kx * g.dilation_w * cc;
         for (int i = 0; i < 4; ++i) {
           V::Mac(&acc[i], V::template Load<false>(p + i * step, b.tail), wv);
@@ -207,7 +207,7 @@ struct DepthwiseRowKernel {
   static Acc Single(const Block& b, int64_t ox) {
     const DepthwiseRowArgs& d = *b.d;
     const ConvGeometry& g = *d.geo;
-    const int64_t cc = d.channels, pc = d.padded_c;
+    const int64_t cc = d.channels, ts = d.tap_stride;
     const int64_t ix0 = ox * g.stride_w - g.pad_left;
     const int64_t kx0 = d.kx_range[2 * ox], kx1 = d.kx_range[2 * ox + 1];
     Acc a[2] = {V::Zero(), V::Zero()};
@@ -215,11 +215,11 @@ struct DepthwiseRowKernel {
       // ix0 may be negative here: form each tap's offset before adding it
       // to the pointer (no out-of-object pointer arithmetic).
       const int64_t row_off = ((b.iy0 + ky * g.dilation_h) * g.in_w + ix0) * cc + b.c0;
-      const int32_t* w = d.wide + ky * g.filter_w * pc + b.c0;
+      const int32_t* w = d.wide + ky * g.filter_w * ts + b.c0;
       Acc& acc = a[(ky - b.ky0) & 1];
       for (int64_t kx = kx0; kx < kx1; ++kx) {
         V::Mac(&acc, V::template Load<false>(b.image + (row_off + kx * g.dilation_w * cc), b.tail),
-               V::LoadW(w + kx * pc));
+               V::LoadW(w + kx * ts));
       }
     }
     return V::Add(a[0], a[1]);
@@ -243,16 +243,16 @@ struct DepthwiseRowKernel {
   static void PixelBlocks(const Block& b, int64_t ox, Acc* acc) {
     const DepthwiseRowArgs& d = *b.d;
     const ConvGeometry& g = *d.geo;
-    const int64_t cc = d.channels, pc = d.padded_c;
+    const int64_t cc = d.channels, ts = d.tap_stride;
     for (int j = 0; j < kB; ++j) acc[j] = V::Zero();
     for (int64_t ky = b.ky0; ky < b.ky1; ++ky) {
       const int8_t* row = b.image +
                           ((b.iy0 + ky * g.dilation_h) * g.in_w +
                            ox * g.stride_w - g.pad_left) * cc + b.c0;
-      const int32_t* w = d.wide + ky * g.filter_w * pc + b.c0;
+      const int32_t* w = d.wide + ky * g.filter_w * ts + b.c0;
       for (int64_t kx = 0; kx < g.filter_w; ++kx) {
         const int8_t* x = row + kx * g.dilation_w * cc;
-        const int32_t* wk = w + kx * pc;
+        const int32_t* wk = w + kx * ts;
 #pragma GCC unroll 8
         for (int j = 0; j < kB; ++j) {
           V::Mac(&acc[j], V::template Load<true>(x + 16 * j, b.tail),
