@@ -165,7 +165,7 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // s2 -> 32 stem 112 -> 101.
 //
 // Whether rows are read in place at all (ReadInPlace) depends on the CPU.
-// On this project's Intel Xeon (Sapphire Rapids class, KVM) the XORs
+// On this project's Intel Xeon with AMX (KVM, family 6 model 167) the XORs
 // compete with the VPDPBUSDs (removing them, wrong results and all, ran
 // 10-17% faster), and a contiguous copy per tile costs less than an XOR per
 // broadcast per 64-channel block. Same Xeon, one thread, bench_core, in
