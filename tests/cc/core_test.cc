@@ -1361,6 +1361,49 @@ void TestDepthwiseOnePixel() {
   std::printf("one-pixel depthwise: %d runs checked\n", runs);
 }
 
+// Explicit padding of 0..max_pad per side for g (TestPaddedInput,
+// TestInPlaceRows), raised at the bottom and right where the padded input
+// would be smaller than the eh x ew window.
+void RandomPads(int max_pad, int64_t eh, int64_t ew, std::mt19937* rng, ConvGeometry* g) {
+  auto uni = [rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(*rng);
+  };
+  g->pad_top = uni(0, max_pad);
+  g->pad_bottom = uni(0, max_pad);
+  g->pad_left = uni(0, max_pad);
+  g->pad_right = uni(0, max_pad);
+  if (g->in_h + g->pad_top + g->pad_bottom < eh) g->pad_bottom = eh - g->in_h - g->pad_top;
+  if (g->in_w + g->pad_left + g->pad_right < ew) g->pad_right = ew - g->in_w - g->pad_left;
+}
+
+// A sweep case's epilogue operands for a->geo (FillSweepCase,
+// TestDepthwiseUniformTaps): per-channel scales sized for the depth, bias,
+// side scale and activation, drawn from rng; a points at them and at b's
+// input, filter and side input.
+void FillSweepEpilogue(std::mt19937* rng, Buffers* b, FusedConvArgs* a) {
+  auto uni = [rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(*rng);
+  };
+  const ConvGeometry& g = a->geo;
+  b->bias.resize(g.out_c);
+  for (auto& x : b->bias) x = uni(-40, 40) * 0.5f;
+  b->scale.resize(g.out_c);
+  const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
+  for (auto& x : b->scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
+  PointAt(*b, uni(-100, 100) / 64.0f, a);
+  a->activation = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+}
+
+// The operands of sweep case `iter` for a->geo (TestPaddedInput,
+// TestInPlaceRows): every fifth case extreme (FillOperands), a side input
+// or not, then FillSweepEpilogue's, drawn from rng; a points at them in b.
+void FillSweepCase(int iter, std::mt19937* rng, Buffers* b, FusedConvArgs* a) {
+  const int operands = iter % 5 == 4 ? 1 + iter % 3 : 0;
+  FillOperands(a->geo, operands, 3,
+               std::uniform_int_distribution<int>(0, 1)(*rng) == 1, rng, b);
+  FillSweepEpilogue(rng, b, a);
+}
+
 // Depthwise filters whose taps all hold the same weight per channel (an
 // average pooling's, quantize_model's global average pooling included):
 // the driver keeps one tap of widened weights (DepthwiseRowArgs::tap_stride
@@ -1421,13 +1464,7 @@ void TestDepthwiseUniformTaps() {
       }
     };
     make_uniform();
-    b.scale.resize(static_cast<size_t>(co));
-    const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
-    for (auto& x : b.scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
-    b.bias.resize(static_cast<size_t>(co));
-    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
-    PointAt(b, uni(-100, 100) / 64.0f, &a);
-    a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
+    FillSweepEpilogue(&rng, &b, &a);
     char what[160];
     for (int round = 0; round < 3; ++round) {
       if (round == 1) {
@@ -1576,41 +1613,6 @@ void TestCacheBound() {
   cpu::SetWeightModeForTesting(0);
   std::printf("cache bound: %ld entries, %ld bytes, %ld evictions\n",
               long(after.entries), long(after.bytes), long(after.evictions));
-}
-
-// Explicit padding of 0..max_pad per side for g (TestPaddedInput,
-// TestInPlaceRows), raised at the bottom and right where the padded input
-// would be smaller than the eh x ew window.
-void RandomPads(int max_pad, int64_t eh, int64_t ew, std::mt19937* rng, ConvGeometry* g) {
-  auto uni = [rng](int lo, int hi) {
-    return std::uniform_int_distribution<int>(lo, hi)(*rng);
-  };
-  g->pad_top = uni(0, max_pad);
-  g->pad_bottom = uni(0, max_pad);
-  g->pad_left = uni(0, max_pad);
-  g->pad_right = uni(0, max_pad);
-  if (g->in_h + g->pad_top + g->pad_bottom < eh) g->pad_bottom = eh - g->in_h - g->pad_top;
-  if (g->in_w + g->pad_left + g->pad_right < ew) g->pad_right = ew - g->in_w - g->pad_left;
-}
-
-// The operands of sweep case `iter` for a->geo (TestPaddedInput,
-// TestInPlaceRows): every fifth case extreme (FillOperands), a side input
-// or not, per-channel scales sized for the depth, bias, side scale and
-// activation, drawn from rng; a points at them in b.
-void FillSweepCase(int iter, std::mt19937* rng, Buffers* b, FusedConvArgs* a) {
-  auto uni = [rng](int lo, int hi) {
-    return std::uniform_int_distribution<int>(lo, hi)(*rng);
-  };
-  const ConvGeometry& g = a->geo;
-  const int operands = iter % 5 == 4 ? 1 + iter % 3 : 0;
-  FillOperands(g, operands, 3, uni(0, 1) == 1, rng, b);
-  b->bias.resize(g.out_c);
-  for (auto& x : b->bias) x = uni(-40, 40) * 0.5f;
-  b->scale.resize(g.out_c);
-  const double base = 40.0 / (std::sqrt(double(g.ReductionDepth())) * 74 * 74);
-  for (auto& x : b->scale) x = float(base * (0.5 + uni(0, 1000) / 666.0));
-  PointAt(*b, uni(-100, 100) / 64.0f, a);
-  a->activation = uni(0, 1) ? Activation::kRelu : Activation::kNone;
 }
 
 // Convolutions on a padded input (gemm_kernels.h, GemmTileArgs::padded: the
