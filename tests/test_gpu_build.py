@@ -292,7 +292,8 @@ def test_embedded_ptx_is_generated_from_the_current_sources(lib):
       "cc/core/gpu/device_kernels_ptx.inc is stale: run tools/gpu_harness/gen_ptx.sh (needs nvcc)")
   ptx = lib.embedded_ptx()
   assert ".version 6.0" in ptx and ".target sm_61" in ptx
-  for kernel in ("tfi_epilogue_x4", "tfi_x4_to_x32", "tfi_transpose_words", "tfi_count_mismatch"):
+  for kernel in ("tfi_epilogue_x4", "tfi_x4_to_x32", "tfi_transpose_words", "tfi_count_mismatch",
+                 "tfi_check_sample"):
     assert f".entry {kernel}(" in ptx
   # The contract's roundings are explicit (never contracted): cvt.rn (int32 -> float32), mul.rn,
   # fma.rn, add.rn, cvt.rni (round half to even).
@@ -394,6 +395,13 @@ def _fake_torch():
   return torch, functional
 
 
+def _install_fake_torch(monkeypatch):
+  torch, functional = _fake_torch()
+  monkeypatch.setitem(sys.modules, "torch", torch)
+  monkeypatch.setitem(sys.modules, "torch.nn", torch.nn)
+  monkeypatch.setitem(sys.modules, "torch.nn.functional", functional)
+
+
 def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
   torch, functional = _fake_torch()
   monkeypatch.setitem(sys.modules, "torch", torch)
@@ -429,3 +437,61 @@ def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
   assert {"x4", "x32", "nhwc-i32"} <= set(calls)
   assert any(f["env"] == "TF_FUSED_INT8_GPU_PATH=legacy" for f in results["forced"])
   assert "TF_FUSED_INT8_GPU_LAYOUT" not in os.environ
+
+
+_NO_X32 = ("NOT_FOUND: no cuDNN engine or algorithm runs this int8 convolution exactly "
+           "(graph/x32/: heuristics returned no engine; legacy/x32/: no algorithm for this "
+           "configuration; graph/x32//fallback: heuristics returned no engine)")
+
+
+def test_harness_tells_a_clean_refusal_from_a_failure():
+  assert harness.no_engine_offered(_NO_X32 + "\n  candidates: []")
+  assert harness.no_engine_offered(
+      "NOT_FOUND: no cuDNN engine or algorithm runs this int8 convolution exactly (legacy/x32/: "
+      "not used: the legacy cuDNN API needs symmetric padding; graph/x32/: heuristics returned "
+      "no engine)")
+  # Something ran and was wrong, or failed: not a clean refusal.
+  assert not harness.no_engine_offered(_NO_X32.replace(
+      "legacy/x32/: no algorithm for this configuration",
+      "graph/x32/eng1{}: dropped: wrong: 3 of 96 sampled values differ"))
+  assert not harness.no_engine_offered(
+      "NOT_FOUND: no cuDNN engine or algorithm ran this int8 convolution (graph/x4/eng0{}: "
+      "dropped: execution failed: boom)")
+  assert not harness.no_engine_offered("INTERNAL: cudnnCreate: failed")
+
+
+def test_harness_reports_refused_layouts_and_wrong_candidates(lib, monkeypatch, tmp_path):
+  """A cuDNN that offers no INT8x32 engine (H200, cuDNN 9.19) refuses the forced x32 runs
+  cleanly: counted apart, not as errors. Candidates that the sample check dropped are listed."""
+  _install_fake_torch(monkeypatch)
+
+  def fake_gpu_conv(conv, ptrs, stream):
+    del stream
+    layout = {"x32": "x32", "nhwc": "nhwc-f32"}.get(
+        os.environ.get("TF_FUSED_INT8_GPU_LAYOUT", ""), "x4")
+    if layout == "x32":
+      raise RuntimeError(_NO_X32 + "\n  candidates: []")
+    xv, wv, bias, sidev, scale, out = [_FakeTensor.registry.get(p) if p else None for p in ptrs]
+    out[...] = lib.emulate(conv, layout, xv, wv, bias, sidev, scale, out.shape)
+    return dict(device="fake", plan=f"emulated/{layout}", tuned_now=True, candidates=[
+        dict(name="graph/nhwc-i32/eng28{}", time_ms=-1, workspace_bytes=0,
+             outcome="dropped: wrong: 96 of 96 sampled values differ from float32 of the exact "
+                     "sum; at (n, c, oy, ox) = (0, 0, 0, 0) it wrote 1091567616, the exact sum "
+                     "is 9"),
+        dict(name=f"emulated/{layout}", outcome="ok (baseline)", time_ms=0.5,
+             workspace_bytes=0)])
+
+  monkeypatch.setattr(lib, "init", lambda cudnn, cuda: None)
+  monkeypatch.setattr(lib, "gpu_conv", fake_gpu_conv)
+  picked = [c for c in harness.make_cases() if c.in_c == 64 and not c.perf][:3]
+  out_json = tmp_path / "results.json"
+  args = harness.argparse.Namespace(seed=3, iters=1, cudnn=None, cuda="libcuda.so.1",
+                                    no_forced=False, verbose=False, json=str(out_json))
+  assert harness.run_gpu(lib, picked, args)
+  import json  # pylint: disable=g-import-not-at-top
+  results = json.loads(out_json.read_text())
+  assert results["errors"] == 0 and results["failures"] == 0
+  assert results["unavailable"] == 3
+  assert results["wrong_candidates"] == {"graph/nhwc-i32/eng28{}": 3}
+  refused = [f for f in results["forced"] if f["env"] == "TF_FUSED_INT8_GPU_LAYOUT=x32"]
+  assert len(refused) == 3 and all(f["result"].startswith("UNAVAILABLE: NOT_FOUND") for f in refused)

@@ -576,6 +576,194 @@ void TestCompare() {
   EXPECT(differ == 1, "one changed element, %u reported", differ);
 }
 
+// The autotuner's absolute check (SampleCheckParams), run on the host over
+// emulated right answers in every layout (no mismatch may be reported) and
+// over wrong ones: one changed element at the last image's last pixel, an
+// int32 result read as float bits (what cuDNN 9.19's int32 NHWC engines did
+// on an H200 looks like to the check), channel and pixel strides swapped, a
+// NaN. Returns the mismatch count and the first reporting thread.
+uint32_t RunSampleCheckOnHost(const SampleCheckParams& q, uint32_t* first, int32_t* first_want,
+                              float* first_got) {
+  uint32_t mismatches = 0;
+  *first = ~0u;
+  for (uint32_t t = 0; t < q.samples; ++t) {
+    int32_t want = 0;
+    float got = 0;
+    if (SampleDiffers(q, t, &want, &got)) {
+      if (mismatches++ == 0) {
+        *first = t;
+        *first_want = want;
+        *first_got = got;
+      }
+    }
+  }
+  return mismatches;
+}
+
+void TestSampleCheck() {
+  std::mt19937 rng(77);
+  auto uni = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  static const int kChannels[] = {4, 8, 12, 32, 36, 64};
+  int checked = 0, all_pixels = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    ConvGeometry g;
+    g.filter_h = std::vector<int>{1, 3, 5}[uni(0, 2)];
+    g.filter_w = uni(0, 3) == 0 ? uni(1, 4) : g.filter_h;
+    g.stride_h = uni(1, 2);
+    g.stride_w = uni(1, 2);
+    g.dilation_h = uni(0, 4) == 0 ? 2 : 1;
+    g.dilation_w = uni(0, 4) == 0 ? 2 : 1;
+    const Padding padding = uni(0, 1) ? Padding::kSame : Padding::kValid;
+    g.batch = uni(1, 3);
+    // Every pixel is checked up to 64 output pixels; larger outputs are sampled.
+    const int extra = iter % 3 == 0 ? uni(10, 16) : uni(0, 6);
+    g.in_h = (g.filter_h - 1) * g.dilation_h + 1 + extra;
+    g.in_w = (g.filter_w - 1) * g.dilation_w + 1 + uni(0, 6) + (iter % 3 == 0 ? 9 : 0);
+    g.in_c = kChannels[uni(0, 5)];
+    g.out_c = kChannels[uni(0, 5)];
+    const std::string e = ComputeGeometry(padding, &g);
+    EXPECT(e.empty(), "%s", e.c_str());
+    if (!e.empty()) continue;
+    const bool extreme = iter % 7 == 2;  // all -128: |acc| > 2^24 where K is large
+    std::vector<int8_t> x(static_cast<size_t>(g.InputElements())),
+        w(static_cast<size_t>(g.FilterElements()));
+    for (auto& v : x) v = extreme ? int8_t{-128} : static_cast<int8_t>(uni(-128, 127));
+    for (auto& v : w) v = extreme ? int8_t{-128} : static_cast<int8_t>(uni(-128, 127));
+    std::vector<int8_t> xv(x.size()), wv(w.size());
+    NhwcToNchwVectC(x.data(), g.batch, g.in_h, g.in_w, g.in_c, 4, xv.data());
+    HwioToOihwVectI(w.data(), g.filter_h, g.filter_w, g.in_c, g.out_c, 4, wv.data());
+    GpuConvArgs a;
+    a.geo = g;
+    a.input = xv.data();
+    a.filter = wv.data();
+    const int64_t pixels = g.out_h * g.out_w;
+    for (ConvLayout layout : {ConvLayout::kVect4, ConvLayout::kVect32, ConvLayout::kNhwcInt32,
+                              ConvLayout::kNhwcFloat}) {
+      if (layout == ConvLayout::kVect32 && g.in_c % 32 != 0) continue;
+      std::vector<uint32_t> y;
+      const Status s = EmulateConvOutput(a, layout, &y);
+      EXPECT(s.ok(), "%s", s.ToString().c_str());
+      if (y.empty()) continue;
+      const ConvSpec spec = MakeConvSpec(g, layout, 16);
+      SampleCheckParams q =
+          MakeSampleCheckParams(g, spec.Output(y.data()), xv.data(), wv.data(), nullptr);
+      EXPECT(q.images == (g.batch > 1 ? 2u : 1u), "images %u", q.images);
+      EXPECT(q.sample_pixels == std::min<int64_t>(pixels, kSampleCheckMaxPixels),
+             "sample_pixels %u of %lld", q.sample_pixels, static_cast<long long>(pixels));
+      EXPECT(q.samples == q.images * q.sample_pixels * q.out_c, "samples %u", q.samples);
+      all_pixels += q.sample_pixels == pixels;
+      uint32_t first = 0;
+      int32_t want = 0;
+      float got = 0;
+      uint32_t m = RunSampleCheckOnHost(q, &first, &want, &got);
+      EXPECT(m == 0, "iter %d %s: %u of %u right values reported (first t %u: %f vs %d)", iter,
+             ConvLayoutName(layout), m, q.samples, first, got, want);
+
+      // One wrong element, at the last channel of the last pixel of the last
+      // image (slot 3 or the last slot): found, and named.
+      const int64_t n_last = g.batch - 1;
+      const size_t i_last = static_cast<size_t>(
+          spec.y.ByteOffset(n_last, g.out_c - 1, g.out_h - 1, g.out_w - 1) / 4);
+      std::vector<uint32_t> bad = y;
+      if (layout == ConvLayout::kNhwcInt32) {
+        bad[i_last] += 1u << 26;  // visible after rounding to float32
+      } else {
+        float f;
+        std::memcpy(&f, &bad[i_last], 4);
+        f = f + 67108864.0f;
+        std::memcpy(&bad[i_last], &f, 4);
+      }
+      q.conv = spec.Output(bad.data());
+      m = RunSampleCheckOnHost(q, &first, &want, &got);
+      const uint32_t slot_last = q.sample_pixels == pixels ? static_cast<uint32_t>(pixels - 1) : 3u;
+      const uint32_t t_last = ((q.images - 1) * q.sample_pixels + slot_last) * q.out_c + q.out_c - 1;
+      // Later slots may sample a corner pixel again.
+      auto samples_of = [&q](uint32_t image, uint32_t pixel, uint32_t c, uint32_t* first_t) {
+        uint32_t k = 0;
+        for (uint32_t slot = q.sample_pixels; slot-- > 0;) {
+          if (SamplePixel(q, slot) == pixel) {
+            *first_t = (image * q.sample_pixels + slot) * q.out_c + c;
+            ++k;
+          }
+        }
+        return k;
+      };
+      uint32_t first_want = 0;
+      uint32_t k = samples_of(q.images - 1, static_cast<uint32_t>(pixels - 1), q.out_c - 1,
+                              &first_want);
+      EXPECT(k >= 1 && first_want <= t_last, "slot %u -> pixel %u", slot_last,
+             SamplePixel(q, slot_last));
+      EXPECT(m == k && first == first_want,
+             "iter %d %s: one wrong element: %u reported (want %u), first t %u (want %u)", iter,
+             ConvLayoutName(layout), m, k, first, first_want);
+
+      // A NaN at the first element.
+      bad = y;
+      const size_t i_first = static_cast<size_t>(spec.y.ByteOffset(0, 0, 0, 0) / 4);
+      bad[i_first] = layout == ConvLayout::kNhwcInt32 ? bad[i_first] : 0x7fc00000u;
+      if (layout != ConvLayout::kNhwcInt32) {
+        q.conv = spec.Output(bad.data());
+        m = RunSampleCheckOnHost(q, &first, &want, &got);
+        k = samples_of(0, 0, 0, &first_want);
+        EXPECT(m == k && first == 0 && std::isnan(got), "iter %d %s: NaN: %u reported (want %u), first %u",
+               iter, ConvLayoutName(layout), m, k, first);
+      }
+
+      // The exact int32 sums read as float bits (or float bits as int32).
+      q.conv = spec.Output(y.data());
+      q.conv.is_int32 = 1 - q.conv.is_int32;
+      m = RunSampleCheckOnHost(q, &first, &want, &got);
+      uint32_t nonzero = 0;
+      for (uint32_t t = 0; t < q.samples; ++t) {
+        int32_t wt = 0;
+        float gt = 0;
+        SampleDiffers(q, t, &wt, &gt);
+        nonzero += wt != 0;
+      }
+      EXPECT(m == nonzero && (nonzero > 0 || extreme), "iter %d %s: misread type: %u of %u nonzero",
+             iter, ConvLayoutName(layout), m, nonzero);
+
+      // Channel and pixel strides swapped (a layout read the wrong way round).
+      if (g.out_c > 1 && pixels > 1) {
+        q.conv = spec.Output(y.data());
+        std::swap(q.conv.c_stride, q.conv.p_stride);
+        const bool in_bounds = (g.out_c - 1) * q.conv.c_stride + (pixels - 1) * q.conv.p_stride +
+                                   n_last * q.conv.n_stride < static_cast<int64_t>(y.size());
+        if (in_bounds && !extreme) {
+          m = RunSampleCheckOnHost(q, &first, &want, &got);
+          EXPECT(m > 0, "iter %d %s: swapped strides not found", iter, ConvLayoutName(layout));
+        }
+      }
+      ++checked;
+    }
+  }
+  EXPECT(checked >= 80 && all_pixels > 0 && all_pixels < checked,
+         "sample check: %d cases, %d with every pixel", checked, all_pixels);
+
+  // Large outputs: the corners and the centre are always among the samples,
+  // and the budget bounds the work.
+  ConvGeometry g;
+  g.batch = 8;
+  g.in_h = g.in_w = 56;
+  g.in_c = 2048;
+  g.out_c = 2048;
+  g.filter_h = g.filter_w = 3;
+  EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "geometry");
+  const SampleCheckParams q = MakeSampleCheckParams(g, ConvOutput{}, nullptr, nullptr, nullptr);
+  const int64_t work = static_cast<int64_t>(q.samples) * q.in_c4 * 9;
+  EXPECT(q.sample_pixels >= kSampleCheckMinPixels && q.sample_pixels < kSampleCheckMaxPixels &&
+             q.images == 2,
+         "big: %u pixels", q.sample_pixels);
+  EXPECT(work <= kSampleCheckWordProducts, "big: %lld word products",
+         static_cast<long long>(work));
+  const uint32_t want_pixels[] = {0, 55, 55 * 56, 56 * 56 - 1, 28 * 56 + 28};
+  for (uint32_t slot = 0; slot < 5; ++slot) {
+    EXPECT(SamplePixel(q, slot) == want_pixels[slot], "slot %u -> %u", slot, SamplePixel(q, slot));
+  }
+  std::printf("sample check: %d cases (%d with every pixel), wrong answers found\n", checked,
+              all_pixels);
+}
+
 // ---------------------------------------------------------------------------
 // The whole GPU pipeline (host emulation) vs the reference kernel.
 void TestPipelineSweep() {
@@ -699,7 +887,7 @@ void TestNoGpu() {
 
   const std::string ptx = EmbeddedPtx();
   for (const char* k : {kEpilogueKernelName, kX4ToX32KernelName, kTransposeKernelName,
-                        kCountMismatchKernelName}) {
+                        kCountMismatchKernelName, kCheckSampleKernelName}) {
     EXPECT(ptx.find(std::string(".entry ") + k + "(") != std::string::npos, "PTX has %s", k);
   }
   EXPECT(ptx.find(".target sm_61") != std::string::npos && ptx.find(".version 6.0") != std::string::npos,
@@ -722,6 +910,7 @@ int main() {
   TestSpecsAndLayouts();
   TestEpilogueEdges();
   TestCompare();
+  TestSampleCheck();
   TestPipelineSweep();
   TestNoGpu();
   if (::tf_fused_int8::testing::ExpectFailures()) {

@@ -324,6 +324,19 @@ class Lib:
     return dict(zip(("lookups", "hits", "tunes", "evictions", "size"), list(out)))
 
 
+def no_engine_offered(message):
+  """Whether a NOT_FOUND refusal says only that no engine or algorithm was
+  offered (no candidate ran, none was dropped for a wrong or failed result)."""
+  head = message.split("\n")[0]
+  if not head.startswith("NOT_FOUND: no cuDNN engine or algorithm runs this"):
+    return False
+  inside = head[head.find("(") + 1:head.rfind(")")]
+  parts = [p.split(": ", 1)[1] for p in inside.split("; ") if ": " in p]
+  offered_nothing = ("heuristics returned no engine", "no algorithm for this configuration",
+                     "not used: ")
+  return bool(parts) and all(p.startswith(offered_nothing) for p in parts)
+
+
 def prepare(lib, case, seed):
   """Host inputs (NHWC and NCHW_VECT_C) and the reference output of `case`."""
   d = make_data(case, seed)
@@ -479,8 +492,21 @@ def run_gpu(lib, cases, args):
     rows.append(row)
   pool.shutdown()
 
+  # Candidates the autotuner's sample check dropped (cuDNN results that are not
+  # the exact sums): which, how often, and one example of each.
+  wrong = {}
+  for r in rows:
+    for c in r.get("candidates", []):
+      if c["outcome"].startswith("dropped: wrong"):
+        wrong.setdefault(c["name"], []).append((r["desc"], c["outcome"]))
+  if wrong:
+    print(f"sample check dropped {sum(len(v) for v in wrong.values())} wrong candidates:")
+    for name, seen in sorted(wrong.items()):
+      print(f"  {name:<40} in {len(seen)} cases, e.g. {seen[0][0]}: {seen[0][1][8:]}")
+
   # Forced paths on a few cases: legacy API, each operand layout, autotuning off.
   forced = []
+  unavailable = 0
   if not args.no_forced:
     for env, pick in ((("TF_FUSED_INT8_GPU_PATH", "legacy"),
                        lambda c: c.padding == "VALID" or (c.kh % 2 == 1 and c.stride == (1, 1))),
@@ -507,8 +533,14 @@ def run_gpu(lib, cases, args):
             failures += 0 if text == "exact" else 1
             line = f"{meta.get('plan')}: {text}"
           except Exception as e:  # pylint: disable=broad-except
-            errors += 1
-            line = f"ERROR: {e}"
+            if no_engine_offered(str(e)):
+              # A clear refusal: this cuDNN offers no engine for the forced
+              # layout on this GPU (nothing ran, nothing was wrong).
+              unavailable += 1
+              line = "UNAVAILABLE: " + str(e).split("\n")[0]
+            else:
+              errors += 1
+              line = f"ERROR: {e}"
           forced.append(dict(env=f"{env[0]}={env[1]}", case=c.name, result=line))
           print(f"forced {env[0]}={env[1]:<7} {c.describe():<56} {line}")
       finally:
@@ -517,12 +549,16 @@ def run_gpu(lib, cases, args):
   stats = lib.cache_stats()
   ratios = [r["int8_ms"] / r["fp16_ms"] for r in rows if "int8_ms" in r and r["fp16_ms"] > 0]
   gmean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
+  if unavailable:
+    print(f"harness: {unavailable} forced runs refused cleanly: cuDNN offers no engine for "
+          "that layout here")
   print(f"harness: {len(cases)} cases, {failures} mismatching, {errors} errors; "
         f"autotune cache {stats}; int8/fp16 time ratio geomean {gmean:.2f}")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(dict(rows=rows, forced=forced, cache=stats, gmean_ratio=gmean,
-                     failures=failures, errors=errors), f, indent=1)
+                     failures=failures, errors=errors, unavailable=unavailable,
+                     wrong_candidates={k: len(v) for k, v in wrong.items()}), f, indent=1)
   return failures == 0 and errors == 0
 
 

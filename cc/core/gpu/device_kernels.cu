@@ -9,6 +9,7 @@
 
 using tf_fused_int8::gpu::CompareParams;
 using tf_fused_int8::gpu::EpilogueParams;
+using tf_fused_int8::gpu::SampleCheckParams;
 using tf_fused_int8::gpu::TransposeParams;
 using tf_fused_int8::gpu::VectParams;
 
@@ -41,5 +42,19 @@ extern "C" __global__ void __launch_bounds__(256)
   const uint32_t t = GlobalThread();
   if (t < p.elements && tf_fused_int8::gpu::ElementsDiffer(p, t)) {
     atomicAdd(p.mismatches, 1u);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    tfi_check_sample(const SampleCheckParams p) {
+  const uint32_t t = GlobalThread();
+  int32_t want = 0;
+  float got = 0;
+  if (t < p.samples && tf_fused_int8::gpu::SampleDiffers(p, t, &want, &got)) {
+    atomicAdd(&p.result[0], 1u);
+    if (atomicCAS(&p.result[1], 0xffffffffu, t) == 0xffffffffu) {
+      p.result[2] = static_cast<uint32_t>(want);
+      p.result[3] = __float_as_uint(got);
+    }
   }
 }

@@ -188,11 +188,112 @@ TFI_HD uint32_t ElementsDiffer(const CompareParams& q, uint32_t t) {
   return LoadAcc(q.a, n, c, p) != LoadAcc(q.b, n, c, p) ? 1u : 0u;
 }
 
+// The autotuner's absolute check: the exact accumulator of sampled output
+// elements, computed here from the int8x4 operands with plain integer loops
+// (no cuDNN), against what a candidate wrote. A candidate that differs at any
+// sampled element is dropped; the first one that passes becomes the baseline
+// that every later candidate must equal everywhere (CompareParams). Without
+// it, the first candidate that ran was the baseline unchecked: on an H200 with
+// cuDNN 9.19, three int32-output NHWC engines agreed with each other and not
+// with the true sums, became the baseline, and the right candidates were
+// dropped for differing from them.
+//
+// Sampled: every output channel of `sample_pixels` pixels of the first image
+// and (images == 2) of the last one. When sample_pixels equals Ho*Wo every
+// pixel is checked; otherwise slots 0-4 are the four corners and the centre
+// (padding and partial tiles), later slots spread over the image. One
+// "thread" per sampled element: t = (image * sample_pixels + slot) * out_c + c.
+struct SampleCheckParams {
+  ConvOutput conv;
+  const uint32_t* x;  // NCHW_VECT_C: [N, in_c4, H, W] words of 4 channels
+  const uint32_t* w;  // OIHW_VECT_I: [out_c, in_c4, Kh, Kw] words
+  uint32_t* result;   // [0] mismatches; [1] the first mismatching thread that
+                      // reported (~0u: none), [2] its exact acc, [3] the
+                      // float bits of what the candidate wrote
+  uint32_t batch;
+  uint32_t in_c4;
+  uint32_t in_h;
+  uint32_t in_w;
+  uint32_t out_c;
+  uint32_t out_h;
+  uint32_t out_w;
+  uint32_t filter_h;
+  uint32_t filter_w;
+  uint32_t stride_h;
+  uint32_t stride_w;
+  uint32_t dilation_h;
+  uint32_t dilation_w;
+  int32_t pad_top;
+  int32_t pad_left;
+  uint32_t images;         // 1 or 2
+  uint32_t sample_pixels;  // <= Ho * Wo
+  uint32_t samples;        // images * sample_pixels * out_c
+};
+
+// The output pixel (oy * Wo + ox) of a sample slot.
+TFI_HD uint32_t SamplePixel(const SampleCheckParams& a, uint32_t slot) {
+  const uint32_t pixels = a.out_h * a.out_w;
+  if (a.sample_pixels >= pixels) return slot;
+  switch (slot) {
+    case 0: return 0;
+    case 1: return a.out_w - 1;
+    case 2: return (a.out_h - 1) * a.out_w;
+    case 3: return pixels - 1;
+    case 4: return (a.out_h / 2) * a.out_w + a.out_w / 2;
+    default: break;
+  }
+  return static_cast<uint32_t>((static_cast<uint64_t>(slot - 5) * 7919u + 13u) % pixels);
+}
+
+// The exact int32 accumulator of output element (n, c, p): the sum of int8
+// products over the filter window, zero outside the input (padding). The sum
+// is formed modulo 2^32 (unsigned, no overflow in C++); ComputeGeometry bounds
+// the window so that the true sum fits int32.
+TFI_HD int32_t ExactAcc(const SampleCheckParams& a, uint32_t n, uint32_t c, uint32_t p) {
+  const int64_t oy = p / a.out_w;
+  const int64_t ox = p % a.out_w;
+  uint32_t acc = 0;
+  for (uint32_t ky = 0; ky < a.filter_h; ++ky) {
+    const int64_t iy = oy * a.stride_h - a.pad_top + static_cast<int64_t>(ky) * a.dilation_h;
+    if (iy < 0 || iy >= a.in_h) continue;
+    for (uint32_t kx = 0; kx < a.filter_w; ++kx) {
+      const int64_t ix = ox * a.stride_w - a.pad_left + static_cast<int64_t>(kx) * a.dilation_w;
+      if (ix < 0 || ix >= a.in_w) continue;
+      for (uint32_t q = 0; q < a.in_c4; ++q) {
+        const uint32_t xw =
+            a.x[((static_cast<int64_t>(n) * a.in_c4 + q) * a.in_h + iy) * a.in_w + ix];
+        const uint32_t ww =
+            a.w[((static_cast<int64_t>(c) * a.in_c4 + q) * a.filter_h + ky) * a.filter_w + kx];
+        for (uint32_t v = 0; v < 4; ++v) {
+          const int32_t xv = static_cast<int8_t>((xw >> (8 * v)) & 0xffu);
+          const int32_t wv = static_cast<int8_t>((ww >> (8 * v)) & 0xffu);
+          acc += static_cast<uint32_t>(xv * wv);
+        }
+      }
+    }
+  }
+  return static_cast<int32_t>(acc);
+}
+
+// Whether sampled element t differs from float32 of its exact accumulator
+// (a NaN differs); *want and *got are set either way.
+TFI_HD bool SampleDiffers(const SampleCheckParams& a, uint32_t t, int32_t* want, float* got) {
+  const uint32_t c = t % a.out_c;
+  const uint32_t r = t / a.out_c;
+  const uint32_t slot = r % a.sample_pixels;
+  const uint32_t n = (r / a.sample_pixels) == 0 ? 0u : a.batch - 1;
+  const uint32_t p = SamplePixel(a, slot);
+  *want = ExactAcc(a, n, c, p);
+  *got = LoadAcc(a.conv, n, c, p);
+  return !(*got == TFI_I2F(*want));
+}
+
 // Kernel names in the PTX, and the launch shape the host uses.
 constexpr const char* kEpilogueKernelName = "tfi_epilogue_x4";
 constexpr const char* kX4ToX32KernelName = "tfi_x4_to_x32";
 constexpr const char* kTransposeKernelName = "tfi_transpose_words";
 constexpr const char* kCountMismatchKernelName = "tfi_count_mismatch";
+constexpr const char* kCheckSampleKernelName = "tfi_check_sample";
 constexpr uint32_t kThreadsPerBlock = 256;
 
 }  // namespace gpu

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,7 +79,7 @@ struct DeviceState {
   size_t cudnn_version = 0;
   CUmodule module = nullptr;
   CUfunction epilogue = nullptr, x4_to_x32 = nullptr, transpose = nullptr,
-             count_mismatch = nullptr;
+             count_mismatch = nullptr, check_sample = nullptr;
   std::mutex handle_mu;  // guards every use of `handle`
   cudnnHandle_t handle = nullptr;
 
@@ -122,6 +123,7 @@ Status InitDevice(const GpuApi& api, DeviceState* d) {
   TFI_CU(api, api.cuModuleGetFunction(&d->x4_to_x32, d->module, kX4ToX32KernelName));
   TFI_CU(api, api.cuModuleGetFunction(&d->transpose, d->module, kTransposeKernelName));
   TFI_CU(api, api.cuModuleGetFunction(&d->count_mismatch, d->module, kCountMismatchKernelName));
+  TFI_CU(api, api.cuModuleGetFunction(&d->check_sample, d->module, kCheckSampleKernelName));
   const cudnnStatus_t s = api.cudnnCreate(&d->handle);
   if (s != CUDNN_STATUS_SUCCESS) {
     d->handle = nullptr;
@@ -387,6 +389,7 @@ Status ListCandidates(const TuneInputs& in, std::vector<std::unique_ptr<Candidat
       report(prefix, "not used: " + s.message());
       return;
     }
+    if (algos.empty()) report(prefix, "no algorithm for this configuration");
     std::shared_ptr<LegacyConv> conv(std::move(built));
     for (const LegacyAlgo& a : algos) {
       const std::string name = prefix + a.Name();
@@ -452,6 +455,43 @@ std::string Summary(const std::vector<CandidateReport>& reports) {
   return s.empty() ? "no candidates" : s;
 }
 
+// The absolute check of one candidate's result `out` (SampleCheckParams):
+// sets *wrong to why it is wrong, or leaves it empty when every sampled
+// element equals float32 of its exact accumulator. `result`: 4 device words.
+Status CheckSample(const TuneInputs& in, const Candidate& c, const void* out, uint32_t* result,
+                   std::string* wrong) {
+  const GpuApi& api = *in.api;
+  const ConvGeometry& g = in.args->geo;
+  wrong->clear();
+  SampleCheckParams q = MakeSampleCheckParams(
+      g, MakeConvSpec(g, c.layout, in.alignment).Output(out), in.args->input, in.args->filter,
+      result);
+  TFI_CU(api, api.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(result), 0, 1, in.stream));
+  TFI_CU(api, api.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(result + 1), 0xffffffffu, 1,
+                                   in.stream));
+  void* params[] = {&q};
+  TFI_GPU_RETURN_IF_ERROR(Launch(api, in.dev->check_sample, q.samples, params, in.stream));
+  uint32_t host[4] = {0, 0, 0, 0};
+  TFI_CU(api, api.cuMemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(result), sizeof(host),
+                                    in.stream));
+  TFI_CU(api, api.cuStreamSynchronize(in.stream));
+  if (host[0] == 0) return Status::Ok();
+  // Name the first element that reported, as (n, c, oy, ox).
+  const uint32_t t = host[1];
+  const uint32_t ch = t % q.out_c;
+  const uint32_t r = t / q.out_c;
+  const uint32_t n = (r / q.sample_pixels) == 0 ? 0u : q.batch - 1;
+  const uint32_t p = SamplePixel(q, r % q.sample_pixels);
+  float got = 0;
+  std::memcpy(&got, &host[3], sizeof(got));
+  *wrong = "wrong: " + std::to_string(host[0]) + " of " + std::to_string(q.samples) +
+           " sampled values differ from float32 of the exact sum; at (n, c, oy, ox) = (" +
+           std::to_string(n) + ", " + std::to_string(ch) + ", " + std::to_string(p / q.out_w) +
+           ", " + std::to_string(p % q.out_w) + ") it wrote " + std::to_string(got) +
+           ", the exact sum is " + std::to_string(static_cast<int32_t>(host[2]));
+  return Status::Ok();
+}
+
 TuneResult<Candidate> Tune(const TuneInputs& in) {
   TuneResult<Candidate> result;
   const GpuApi& api = *in.api;
@@ -466,17 +506,12 @@ TuneResult<Candidate> Tune(const TuneInputs& in) {
                              Summary(*in.reports) + ")");
     return result;
   }
-  if (!in.options->autotune) {
-    // The heuristics' first choice, not timed.
-    in.reports->push_back(CandidateReport{cands[0]->name, "chosen (autotuning off)", -1,
-                                          cands[0]->workspace});
-    result.value = std::shared_ptr<const Candidate>(std::move(cands[0]));
-    return result;
-  }
+  const bool autotune = in.options->autotune;
 
-  // Buffers for timing: converted operands per layout, a second output for
-  // the check against the first candidate, the largest workspace that can be
-  // had (within the limit).
+  // Buffers: converted operands per layout, a second output for the check
+  // against the baseline, 4 words for the sample check, the largest workspace
+  // that can be had (within the limit). Without autotuning, candidates run in
+  // the heuristics' order, untimed, until one passes the sample check.
   ScratchAllocator* scratch = in.scratch;
   struct Converted {
     void* x = nullptr;
@@ -512,8 +547,14 @@ TuneResult<Candidate> Tune(const TuneInputs& in) {
   }
   cands.erase(std::remove(cands.begin(), cands.end(), nullptr), cands.end());
   const size_t y_bytes = static_cast<size_t>(g.OutputElements()) * sizeof(float);
-  void* y2 = scratch->Allocate(y_bytes);
+  void* y2 = autotune ? scratch->Allocate(y_bytes) : nullptr;
   uint32_t* counter = static_cast<uint32_t*>(scratch->Allocate(sizeof(uint32_t)));
+  uint32_t* sample_result = static_cast<uint32_t*>(scratch->Allocate(4 * sizeof(uint32_t)));
+  if (sample_result == nullptr) {
+    result.status = ResourceExhausted("no scratch for the autotuning check (16 bytes)");
+    result.transient = true;
+    return result;
+  }
   int64_t ws_have = 0;
   void* workspace = nullptr;
   {
@@ -564,6 +605,20 @@ TuneResult<Candidate> Tune(const TuneInputs& in) {
       rep.outcome = "dropped: execution failed: " + s.message();
       in.reports->push_back(rep);
       continue;
+    }
+    std::string wrong;
+    s = CheckSample(in, c, out, sample_result, &wrong);
+    if (!s.ok() || !wrong.empty()) {
+      rep.outcome = s.ok() ? "dropped: " + wrong : "dropped: sample check failed: " + s.message();
+      in.reports->push_back(rep);
+      continue;
+    }
+    if (!autotune) {
+      // The heuristics' first choice that is right, not timed.
+      rep.outcome = "chosen (autotuning off)";
+      in.reports->push_back(rep);
+      best = &c;
+      break;
     }
     if (baseline != nullptr && y2 != nullptr && counter != nullptr) {
       uint32_t mismatches = 0;

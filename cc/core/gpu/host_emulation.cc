@@ -10,12 +10,13 @@
 namespace tf_fused_int8 {
 namespace gpu {
 
-Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
+Status EmulateConvOutput(const GpuConvArgs& a, ConvLayout layout, std::vector<uint32_t>* y) {
   const ConvGeometry& g = a.geo;
   TFI_GPU_RETURN_IF_ERROR(ValidateGpuGeometry(g));
   if (layout == ConvLayout::kVect32 && g.in_c % 32 != 0) {
     return InvalidArgument("an INT8x32 plan needs in_c % 32 == 0");
   }
+  y->clear();
   if (g.OutputElements() == 0) return Status::Ok();
 
   // Our conversion kernels (device_kernels.h), one "thread" at a time.
@@ -37,7 +38,7 @@ Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
   // cuDNN's part: y[n, co, oy, ox] = the exact int32 sum (or float32 of it),
   // x and w read through the tensor descriptions.
   const ConvSpec s = MakeConvSpec(g, layout, 16);
-  std::vector<uint32_t> y(static_cast<size_t>(s.y.Bytes() / 4), 0u);
+  y->assign(static_cast<size_t>(s.y.Bytes() / 4), 0u);
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t co = 0; co < g.out_c; ++co)
       for (int64_t oy = 0; oy < g.out_h; ++oy)
@@ -62,9 +63,17 @@ Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
             const float f = static_cast<float>(acc);
             std::memcpy(&bits, &f, 4);
           }
-          y[static_cast<size_t>(s.y.ByteOffset(n, co, oy, ox) / 4)] = bits;
+          (*y)[static_cast<size_t>(s.y.ByteOffset(n, co, oy, ox) / 4)] = bits;
         }
+  return Status::Ok();
+}
 
+Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
+  const ConvGeometry& g = a.geo;
+  std::vector<uint32_t> y;
+  TFI_GPU_RETURN_IF_ERROR(EmulateConvOutput(a, layout, &y));
+  if (g.OutputElements() == 0) return Status::Ok();
+  const ConvSpec s = MakeConvSpec(g, layout, 16);
   const EpilogueParams p = MakeEpilogueParams(
       g, s.Output(y.data()), a.conv_input_scale, a.per_channel_scale, a.bias, a.side_input,
       a.side_input_scale, a.activation, a.output, a.output_min, a.output_max, a.output_lut);

@@ -22,6 +22,11 @@ namespace gpu {
 // args: host pointers; layout: how cuDNN would be asked (see ConvLayout).
 Status EmulateGpuPipeline(const GpuConvArgs& args, ConvLayout layout);
 
+// The pipeline up to cuDNN's result: *y (words) as a right cuDNN answer would
+// leave it, where MakeConvSpec(args.geo, layout, 16).Output(y->data()) finds
+// each element (empty for an empty output).
+Status EmulateConvOutput(const GpuConvArgs& args, ConvLayout layout, std::vector<uint32_t>* y);
+
 // Runs one of our conversion kernels (device_kernels.h: X4ToX32Word,
 // TransposeWord) on the host: `word` for every one of p.words output words
 // ("threads" in order), into a new buffer that p.out is pointed at.

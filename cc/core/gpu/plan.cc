@@ -2,6 +2,7 @@
 #include "cc/core/gpu/plan.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -227,6 +228,40 @@ TransposeParams MakeFilterNhwcParams(const ConvGeometry& g, const void* in, void
   return Transpose(g.out_c, g.in_c / 4, g.filter_h * g.filter_w, in, out);
 }
 
+SampleCheckParams MakeSampleCheckParams(const ConvGeometry& g, const ConvOutput& conv,
+                                        const void* x, const void* w, uint32_t* result) {
+  SampleCheckParams p{};
+  p.conv = conv;
+  p.x = static_cast<const uint32_t*>(x);
+  p.w = static_cast<const uint32_t*>(w);
+  p.result = result;
+  p.batch = static_cast<uint32_t>(g.batch);
+  p.in_c4 = static_cast<uint32_t>(g.in_c / 4);
+  p.in_h = static_cast<uint32_t>(g.in_h);
+  p.in_w = static_cast<uint32_t>(g.in_w);
+  p.out_c = static_cast<uint32_t>(g.out_c);
+  p.out_h = static_cast<uint32_t>(g.out_h);
+  p.out_w = static_cast<uint32_t>(g.out_w);
+  p.filter_h = static_cast<uint32_t>(g.filter_h);
+  p.filter_w = static_cast<uint32_t>(g.filter_w);
+  p.stride_h = static_cast<uint32_t>(g.stride_h);
+  p.stride_w = static_cast<uint32_t>(g.stride_w);
+  p.dilation_h = static_cast<uint32_t>(g.dilation_h);
+  p.dilation_w = static_cast<uint32_t>(g.dilation_w);
+  p.pad_top = static_cast<int32_t>(g.pad_top);
+  p.pad_left = static_cast<int32_t>(g.pad_left);
+  p.images = g.batch > 1 ? 2 : 1;
+  const int64_t pixels = g.out_h * g.out_w;
+  const int64_t per_pixel =
+      std::max<int64_t>(1, p.images * g.out_c * (g.in_c / 4) * g.filter_h * g.filter_w);
+  const int64_t pixels_in_budget = kSampleCheckWordProducts / per_pixel;
+  const int64_t want = std::max<int64_t>(kSampleCheckMinPixels,
+                                         std::min<int64_t>(kSampleCheckMaxPixels, pixels_in_budget));
+  p.sample_pixels = static_cast<uint32_t>(std::min<int64_t>(pixels, want));
+  p.samples = static_cast<uint32_t>(p.images * p.sample_pixels * g.out_c);
+  return p;
+}
+
 int64_t ConvertedInputBytes(const ConvGeometry& g, ConvLayout layout) {
   if (layout == ConvLayout::kVect4) return 0;
   const int64_t c = layout == ConvLayout::kVect32 ? (g.in_c + 31) / 32 * 32 : g.in_c;
@@ -246,6 +281,7 @@ static_assert(sizeof(EpilogueParams) == 368, "EpilogueParams layout");
 static_assert(sizeof(VectParams) == 40, "VectParams layout");
 static_assert(sizeof(TransposeParams) == 32, "TransposeParams layout");
 static_assert(sizeof(CompareParams) == 104, "CompareParams layout");
+static_assert(sizeof(SampleCheckParams) == 136, "SampleCheckParams layout");
 
 }  // namespace gpu
 }  // namespace tf_fused_int8

@@ -144,6 +144,19 @@ VectParams MakeFilterX32Params(const ConvGeometry& g, const void* in,
 TransposeParams MakeActivationNhwcParams(const ConvGeometry& g, const void* in, void* out);
 TransposeParams MakeFilterNhwcParams(const ConvGeometry& g, const void* in, void* out);
 
+// Kernel parameters of the autotuner's sample check (SampleCheckParams) of
+// the convolution result `conv`, with x and w as given (int8x4) and `result`
+// 4 words of device memory. Every pixel is checked when the output has at
+// most kSampleCheckMaxPixels of them and the work fits the budget; else up to
+// kSampleCheckMaxPixels pixels (never fewer than the corners and the centre)
+// within kSampleCheckWordProducts products of 4-channel words (2^29
+// multiply-adds), once per candidate at autotuning time.
+constexpr int64_t kSampleCheckMaxPixels = 64;
+constexpr int64_t kSampleCheckMinPixels = 5;
+constexpr int64_t kSampleCheckWordProducts = int64_t{1} << 27;
+SampleCheckParams MakeSampleCheckParams(const ConvGeometry& g, const ConvOutput& conv,
+                                        const void* x, const void* w, uint32_t* result);
+
 // Bytes of the converted x and w a layout needs (0 for kVect4).
 int64_t ConvertedInputBytes(const ConvGeometry& g, ConvLayout layout);
 int64_t ConvertedFilterBytes(const ConvGeometry& g, ConvLayout layout);
