@@ -27,6 +27,8 @@
 //   BENCH_CORE_LUT=1 adds an output lookup table (FusedConvArgs::output_lut).
 //   BENCH_CORE_DW_CACHE=0 makes depthwise calls prepare their weights on
 //   every call instead of once per filter (depthwise.h's cache).
+//   BENCH_CORE_IN_PLACE=1 (2) makes the AVX-512 VNNI GEMM read rows in place
+//   wherever it can (gather every row) instead of its per-CPU choice.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -42,6 +44,7 @@
 
 #include "cc/core/conv_params.h"
 #include "cc/core/cpu/depthwise/depthwise.h"
+#include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/fused_conv.h"
 
 namespace {
@@ -196,6 +199,11 @@ int main(int argc, char** argv) {
   if (dw_cache_env != nullptr && std::atoi(dw_cache_env) == 0) {
     cpu::SetDepthwiseCacheForTesting(false);
   }
+  // BENCH_CORE_IN_PLACE=1|2: the AVX-512 VNNI GEMM reads A rows in place
+  // wherever it can (1) or gathers every row (2), instead of its per-CPU
+  // choice (ReadInPlace in gemm_avx512vnni.cc).
+  const char* in_place_env = std::getenv("BENCH_CORE_IN_PLACE");
+  if (in_place_env != nullptr) cpu::SetInPlaceRowsForTesting(std::atoi(in_place_env));
   ParallelFor pf;
   std::unique_ptr<SpinPool> pool;
   const char* threads_env = std::getenv("BENCH_CORE_THREADS");

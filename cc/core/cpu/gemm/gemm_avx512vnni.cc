@@ -189,8 +189,18 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // unit, Ice Lake client and Tiger Lake). AMD's Zen 4 and 5 have more vector
 // pipes than their VPDPBUSDs use, and there the windows measured faster
 // than gathering (kMinWindowedWidth, Zen 5, when gathered rows were XORed
-// too), so they still read in place wherever they can; not measured there
-// since the gathered rows lost their XOR.
+// too), so they still read in place wherever they can. Measured again on
+// Zen 5 (family 26 model 2, KVM) after the gathered rows lost their XOR
+// (2026-12-04, bench_core BENCH_CORE_IN_PLACE=1 vs 2, pinned, 8 filters,
+// one thread, best of 3 alternated, in place -> gathered): pointwise
+// 56x56x144 -> 24 31.6 -> 38.6 us, 56x56x256 -> 64 104.5 -> 118.6,
+// 14x14x576 -> 96 21.8 -> 24.8, 28x28x192 -> 32 10.2 -> 13.2, 28x28x64 ->
+// 64 7.8 -> 8.9, batch 8 14x14x384 -> 64 73.8 -> 85.4, 112x112x16 -> 96
+// 86.7 -> 105.6, 56x56x24 -> 144 40.3 -> 43.8, 28x28x32 -> 192 14.9 ->
+// 15.7; 14x14x96 -> 576, 7x7x960 -> 320, 14x14x64 -> 384, 7x7x160 -> 960
+// within 2%; 3x3 56x56x64 -> 64 228.8 -> 242.3, 28x28x128 -> 128 221.9 ->
+// 231.2 (batch 8 1814 -> 1863); 14x14x256 and 7x7x512 3x3 and the stem
+// within 2% (their rows are gathered either way). In place stays on AMD.
 //
 // Whether micro-tiles may read A rows in place: a pointwise layer's rows
 // (pointwise, with Ci = k) or windows (im2col row length k); see above.
