@@ -53,6 +53,15 @@ template <class V>
 struct HasStore4<V, decltype(void(&V::Store4))> {
   static constexpr bool value = true;
 };
+// Likewise Store2(acc[2], scale, bias, side, ld, consts, tail, out).
+template <class V, class = void>
+struct HasStore2 {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasStore2<V, decltype(void(&V::Store2))> {
+  static constexpr bool value = true;
+};
 
 template <class V>
 struct DepthwiseRowKernel {
@@ -79,16 +88,24 @@ struct DepthwiseRowKernel {
     }
 
     // kP consecutive pixels from ox: four at a time through V::Store4
-    // where the policy has it (one epilogue for four pixels), else one by
-    // one.
+    // where the policy has it (one epilogue for four pixels), then two at a
+    // time through V::Store2 where it has that, else one by one.
     template <int kP>
     void StoreRun(const Acc* a, int64_t ox) const {
       int p = 0;
+      const int64_t cc = d->channels;
       if constexpr (HasStore4<V>::value) {
-        const int64_t cc = d->channels;
         for (; p + 4 <= kP; p += 4) {
           const int64_t o = (ox + p) * cc + c0;
           V::Store4(a + p, d->scale + c0, d->bias + c0,
+                    side_row != nullptr ? side_row + o : nullptr, cc, *k, tail,
+                    out_row + o);
+        }
+      }
+      if constexpr (HasStore2<V>::value) {
+        for (; p + 2 <= kP; p += 2) {
+          const int64_t o = (ox + p) * cc + c0;
+          V::Store2(a + p, d->scale + c0, d->bias + c0,
                     side_row != nullptr ? side_row + o : nullptr, cc, *k, tail,
                     out_row + o);
         }
