@@ -395,18 +395,25 @@ def _fake_torch():
   return torch, functional
 
 
-def _install_fake_torch(monkeypatch):
+def _run_harness_on_a_fake_gpu(lib, monkeypatch, tmp_path, fake_gpu_conv, picked, seed, iters,
+                               verbose):
+  """harness.run_gpu over `picked` with the fake PyTorch and `fake_gpu_conv` standing in for
+  the GPU; asserts that it passed and returns its results JSON."""
   torch, functional = _fake_torch()
   monkeypatch.setitem(sys.modules, "torch", torch)
   monkeypatch.setitem(sys.modules, "torch.nn", torch.nn)
   monkeypatch.setitem(sys.modules, "torch.nn.functional", functional)
+  monkeypatch.setattr(lib, "init", lambda cudnn, cuda: None)
+  monkeypatch.setattr(lib, "gpu_conv", fake_gpu_conv)
+  out_json = tmp_path / "results.json"
+  args = harness.argparse.Namespace(seed=seed, iters=iters, cudnn=None, cuda="libcuda.so.1",
+                                    no_forced=False, verbose=verbose, json=str(out_json))
+  assert harness.run_gpu(lib, picked, args)
+  import json  # pylint: disable=g-import-not-at-top
+  return json.loads(out_json.read_text())
 
 
 def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
-  torch, functional = _fake_torch()
-  monkeypatch.setitem(sys.modules, "torch", torch)
-  monkeypatch.setitem(sys.modules, "torch.nn", torch.nn)
-  monkeypatch.setitem(sys.modules, "torch.nn.functional", functional)
   calls = []
 
   def fake_gpu_conv(conv, ptrs, stream):
@@ -421,17 +428,11 @@ def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
                 candidates=[dict(name=f"emulated/{layout}", outcome="ok (baseline)",
                                  time_ms=0.5, workspace_bytes=0)])
 
-  monkeypatch.setattr(lib, "init", lambda cudnn, cuda: None)
-  monkeypatch.setattr(lib, "gpu_conv", fake_gpu_conv)
   cases = harness.make_cases()
   picked = (cases[:4] + [c for c in cases if c.deterministic] +
             [c for c in cases if c.in_c == 64 and not c.perf][:2])
-  out_json = tmp_path / "results.json"
-  args = harness.argparse.Namespace(seed=7, iters=2, cudnn=None, cuda="libcuda.so.1",
-                                    no_forced=False, verbose=True, json=str(out_json))
-  assert harness.run_gpu(lib, picked, args)
-  import json  # pylint: disable=g-import-not-at-top
-  results = json.loads(out_json.read_text())
+  results = _run_harness_on_a_fake_gpu(lib, monkeypatch, tmp_path, fake_gpu_conv, picked,
+                                       seed=7, iters=2, verbose=True)
   assert results["failures"] == 0 and results["errors"] == 0
   assert len(results["rows"]) == len(picked) and all(r["bits"] == "exact" for r in results["rows"])
   assert {"x4", "x32", "nhwc-i32"} <= set(calls)
@@ -463,8 +464,6 @@ def test_harness_tells_a_clean_refusal_from_a_failure():
 def test_harness_reports_refused_layouts_and_wrong_candidates(lib, monkeypatch, tmp_path):
   """A cuDNN that offers no INT8x32 engine (H200, cuDNN 9.19) refuses the forced x32 runs
   cleanly: counted apart, not as errors. Candidates that the sample check dropped are listed."""
-  _install_fake_torch(monkeypatch)
-
   def fake_gpu_conv(conv, ptrs, stream):
     del stream
     layout = {"x32": "x32", "nhwc": "nhwc-f32"}.get(
@@ -481,15 +480,9 @@ def test_harness_reports_refused_layouts_and_wrong_candidates(lib, monkeypatch, 
         dict(name=f"emulated/{layout}", outcome="ok (baseline)", time_ms=0.5,
              workspace_bytes=0)])
 
-  monkeypatch.setattr(lib, "init", lambda cudnn, cuda: None)
-  monkeypatch.setattr(lib, "gpu_conv", fake_gpu_conv)
   picked = [c for c in harness.make_cases() if c.in_c == 64 and not c.perf][:3]
-  out_json = tmp_path / "results.json"
-  args = harness.argparse.Namespace(seed=3, iters=1, cudnn=None, cuda="libcuda.so.1",
-                                    no_forced=False, verbose=False, json=str(out_json))
-  assert harness.run_gpu(lib, picked, args)
-  import json  # pylint: disable=g-import-not-at-top
-  results = json.loads(out_json.read_text())
+  results = _run_harness_on_a_fake_gpu(lib, monkeypatch, tmp_path, fake_gpu_conv, picked,
+                                       seed=3, iters=1, verbose=False)
   assert results["errors"] == 0 and results["failures"] == 0
   assert results["unavailable"] == 3
   assert results["wrong_candidates"] == {"graph/nhwc-i32/eng28{}": 3}
