@@ -1,8 +1,8 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 #include "cc/core/gpu/plan.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 

@@ -62,9 +62,9 @@ struct Ymm2x8 {
   }
   // Two pixels, ld bytes apart (DepthwiseRowKernel::StoreRun): one
   // Epilogue16x2 instead of two Epilogue16. bench_core, one Zen 5 thread,
-  // forced avx2, 11 rounds alternated, median time ratio: 112x112x32 0.94,
-  // 56x56x144 0.91, 28x28x192 0.90, 14x14x576 0.87 (with the 8-pixel runs
-  // of 3x3 stride 1 in pairs).
+  // forced avx2, 11 rounds alternated, median time ratio: 112x112x32 0.91,
+  // 56x56x144 0.89, 14x14x576 0.93 (3x3 stride 1: runs of 8 pixels),
+  // 112x112x96 / 2 0.91, 56x56x144 / 2 0.97 (runs of 2).
   static void Store2(const Acc* a, const float* scale, const float* bias,
                      const int8_t* side, int64_t ld, const Consts& k, Tail count,
                      int8_t* out) {
