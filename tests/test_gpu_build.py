@@ -139,6 +139,8 @@ def test_gpu_init_without_a_gpu_is_a_clean_error(lib):
   case = harness.Case("x", 1, 4, 4, 4, 4, 1, 1)
   with pytest.raises(RuntimeError, match="call tfi_init first"):
     lib.gpu_conv(case.conv_struct(0.0), [0] * 6, 0)
+  with pytest.raises(RuntimeError, match="call tfi_init first"):  # the timed calls' form
+    lib.gpu_conv(case.conv_struct(0.0), [0] * 6, 0, want_info=False)
   try:
     lib.init("libcudnn.so.9", "libcuda.so.1")
   except RuntimeError as e:
@@ -416,8 +418,8 @@ def _run_harness_on_a_fake_gpu(lib, monkeypatch, tmp_path, fake_gpu_conv, picked
 def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
   calls = []
 
-  def fake_gpu_conv(conv, ptrs, stream):
-    del stream
+  def fake_gpu_conv(conv, ptrs, stream, want_info=True):
+    del stream, want_info
     arrays = [_FakeTensor.registry.get(p) if p else None for p in ptrs]
     xv, wv, bias, sidev, scale, out = arrays
     layout = {"x32": "x32", "nhwc": "nhwc-i32"}.get(
@@ -464,8 +466,8 @@ def test_harness_tells_a_clean_refusal_from_a_failure():
 def test_harness_reports_refused_layouts_and_wrong_candidates(lib, monkeypatch, tmp_path):
   """A cuDNN that offers no INT8x32 engine (H200, cuDNN 9.19) refuses the forced x32 runs
   cleanly: counted apart, not as errors. Candidates that the sample check dropped are listed."""
-  def fake_gpu_conv(conv, ptrs, stream):
-    del stream
+  def fake_gpu_conv(conv, ptrs, stream, want_info=True):
+    del stream, want_info
     layout = {"x32": "x32", "nhwc": "nhwc-f32"}.get(
         os.environ.get("TF_FUSED_INT8_GPU_LAYOUT", ""), "x4")
     if layout == "x32":

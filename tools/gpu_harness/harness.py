@@ -305,13 +305,16 @@ class Lib:
     self._check(self.lib.tfi_init(cudnn.encode() if cudnn else None,
                                   cuda.encode() if cuda else None, err, 2048), err)
 
-  def gpu_conv(self, conv, ptrs, stream):
-    info = ctypes.create_string_buffer(1 << 20)
+  def gpu_conv(self, conv, ptrs, stream, want_info=True):
+    """One call; returns the run's info (plan, candidates, ...) as a dict, or
+    {} without want_info (the timed calls: no 1 MiB buffer or JSON per call)."""
+    info = ctypes.create_string_buffer(1 << 20) if want_info else None
     err = ctypes.create_string_buffer(4096)
     rc = self.lib.tfi_gpu_conv(ctypes.byref(conv), *[ctypes.c_void_p(p) if p else None
                                                        for p in ptrs],
-                               ctypes.c_void_p(stream), info, 1 << 20, err, 4096)
-    meta = json.loads(info.value.decode() or "{}") if info.value else {}
+                               ctypes.c_void_p(stream), info, (1 << 20) if want_info else 0,
+                               err, 4096)
+    meta = json.loads(info.value.decode() or "{}") if info is not None and info.value else {}
     if rc != 0:
       raise RuntimeError(err.value.decode(errors="replace") + (
           "\n  candidates: " + json.dumps(meta.get("candidates", []), indent=1)
@@ -464,7 +467,8 @@ def run_gpu(lib, cases, args):
         stream.synchronize()
         ok &= bool(torch.equal(out, out2))
       failures += 0 if ok else 1
-      ours = time_ms(torch, stream, lambda: lib.gpu_conv(p["conv"], ptrs, stream.cuda_stream),
+      ours = time_ms(torch, stream,
+                     lambda: lib.gpu_conv(p["conv"], ptrs, stream.cuda_stream, want_info=False),
                      args.iters)
       # PyTorch fp16, channels_last, same geometry (input pre-padded for SAME).
       top, bottom, left, right = p["pads"]
