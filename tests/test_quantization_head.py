@@ -100,6 +100,26 @@ def test_quantized_dense_in_a_graph_with_unknown_batch_and_clip_bounds():
     assert got.max() <= 50 and got.min() >= 0
 
 
+def test_quantized_dense_output_shape_static_and_dynamic():
+  """Known inner dimensions: the output reshape needs no shape ops (no Shape /
+  StridedSlice / ConcatV2 in the graph); an unknown inner dimension takes the
+  dynamic path. Both give the reference's values and shapes."""
+  rng = np.random.default_rng(9)
+  layer = QuantizedDense.from_float_weights(
+      rng.normal(size=(6, 5)), rng.normal(size=5), input_scale=0.05, output_scale=0.04)
+  static = tf.function(layer).get_concrete_function(tf.TensorSpec([None, 3, 6], tf.int8))
+  dynamic = tf.function(layer).get_concrete_function(tf.TensorSpec([None, None, 6], tf.int8))
+  ops = lambda f: {o.type for o in f.graph.get_operations()}  # noqa: E731
+  assert "ConcatV2" not in ops(static) and "Shape" not in ops(static)
+  assert "ConcatV2" in ops(dynamic)
+  assert static.output_shapes.as_list() == [None, 3, 5]
+  for f, shape in ((static, (2, 3, 6)), (dynamic, (2, 4, 6)), (dynamic, (1, 1, 6))):
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    got = f(tf.constant(x)).numpy()
+    assert got.shape == shape[:-1] + (5,)
+    np.testing.assert_array_equal(got, dense_reference(x, layer))
+
+
 def test_quantized_dense_errors_and_config(tmp_path):
   layer = QuantizedDense.from_float_weights(np.ones((5, 3)), None)
   with pytest.raises(ValueError, match=r"int8 \[\.\.\., 5\].*got shape \(2, 4\)"):

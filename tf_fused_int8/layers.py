@@ -889,6 +889,12 @@ class QuantizedDense(QuantizedFusedConv2D):
         output_min=self.output_min,
         output_max=self.effective_output_max(),
         output_lut=self.output_lut)
+    # The output's shape without Shape / StridedSlice / ConcatV2 ops when
+    # every dimension but the first is known (a Dense input [N, Ci] always):
+    # three graph nodes, and three eager ops per call, fewer.
+    dims = inputs.shape.as_list() if inputs.shape.rank is not None else None
+    if dims is not None and len(dims) >= 2 and all(d is not None for d in dims[1:-1]):
+      return tf.reshape(y, [-1] + dims[1:-1] + [self.filters])
     shape = tf.concat([tf.shape(inputs)[:-1], [self.filters]], axis=0)
     return tf.reshape(y, shape)
 
