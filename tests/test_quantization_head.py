@@ -120,6 +120,25 @@ def test_quantized_dense_output_shape_static_and_dynamic():
     np.testing.assert_array_equal(got, dense_reference(x, layer))
 
 
+def test_int8_reshape_eager_and_graph():
+  """Int8Reshape's eager fast path (a cached shape constant) and Keras's path
+  (a graph, a target with -1) give numpy's reshape, int8 kept."""
+  from tf_fused_int8.quantization import Int8Reshape  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  for target in ((6,), (-1,), (2, 3)):
+    layer = Int8Reshape(target)
+    inp = keras.Input((1, 1, 6), dtype="int8")
+    model = keras.Model(inp, layer(inp))
+    assert model.output.dtype == "int8"
+    graph = tf.function(model)
+    for n in (1, 4):
+      x = rng.integers(-128, 128, (n, 1, 1, 6)).astype(np.int8)
+      want = x.reshape((n,) + ((6,) if target == (-1,) else target))
+      for got in (layer(tf.constant(x)), model(tf.constant(x)), graph(tf.constant(x))):
+        assert got.dtype == tf.int8
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_quantized_dense_errors_and_config(tmp_path):
   layer = QuantizedDense.from_float_weights(np.ones((5, 3)), None)
   with pytest.raises(ValueError, match=r"int8 \[\.\.\., 5\].*got shape \(2, 4\)"):

@@ -289,6 +289,26 @@ def _call_parameters(cls):
   return names
 
 
+_EAGER_SHAPES = {}
+
+
+def _reshape(x, dims):
+  """tf.reshape(x, dims) for a tuple of ints. Eagerly, the shape is a cached
+  int32 constant: a Python list shape makes TF's eager fast path fall back
+  to converting it on every call (an eager reshape of one 1280-byte row:
+  22 us with the list, 6.6 us with a constant tensor, Zen 5). In a graph,
+  the list (a Const node, nothing captured)."""
+  if not tf.executing_eagerly():
+    return tf.reshape(x, list(dims))
+  shape = _EAGER_SHAPES.get(dims)
+  if shape is None:
+    if len(_EAGER_SHAPES) >= 1024:
+      _EAGER_SHAPES.clear()
+    with tf.init_scope():
+      shape = _EAGER_SHAPES[dims] = tf.constant(dims, tf.int32)
+  return tf.reshape(x, shape)
+
+
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
 class QuantizedFusedConv2D(_EagerCall, keras.layers.Layer):
   """Fused int8 2D convolution + scale + side input + bias + activation.
@@ -876,7 +896,7 @@ class QuantizedDense(QuantizedFusedConv2D):
     self._check_dtype(inputs.dtype, shape=inputs.shape)
     if inputs.shape.rank is not None:
       self._check_input_shape(tuple(inputs.shape))
-    rows = tf.reshape(inputs, [-1, 1, 1, self.input_channels])
+    rows = _reshape(inputs, (-1, 1, 1, self.input_channels))
     y = fused_conv2d_bias_activation(
         rows,
         self.kernel.value,
@@ -894,7 +914,7 @@ class QuantizedDense(QuantizedFusedConv2D):
     # three graph nodes, and three eager ops per call, fewer.
     dims = inputs.shape.as_list() if inputs.shape.rank is not None else None
     if dims is not None and len(dims) >= 2 and all(d is not None for d in dims[1:-1]):
-      return tf.reshape(y, [-1] + dims[1:-1] + [self.filters])
+      return _reshape(y, (-1, *dims[1:-1], self.filters))
     shape = tf.concat([tf.shape(inputs)[:-1], [self.filters]], axis=0)
     return tf.reshape(y, shape)
 

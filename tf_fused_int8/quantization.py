@@ -86,6 +86,7 @@ import tensorflow as tf
 
 from tf_fused_int8 import ops
 from tf_fused_int8.layers import _EagerCall
+from tf_fused_int8.layers import _reshape
 from tf_fused_int8.layers import QuantizedConvSequence
 from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
@@ -929,9 +930,17 @@ class Int8Flatten(_KeepsInputDtype, keras.layers.Flatten):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
-class Int8Reshape(_KeepsInputDtype, keras.layers.Reshape):
+class Int8Reshape(_EagerCall, _KeepsInputDtype, keras.layers.Reshape):
   """Reshape of an int8 tensor (an int8 global average pooling's [N, 1, 1,
-  C] output to GlobalAveragePooling2D's [N, C])."""
+  C] output to GlobalAveragePooling2D's [N, C]). Eager calls take the
+  layers' fast path (_EagerCall) and a cached shape constant when the target
+  shape is fully given; the rest is keras.layers.Reshape's."""
+
+  def call(self, inputs):
+    target = tuple(self.target_shape)
+    if tf.executing_eagerly() and all(isinstance(d, int) and d >= 0 for d in target):
+      return _reshape(inputs, (-1,) + target)
+    return super().call(inputs)
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
