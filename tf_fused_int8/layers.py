@@ -304,7 +304,7 @@ def _reshape(x, dims):
   if shape is None:
     if len(_EAGER_SHAPES) >= 1024:
       _EAGER_SHAPES.clear()
-    with tf.init_scope():
+    with tf.init_scope(), tf.device("/CPU:0"):  # Reshape reads its shape on the host
       shape = _EAGER_SHAPES[dims] = tf.constant(dims, tf.int32)
   return tf.reshape(x, shape)
 
