@@ -275,14 +275,21 @@ TFI_HD int32_t ExactAcc(const SampleCheckParams& a, uint32_t n, uint32_t c, uint
   return static_cast<int32_t>(acc);
 }
 
+// The output element (n, c, p) that sampled element t checks (the "thread"
+// numbering above); the host names a reported t with it too.
+TFI_HD void SampleElement(const SampleCheckParams& a, uint32_t t, uint32_t* n, uint32_t* c,
+                          uint32_t* p) {
+  *c = t % a.out_c;
+  const uint32_t r = t / a.out_c;
+  *n = (r / a.sample_pixels) == 0 ? 0u : a.batch - 1;
+  *p = SamplePixel(a, r % a.sample_pixels);
+}
+
 // Whether sampled element t differs from float32 of its exact accumulator
 // (a NaN differs); *want and *got are set either way.
 TFI_HD bool SampleDiffers(const SampleCheckParams& a, uint32_t t, int32_t* want, float* got) {
-  const uint32_t c = t % a.out_c;
-  const uint32_t r = t / a.out_c;
-  const uint32_t slot = r % a.sample_pixels;
-  const uint32_t n = (r / a.sample_pixels) == 0 ? 0u : a.batch - 1;
-  const uint32_t p = SamplePixel(a, slot);
+  uint32_t n, c, p;
+  SampleElement(a, t, &n, &c, &p);
   *want = ExactAcc(a, n, c, p);
   *got = LoadAcc(a.conv, n, c, p);
   return !(*got == TFI_I2F(*want));

@@ -477,11 +477,8 @@ Status CheckSample(const TuneInputs& in, const Candidate& c, const void* out, ui
   TFI_CU(api, api.cuStreamSynchronize(in.stream));
   if (host[0] == 0) return Status::Ok();
   // Name the first element that reported, as (n, c, oy, ox).
-  const uint32_t t = host[1];
-  const uint32_t ch = t % q.out_c;
-  const uint32_t r = t / q.out_c;
-  const uint32_t n = (r / q.sample_pixels) == 0 ? 0u : q.batch - 1;
-  const uint32_t p = SamplePixel(q, r % q.sample_pixels);
+  uint32_t n, ch, p;
+  SampleElement(q, host[1], &n, &ch, &p);
   float got = 0;
   std::memcpy(&got, &host[3], sizeof(got));
   *wrong = "wrong: " + std::to_string(host[0]) + " of " + std::to_string(q.samples) +
