@@ -933,12 +933,13 @@ class Int8Flatten(_KeepsInputDtype, keras.layers.Flatten):
 class Int8Reshape(_EagerCall, _KeepsInputDtype, keras.layers.Reshape):
   """Reshape of an int8 tensor (an int8 global average pooling's [N, 1, 1,
   C] output to GlobalAveragePooling2D's [N, C]). Eager calls take the
-  layers' fast path (_EagerCall) and a cached shape constant when the target
-  shape is fully given; the rest is keras.layers.Reshape's."""
+  layers' fast path (_EagerCall); a fully given target shape reshapes through
+  _reshape (eagerly a cached shape constant); a target with -1 is
+  keras.layers.Reshape's."""
 
   def call(self, inputs):
     target = tuple(self.target_shape)
-    if tf.executing_eagerly() and all(isinstance(d, int) and d >= 0 for d in target):
+    if all(isinstance(d, int) and d >= 0 for d in target):
       return _reshape(inputs, (-1,) + target)
     return super().call(inputs)
 
