@@ -424,6 +424,12 @@ void TestSpecsAndLayouts() {
   ConvGeometry c36 = SampleGeometry();
   c36.in_c = 36;
   EXPECT(!X32Candidate(c36, 9, 0), "x32 needs in_c %% 32 == 0");
+  const std::vector<ConvLayout> with_x32 = {ConvLayout::kVect4, ConvLayout::kVect32,
+                                            ConvLayout::kNhwcFloat};
+  const std::vector<ConvLayout> without_x32 = {ConvLayout::kVect4, ConvLayout::kNhwcFloat};
+  EXPECT(AutoLayouts(SampleGeometry(), 9, 0) == with_x32, "auto layouts on sm_90");
+  EXPECT(AutoLayouts(SampleGeometry(), 7, 0) == without_x32, "auto layouts on sm_70");
+  EXPECT(AutoLayouts(c36, 9, 0) == without_x32, "auto layouts, in_c 36");
 }
 
 // ---------------------------------------------------------------------------

@@ -250,7 +250,7 @@ struct TuneInputs {
 };
 
 // Lists every candidate that builds and passes the filters, in order: graph
-// heuristics (layouts x4, x32, nhwc-i32, nhwc-f32), legacy algorithms (same
+// heuristics (AutoLayouts, or the forced layout), legacy algorithms (same
 // layouts); graph fallback engines only if none of those is left.
 Status ListCandidates(const TuneInputs& in, std::vector<std::unique_ptr<Candidate>>* out,
                       bool* allocation_failed) {
@@ -269,7 +269,6 @@ Status ListCandidates(const TuneInputs& in, std::vector<std::unique_ptr<Candidat
         std::to_string(g.pad_right) + "; use the graph or auto path");
   }
   std::vector<ConvLayout> layouts;
-  const bool x32 = X32Candidate(g, dev->cc_major, dev->cc_minor);
   switch (opt.layout) {
     case LayoutChoice::kX32:
       if (g.in_c % 32 != 0) {
@@ -285,10 +284,7 @@ Status ListCandidates(const TuneInputs& in, std::vector<std::unique_ptr<Candidat
       layouts = {ConvLayout::kNhwcInt32, ConvLayout::kNhwcFloat};
       break;
     case LayoutChoice::kAuto:
-      layouts = {ConvLayout::kVect4};
-      if (x32) layouts.push_back(ConvLayout::kVect32);
-      layouts.push_back(ConvLayout::kNhwcInt32);
-      layouts.push_back(ConvLayout::kNhwcFloat);
+      layouts = AutoLayouts(g, dev->cc_major, dev->cc_minor);
       break;
   }
   auto report = [&](const std::string& name, const std::string& outcome, int64_t ws = 0) {

@@ -144,6 +144,13 @@ bool X32Candidate(const ConvGeometry& g, int cc_major, int cc_minor) {
   return g.in_c > 0 && g.in_c % 32 == 0 && (cc_major * 10 + cc_minor) >= 75;
 }
 
+std::vector<ConvLayout> AutoLayouts(const ConvGeometry& g, int cc_major, int cc_minor) {
+  std::vector<ConvLayout> layouts = {ConvLayout::kVect4};
+  if (X32Candidate(g, cc_major, cc_minor)) layouts.push_back(ConvLayout::kVect32);
+  layouts.push_back(ConvLayout::kNhwcFloat);
+  return layouts;
+}
+
 int64_t AlignmentOf(std::initializer_list<const void*> ptrs) {
   uintptr_t bits = 16;
   for (const void* p : ptrs) bits |= reinterpret_cast<uintptr_t>(p);

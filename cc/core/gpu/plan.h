@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "cc/core/conv_params.h"
 #include "cc/core/gpu/device_kernels.h"
@@ -119,6 +120,13 @@ ConvSpec MakeConvSpec(const ConvGeometry& g, ConvLayout layout, int64_t alignmen
 // Whether an INT8x32 plan is worth trying: in_c a multiple of 32 (no padding
 // channels) and a GPU with int8 tensor cores (compute capability >= 7.5).
 bool X32Candidate(const ConvGeometry& g, int cc_major, int cc_minor);
+
+// The layouts tried when none is forced, in order: x4, x32 (X32Candidate),
+// nhwc-f32. nhwc-i32 is left out: on its one GPU run (H200 sm_90, cuDNN 9.19)
+// every int32-output engine and legacy algorithm wrote wrong sums in every
+// shape (docs/gpu.md), and the sample check dropped each of them after a run;
+// TF_FUSED_INT8_GPU_LAYOUT=nhwc still tries it, so another GPU can be checked.
+std::vector<ConvLayout> AutoLayouts(const ConvGeometry& g, int cc_major, int cc_minor);
 
 // The smallest power of two (1..16) that divides every address.
 int64_t AlignmentOf(std::initializer_list<const void*> ptrs);
