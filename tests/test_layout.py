@@ -58,3 +58,48 @@ def test_layout_helpers_reject_wrong_rank():
     tfi.nhwc_to_nchw_vect_c(np.zeros((2, 3, 4), np.int8))
   with pytest.raises(ValueError, match="rank-5"):
     tfi.oihw_vect_i_to_hwio(np.zeros((2, 3, 4, 4), np.int8))
+
+
+@pytest.mark.parametrize("channels,multiplier", [(4, 1), (12, 2), (32, 1), (8, 3)])
+def test_depthwise_filter_runs_depthwise_in_nchw_vect_c(channels, multiplier):
+  """NCHW_VECT_C's groups span whole int8x4 words: a depthwise layer is given as
+  groups of 4 channels, one channel per lane (depthwise_filter_to_oihw_vect_i), and
+  computes the depthwise layer's bits (CPU kernel here; the GPU runs the same
+  call on its direct kernel)."""
+  import op_harness  # pylint: disable=g-import-not-at-top
+  import reference  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(channels * 10 + multiplier)
+  out = channels * multiplier
+  x = rng.integers(-128, 128, (2, 9, 7, channels), dtype=np.int8)
+  w = rng.integers(-128, 128, (3, 3, 1, out), dtype=np.int8)
+  side = rng.integers(-128, 128, (2, 5, 4, out), dtype=np.int8)
+  bias = rng.uniform(-20, 20, out).astype(np.float32)
+  scale = rng.uniform(0.5, 2, out).astype(np.float32) / (74 * 74 * 3)
+  want = reference.fused_conv2d_reference(
+      x, w, bias, side_input=side, conv_input_scale=scale, side_input_scale=0.5,
+      strides=(2, 2), padding="SAME", activation="None")
+  wv = tfi.depthwise_filter_to_oihw_vect_i(w, channel_multiplier=multiplier)
+  assert wv.shape == (out, 1, 3, 3, 4)
+  # Output channel o's weights sit in lane (o // multiplier) % 4, the other lanes are 0.
+  lanes = (np.arange(out) // multiplier) % 4
+  np.testing.assert_array_equal(wv.numpy()[np.arange(out), 0, :, :, lanes],
+                                np.transpose(w[:, :, 0, :], (2, 0, 1)))
+  assert np.count_nonzero(wv.numpy()) == np.count_nonzero(w)
+  with tf.device("/CPU:0"):
+    got = tfi.fused_conv2d_bias_activation(
+        tfi.nhwc_to_nchw_vect_c(x), wv, bias, strides=2, padding="SAME",
+        conv_input_scale=scale, side_input=tfi.nhwc_to_nchw_vect_c(side),
+        side_input_scale=0.5, activation_mode="None", data_format="NCHW_VECT_C")
+  op_harness.assert_same_bits(tfi.nchw_vect_c_to_nhwc(got).numpy(), want,
+                              f"depthwise {channels} x{multiplier}")
+
+
+def test_depthwise_filter_helper_rejects_bad_shapes():
+  with pytest.raises(ValueError, match="HWIO depthwise filter"):
+    tfi.depthwise_filter_to_oihw_vect_i(np.zeros((3, 3, 2, 8), np.int8))
+  with pytest.raises(ValueError, match="multiple of 4"):
+    tfi.depthwise_filter_to_oihw_vect_i(np.zeros((3, 3, 1, 12), np.int8), channel_multiplier=2)
+  with pytest.raises(ValueError, match="channel_multiplier"):
+    tfi.depthwise_filter_to_oihw_vect_i(np.zeros((3, 3, 1, 8), np.int8), channel_multiplier=0)
+  qw = tf.bitcast(tf.constant(np.ones((1, 1, 1, 4), np.int8)), tf.qint8)
+  assert tfi.depthwise_filter_to_oihw_vect_i(qw).dtype == tf.qint8

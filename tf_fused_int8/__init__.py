@@ -11,6 +11,7 @@ from tf_fused_int8.layers import QuantizedConvSequence
 from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
 from tf_fused_int8.ops import activation_lut
+from tf_fused_int8.ops import depthwise_filter_to_oihw_vect_i
 from tf_fused_int8.ops import fused_conv2d_bias_activation
 from tf_fused_int8.ops import hwio_to_oihw_vect_i
 from tf_fused_int8.ops import avg_pool2d_int8
@@ -42,6 +43,7 @@ __all__ = [
     "QuantizedDense",
     "QuantizedFusedConv2D",
     "activation_lut",
+    "depthwise_filter_to_oihw_vect_i",
     "fused_conv2d_bias_activation",
     "hwio_to_oihw_vect_i",
     "load_ops",

@@ -518,6 +518,39 @@ def hwio_to_oihw_vect_i(w, vect_size=4):
   return restore(tf.transpose(w, [4, 2, 0, 1, 3]))
 
 
+def depthwise_filter_to_oihw_vect_i(w, channel_multiplier=1):
+  """A depthwise filter [Kh, Kw, 1, C*m] -> the OIHW_VECT_I filter [C*m, 1, Kh, Kw, 4]
+  of the same layer in NCHW_VECT_C.
+
+  NCHW_VECT_C counts the filter input depth in int8x4 words (4 * filter
+  dimension 1), so its groups have at least 4 channels: a depthwise layer
+  (groups = C, as tf.nn.conv2d with an HWIO filter [Kh, Kw, 1, C*m], output
+  channel o reading input channel o // m) runs as groups = C / 4, with output
+  channel o's weights in lane (o // m) % 4 and zeros in the other 3 lanes:
+  the same sums, so the same bits (on the GPU, where grouped convolutions run
+  on a direct kernel, and on the CPU). `hwio_to_oihw_vect_i` of a depthwise
+  filter would instead put every weight in lane 0, which the op reads as a
+  different (grouped) layer. C must be a multiple of 4. `channel_multiplier`
+  is m (tf.nn.depthwise_conv2d's filter [Kh, Kw, C, m] reshaped to
+  [Kh, Kw, 1, C*m] is this layout).
+  """
+  w, restore = _to_int8_view(w)
+  if w.shape.rank != 4 or (w.shape[2] is not None and w.shape[2] != 1):
+    raise ValueError(f"depthwise_filter_to_oihw_vect_i expects an HWIO depthwise filter "
+                     f"[Kh, Kw, 1, C * channel_multiplier], got shape {w.shape}")
+  m = int(channel_multiplier)
+  if m < 1:
+    raise ValueError(f"channel_multiplier must be >= 1, got {channel_multiplier}")
+  out = w.shape[3]
+  if out is not None and (out % m or (out // m) % 4):
+    raise ValueError(f"the filter's output depth {out} must be C * channel_multiplier "
+                     f"({m}) with C a multiple of 4 (NCHW_VECT_C)")
+  lane = (tf.range(tf.shape(w)[3]) // m) % 4                 # [C*m]
+  mask = tf.equal(tf.range(4)[:, tf.newaxis], lane[tf.newaxis, :])  # [4, C*m]
+  w4 = tf.where(mask[tf.newaxis, tf.newaxis], w, tf.zeros_like(w))  # [Kh, Kw, 4, C*m]
+  return restore(hwio_to_oihw_vect_i(w4))
+
+
 def oihw_vect_i_to_hwio(w, in_channels=None):
   """[O, I/v, Kh, Kw, v] -> [Kh, Kw, I, O]; `in_channels` drops padding."""
   w, restore = _to_int8_view(w)
