@@ -229,7 +229,8 @@ def _emulated_vs_numpy_reference(lib, case, seed):
 
 
 SMALL_CASES = [c for c in harness.make_cases() if not c.perf][::5] + [
-    c for c in harness.make_cases() if c.special or c.lut]
+    c for c in harness.make_cases() if c.special or c.lut] + [
+    c for c in harness.make_cases() if c.groups > 1 and c.batch * c.h * c.w * c.in_c < 50000]
 SMALL_CASES = list({c.name: c for c in SMALL_CASES}.values())
 
 
@@ -248,7 +249,7 @@ def test_harness_sweep_covers_what_the_gpu_check_needs():
   assert len(cases) >= 50
   assert {c.kh for c in cases} >= {1, 3, 5, 7}
   assert {c.stride for c in cases} >= {(1, 1), (2, 2)}
-  assert {c.padding for c in cases} == {"SAME", "VALID"}
+  assert {c.padding for c in cases if isinstance(c.padding, str)} == {"SAME", "VALID"}
   for attr in ("side", "relu", "per_channel"):
     assert {getattr(c, attr) for c in cases} == {True, False}, attr
   assert any(c.h % 2 or c.w % 2 for c in cases)
@@ -259,6 +260,42 @@ def test_harness_sweep_covers_what_the_gpu_check_needs():
   # SAME with odd total padding (asymmetric: graph path only) is in the sweep.
   asym = [c for c in cases if c.padding == "SAME" and c.stride == (2, 2) and c.h % 2 == 0]
   assert asym
+
+
+def test_harness_sweep_covers_grouped_and_depthwise():
+  """The direct kernel's cases (groups > 1), all in the --cpu-only sweep too (none is perf)."""
+  cases = [c for c in harness.make_cases() if c.groups > 1]
+  assert cases and not any(c.perf for c in cases)
+  dw = [c for c in cases if c.depthwise]
+  # MobileNetV2's depthwise layers, stride 1 and 2, batch 1 and 8.
+  assert {(c.h, c.in_c) for c in dw} >= {(112, 32), (56, 144), (14, 384), (7, 960)}
+  assert {c.stride for c in dw} == {(1, 1), (2, 2)} and {c.batch for c in dw} >= {1, 8}
+  assert {c.out_c // c.in_c for c in dw} == {1, 2}  # channel multipliers
+  grouped = [c for c in cases if not c.depthwise]
+  assert {c.in_c // c.groups for c in grouped} >= {4, 8, 16}  # channels per group
+  assert any(c.dilation != (1, 1) for c in dw) and any(c.dilation != (1, 1) for c in grouped)
+  explicit = [c.padding for c in cases if not isinstance(c.padding, str)]
+  assert any(t != b or l != r for t, b, l, r in explicit)  # asymmetric explicit padding
+  assert {c.padding for c in cases} >= {"SAME", "VALID"}
+  assert {c.kh for c in cases} >= {1, 3, 5, 7}
+  for attr in ("side", "relu", "per_channel"):
+    assert {getattr(c, attr) for c in cases} == {True, False}, attr
+  assert {"big_acc", "extreme"} <= {c.special for c in cases}
+  assert any(c.h % 2 or c.w % 2 for c in cases)
+
+
+def test_depthwise_filter_for_the_gpu_computes_the_depthwise_sums(lib):
+  """harness.Case.gpu_filter: groups of 4 channels, one channel per lane, gives the
+  depthwise layer's sums (numpy reference, channel multiplier 2)."""
+  case = harness.Case("dw", 2, 7, 6, 8, 16, 3, 3, groups=8, stride=(2, 1))
+  rng = np.random.default_rng(5)
+  x = rng.integers(-128, 128, (2, 7, 6, 8), dtype=np.int8)
+  w = rng.integers(-128, 128, (3, 3, 1, 16), dtype=np.int8)
+  wg = case.gpu_filter(w)
+  assert wg.shape == (3, 3, 4, 16) and case.gpu_groups == 2
+  np.testing.assert_array_equal(reference.conv2d_int32(x, wg, strides=(2, 1)),
+                                reference.conv2d_int32(x, w, strides=(2, 1)))
+  assert np.count_nonzero(wg) == np.count_nonzero(w)
 
 
 def test_gpu_options_follow_the_environment(lib, monkeypatch):
@@ -295,7 +332,7 @@ def test_embedded_ptx_is_generated_from_the_current_sources(lib):
   ptx = lib.embedded_ptx()
   assert ".version 6.0" in ptx and ".target sm_61" in ptx
   for kernel in ("tfi_epilogue_x4", "tfi_x4_to_x32", "tfi_transpose_words", "tfi_count_mismatch",
-                 "tfi_check_sample"):
+                 "tfi_check_sample", "tfi_direct_conv"):
     assert f".entry {kernel}(" in ptx
   # The contract's roundings are explicit (never contracted): cvt.rn (int32 -> float32), mul.rn,
   # fma.rn, add.rn, cvt.rni (round half to even).
@@ -386,7 +423,12 @@ def _fake_torch():
       Event=Event, stream=lambda s: contextlib.nullcontext())
   torch.backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: 0))
   functional = types.ModuleType("torch.nn.functional")
-  functional.conv2d = lambda x, w, stride=1, dilation=1: _FakeTensor(np.zeros(1, np.float16))
+  def conv2d(x, w, stride=1, dilation=1, groups=1):
+    del stride, dilation
+    assert x.arr.shape[1] == w.arr.shape[1] * groups, "PyTorch's grouped conv2d shapes"
+    return _FakeTensor(np.zeros(1, np.float16))
+
+  functional.conv2d = conv2d
 
   def pad(t, pads):
     left, right, top, bottom = pads
@@ -425,14 +467,19 @@ def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
     layout = {"x32": "x32", "nhwc": "nhwc-i32"}.get(
         os.environ.get("TF_FUSED_INT8_GPU_LAYOUT", ""), "x4")
     out[...] = lib.emulate(conv, layout, xv, wv, bias, sidev, scale, out.shape)
+    if conv.groups > 1:  # the direct kernel: no cuDNN, no candidates (RunFusedConvGpu)
+      calls.append(f"direct/{conv.groups}")
+      return dict(device="fake", plan="direct/grouped", tuned_now=False, candidates=[])
     calls.append(layout)
     return dict(device="fake", plan=f"emulated/{layout}", tuned_now=True,
                 candidates=[dict(name=f"emulated/{layout}", outcome="ok (baseline)",
                                  time_ms=0.5, workspace_bytes=0)])
 
   cases = harness.make_cases()
+  grouped = [c for c in cases if c.name in ("mnv2_dw_112x32_s1", "dw_asym_pad",
+                                              "grouped_8ch_d2_explicit")]
   picked = (cases[:4] + [c for c in cases if c.deterministic] +
-            [c for c in cases if c.in_c == 64 and not c.perf][:2])
+            [c for c in cases if c.in_c == 64 and not c.perf][:2] + grouped)
   results = _run_harness_on_a_fake_gpu(lib, monkeypatch, tmp_path, fake_gpu_conv, picked,
                                        seed=7, iters=2, verbose=True)
   assert results["failures"] == 0 and results["errors"] == 0
@@ -440,6 +487,17 @@ def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
   assert {"x4", "x32", "nhwc-i32"} <= set(calls)
   assert any(f["env"] == "TF_FUSED_INT8_GPU_PATH=legacy" for f in results["forced"])
   assert "TF_FUSED_INT8_GPU_LAYOUT" not in os.environ
+  # The GPU gets a depthwise layer as groups of 4 channels (mnv2_dw_112x32_s1: 32 -> 8 groups).
+  assert {"direct/8", "direct/4"} <= set(calls)
+  rows = {r["case"]: r for r in results["rows"]}
+  assert all(rows[c.name]["plan"] == "direct/grouped" and rows[c.name]["groups"] == c.groups
+             for c in grouped)
+  # Grouped calls with asymmetric padding under a forced legacy path: still the direct kernel.
+  forced_grouped = [f for f in results["forced"] if f["case"] in ("dw_asym_pad",
+                                                                  "grouped_8ch_d2_explicit")]
+  assert len(forced_grouped) == 2 and all(
+      f["env"] == "TF_FUSED_INT8_GPU_PATH=legacy" and f["result"] == "direct/grouped: exact"
+      for f in forced_grouped)
 
 
 _NO_X32 = ("NOT_FOUND: no cuDNN engine or algorithm runs this int8 convolution exactly "

@@ -3,9 +3,10 @@
 # builds the TF-free GPU backend (cc/core/gpu) + the reference kernel into
 # libtfi_gpu_harness.so with plain g++, then runs
 #   1. the host-side unit test (tests/cc/gpu_host_test.cc, same as CI),
-#   2. tools/gpu_harness/harness.py: >= 50 shapes on the GPU, every output compared bit for bit
-#      with the CPU reference, autotuning choice and time per shape next to PyTorch fp16
-#      (channels_last), plus forced-path reruns (legacy cuDNN API, INT8x32, autotuning off).
+#   2. tools/gpu_harness/harness.py: >= 50 shapes on the GPU (grouped and depthwise ones on our
+#      direct kernel included), every output compared bit for bit with the CPU reference,
+#      autotuning choice and time per shape next to PyTorch fp16 (channels_last), plus
+#      forced-path reruns (legacy cuDNN API, INT8x32, autotuning off).
 #
 #   tools/gpu_check.sh                 # everything (a few minutes on an H200)
 #   tools/gpu_check.sh --skip-perf     # only the correctness sweep (extra args go to harness.py)

@@ -413,12 +413,54 @@ void TestSpecsAndLayouts() {
   bad = SampleGeometry();
   bad.in_c = 6;
   EXPECT(ValidateGpuGeometry(bad).code() == StatusCode::kInvalidArgument, "in_c");
-  bad = SampleGeometry();
-  bad.groups = 2;
-  st = ValidateGpuGeometry(bad);
-  EXPECT(st.code() == StatusCode::kUnimplemented &&
-             st.message().find("groups") != std::string::npos,
-         "grouped GPU call: %s", st.ToString().c_str());
+  // Grouped calls are accepted (the direct kernel); groups that do not divide
+  // the depths, or leave a group a partial int8x4 word, are InvalidArgument
+  // naming the depth and groups, never a crash.
+  ConvGeometry grouped = SampleGeometry();  // in_c 32, out_c 12
+  grouped.groups = 4;
+  EXPECT(ValidateGpuGeometry(grouped).ok() && UsesDirectKernel(grouped) &&
+             !UsesDirectKernel(SampleGeometry()),
+         "grouped GPU call: %s", ValidateGpuGeometry(grouped).ToString().c_str());
+  struct BadGroups {
+    int64_t in_c, out_c, groups;
+    const char* says;
+  };
+  for (const BadGroups& b : {BadGroups{32, 12, 8, "filter output depth (filter dimension 0, 12)"},
+                             BadGroups{32, 12, 3, "conv_input depth (32) must be a multiple"},
+                             BadGroups{32, 16, 16, "leaves 2 input channels per group"},
+                             BadGroups{32, 12, 0, "must be at least 1"},
+                             BadGroups{32, 12, -4, "must be at least 1"}}) {
+    bad = SampleGeometry();
+    bad.in_c = b.in_c;
+    bad.out_c = b.out_c;
+    bad.groups = b.groups;
+    st = ValidateGpuGeometry(bad);
+    EXPECT(st.code() == StatusCode::kInvalidArgument &&
+               st.message().find(b.says) != std::string::npos &&
+               st.message().find("groups (" + std::to_string(b.groups)) != std::string::npos,
+           "groups %lld: %s", static_cast<long long>(b.groups), st.ToString().c_str());
+    // The emulated pipeline refuses the same way, before touching any pointer.
+    GpuConvArgs args;
+    args.geo = bad;
+    std::vector<uint32_t> y;
+    EXPECT(EmulateConvOutput(args, ConvLayout::kVect4, &y).code() ==
+               StatusCode::kInvalidArgument,
+           "emulation, groups %lld", static_cast<long long>(b.groups));
+    EXPECT(EmulateGpuPipeline(args, ConvLayout::kVect32).code() == StatusCode::kInvalidArgument,
+           "pipeline, groups %lld", static_cast<long long>(b.groups));
+  }
+  // ComputeGeometry (what the op and the harness call first) rejects the
+  // ones that do not divide, with the same names.
+  for (const BadGroups& b : {BadGroups{32, 12, 8, "filter output depth (12) must be a multiple"},
+                             BadGroups{32, 12, 3, "conv_input depth (32) must be a multiple"}}) {
+    bad = SampleGeometry();
+    bad.in_c = b.in_c;
+    bad.out_c = b.out_c;
+    bad.groups = b.groups;
+    const std::string e = ComputeGeometry(Padding::kSame, &bad);
+    EXPECT(e.find(b.says) != std::string::npos, "ComputeGeometry groups %lld: %s",
+           static_cast<long long>(b.groups), e.c_str());
+  }
   EXPECT(X32Candidate(SampleGeometry(), 9, 0) && !X32Candidate(SampleGeometry(), 7, 0),
          "x32 needs sm_75+");
   ConvGeometry c36 = SampleGeometry();
@@ -656,7 +698,7 @@ void TestSampleCheck() {
       EXPECT(q.images == (g.batch > 1 ? 2u : 1u), "images %u", q.images);
       EXPECT(q.sample_pixels == std::min<int64_t>(pixels, kSampleCheckMaxPixels),
              "sample_pixels %u of %lld", q.sample_pixels, static_cast<long long>(pixels));
-      EXPECT(q.samples == q.images * q.sample_pixels * q.out_c, "samples %u", q.samples);
+      EXPECT(q.samples == q.images * q.sample_pixels * q.ops.out_c, "samples %u", q.samples);
       all_pixels += q.sample_pixels == pixels;
       uint32_t first = 0;
       int32_t want = 0;
@@ -682,20 +724,21 @@ void TestSampleCheck() {
       q.conv = spec.Output(bad.data());
       m = RunSampleCheckOnHost(q, &first, &want, &got);
       const uint32_t slot_last = q.sample_pixels == pixels ? static_cast<uint32_t>(pixels - 1) : 3u;
-      const uint32_t t_last = ((q.images - 1) * q.sample_pixels + slot_last) * q.out_c + q.out_c - 1;
+      const uint32_t t_last =
+          ((q.images - 1) * q.sample_pixels + slot_last) * q.ops.out_c + q.ops.out_c - 1;
       // Later slots may sample a corner pixel again.
       auto samples_of = [&q](uint32_t image, uint32_t pixel, uint32_t c, uint32_t* first_t) {
         uint32_t k = 0;
         for (uint32_t slot = q.sample_pixels; slot-- > 0;) {
           if (SamplePixel(q, slot) == pixel) {
-            *first_t = (image * q.sample_pixels + slot) * q.out_c + c;
+            *first_t = (image * q.sample_pixels + slot) * q.ops.out_c + c;
             ++k;
           }
         }
         return k;
       };
       uint32_t first_want = 0;
-      uint32_t k = samples_of(q.images - 1, static_cast<uint32_t>(pixels - 1), q.out_c - 1,
+      uint32_t k = samples_of(q.images - 1, static_cast<uint32_t>(pixels - 1), q.ops.out_c - 1,
                               &first_want);
       EXPECT(k >= 1 && first_want <= t_last, "slot %u -> pixel %u", slot_last,
              SamplePixel(q, slot_last));
@@ -755,7 +798,7 @@ void TestSampleCheck() {
   g.filter_h = g.filter_w = 3;
   EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "geometry");
   const SampleCheckParams q = MakeSampleCheckParams(g, ConvOutput{}, nullptr, nullptr, nullptr);
-  const int64_t work = static_cast<int64_t>(q.samples) * q.in_c4 * 9;
+  const int64_t work = static_cast<int64_t>(q.samples) * q.ops.in_c4 * 9;
   EXPECT(q.sample_pixels >= kSampleCheckMinPixels && q.sample_pixels < kSampleCheckMaxPixels &&
              q.images == 2,
          "big: %u pixels", q.sample_pixels);
@@ -871,6 +914,196 @@ void TestPipelineSweep() {
 }
 
 // ---------------------------------------------------------------------------
+// Grouped and depthwise convolutions: the direct kernel's own code
+// (DirectConvElement) + the epilogue, emulated, vs the reference kernel on
+// the layer as given. A depthwise layer (groups = in_c, filter input depth 1)
+// reaches the GPU in the only form NCHW_VECT_C has for it (the filter input
+// depth is 4 * filter dimension 1): groups = in_c / 4 with a filter whose
+// lane c % 4 holds channel c's weights, zeros elsewhere.
+void TestGroupedSweep() {
+  std::mt19937 rng(4242);
+  auto uni = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  // kind: 0 depthwise, 1 depthwise with channel multiplier 2, 2 groups of 4
+  // channels, 3 groups of 8, 4 groups of 16.
+  int cases = 0, per_kind[5] = {0, 0, 0, 0, 0}, explicit_asym = 0, extremes = 0, dilated = 0,
+      strided = 0, k5 = 0, batched = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    const int kind = iter % 5;
+    const bool depthwise = kind <= 1;
+    ConvGeometry ref;  // the layer as given (reference kernel, NHWC)
+    static const int kKernel[][2] = {{3, 3}, {3, 3}, {5, 5}, {1, 1}, {3, 1}, {7, 7}};
+    const int k = uni(0, 5);
+    ref.filter_h = kKernel[k][0];
+    ref.filter_w = kKernel[k][1];
+    ref.stride_h = uni(1, 2);
+    ref.stride_w = uni(0, 3) == 0 ? uni(1, 2) : ref.stride_h;
+    ref.dilation_h = uni(0, 3) == 0 ? 2 : 1;
+    ref.dilation_w = uni(0, 3) == 0 ? 2 : 1;
+    ref.batch = uni(1, 3);
+    ref.in_h = (ref.filter_h - 1) * ref.dilation_h + 1 + uni(0, 7);
+    ref.in_w = (ref.filter_w - 1) * ref.dilation_w + 1 + uni(0, 7);
+    int64_t group_in = 0;
+    if (depthwise) {
+      ref.in_c = 4 * uni(1, 8);
+      ref.groups = ref.in_c;
+      ref.out_c = ref.in_c * (kind == 1 ? 2 : 1);
+      group_in = 1;
+    } else {
+      group_in = int64_t{4} << (kind - 2);  // 4, 8, 16
+      ref.groups = uni(2, 5);
+      ref.in_c = group_in * ref.groups;
+      do {
+        ref.out_c = ref.groups * std::vector<int>{1, 2, 4, 8}[uni(0, 3)];
+      } while (ref.out_c % 4 != 0);
+    }
+    const int pad_kind = uni(0, 2);
+    Padding padding = pad_kind == 0 ? Padding::kSame : pad_kind == 1 ? Padding::kValid
+                                                                     : Padding::kExplicit;
+    if (padding == Padding::kExplicit) {
+      ref.pad_top = uni(0, 3);
+      ref.pad_bottom = uni(0, 3);
+      ref.pad_left = uni(0, 3);
+      ref.pad_right = uni(0, 3);
+      explicit_asym += ref.pad_top != ref.pad_bottom || ref.pad_left != ref.pad_right;
+    }
+    std::string e = ComputeGeometry(padding, &ref);
+    EXPECT(e.empty(), "%s", e.c_str());
+    if (!e.empty()) continue;
+    // The NCHW_VECT_C call: the same geometry, groups of whole int8x4 words.
+    ConvGeometry g = ref;
+    g.groups = depthwise ? ref.in_c / 4 : ref.groups;
+    e = ComputeGeometry(padding, &g);
+    EXPECT(e.empty() && g.out_h == ref.out_h && g.out_w == ref.out_w && g.GroupInC() % 4 == 0,
+           "%s", e.c_str());
+    if (!e.empty()) continue;
+
+    const bool extreme = iter % 11 == 6;  // all -128: the largest |acc| of the shape
+    std::vector<int8_t> x(static_cast<size_t>(ref.InputElements())),
+        w(static_cast<size_t>(ref.FilterElements())),
+        side(static_cast<size_t>(ref.OutputElements()));
+    for (auto& v : x) v = extreme ? int8_t{-128} : static_cast<int8_t>(uni(-128, 127));
+    for (auto& v : w) v = extreme ? int8_t{-128} : static_cast<int8_t>(uni(-128, 127));
+    for (auto& v : side) v = static_cast<int8_t>(uni(-128, 127));
+    // The GPU's HWIO filter before OIHW_VECT_I: w itself, or the depthwise
+    // filter spread over the 4 lanes of each group.
+    std::vector<int8_t> wg = w;
+    if (depthwise) {
+      const int64_t m = ref.out_c / ref.in_c;
+      wg.assign(static_cast<size_t>(g.FilterElements()), 0);
+      for (int64_t ky = 0; ky < ref.filter_h; ++ky)
+        for (int64_t kx = 0; kx < ref.filter_w; ++kx)
+          for (int64_t o = 0; o < ref.out_c; ++o) {
+            const int64_t lane = (o / m) % 4;
+            wg[static_cast<size_t>(((ky * ref.filter_w + kx) * 4 + lane) * ref.out_c + o)] =
+                w[static_cast<size_t>((ky * ref.filter_w + kx) * ref.out_c + o)];
+          }
+    }
+    const bool per_channel = uni(0, 1);
+    std::vector<float> scale(per_channel ? ref.out_c : 1), bias(static_cast<size_t>(ref.out_c));
+    for (auto& sc : scale) sc = std::ldexp(static_cast<float>(uni(1, 1 << 20)), -uni(16, 28));
+    for (auto& b : bias) b = static_cast<float>(uni(-200, 200)) * 0.25f;
+    const bool with_side = uni(0, 1);
+    const float side_scale = with_side ? static_cast<float>(uni(-8, 8)) * 0.37f : 0.0f;
+    const Activation act = uni(0, 1) ? Activation::kRelu : Activation::kNone;
+
+    FusedConvArgs r;
+    r.geo = ref;
+    r.input = x.data();
+    r.filter = w.data();
+    r.bias = bias.data();
+    r.side_input = with_side ? side.data() : nullptr;
+    r.conv_input_scale = scale.data();
+    r.per_channel_scale = per_channel;
+    r.side_input_scale = side_scale;
+    r.activation = act;
+    std::vector<int8_t> want(side.size());
+    r.output = want.data();
+    RunReference(r);
+
+    std::vector<int8_t> xv(x.size()), wv(wg.size()), sv(side.size()), outv(side.size());
+    NhwcToNchwVectC(x.data(), g.batch, g.in_h, g.in_w, g.in_c, 4, xv.data());
+    HwioToOihwVectI(wg.data(), g.filter_h, g.filter_w, g.GroupInC(), g.out_c, 4, wv.data());
+    NhwcToNchwVectC(side.data(), g.batch, g.out_h, g.out_w, g.out_c, 4, sv.data());
+    GpuConvArgs a;
+    a.geo = g;
+    a.input = xv.data();
+    a.filter = wv.data();
+    a.bias = bias.data();
+    a.side_input = with_side ? sv.data() : nullptr;
+    a.conv_input_scale = scale.data();
+    a.per_channel_scale = per_channel;
+    a.side_input_scale = side_scale;
+    a.activation = act;
+    a.output = outv.data();
+    // The layout is ignored for grouped calls (no cuDNN), x32 included. (A
+    // depthwise layer of 4 channels is one group of 4 on the GPU: cuDNN's.)
+    ConvLayout other = static_cast<ConvLayout>(uni(1, 3));
+    if (!UsesDirectKernel(g) && other == ConvLayout::kVect32 && g.in_c % 32 != 0) {
+      other = ConvLayout::kNhwcFloat;
+    }
+    std::vector<int8_t> first;
+    for (ConvLayout layout : {ConvLayout::kVect4, other}) {
+      std::fill(outv.begin(), outv.end(), int8_t{77});
+      const Status st = EmulateGpuPipeline(a, layout);
+      EXPECT(st.ok(), "%s", st.ToString().c_str());
+      std::vector<int8_t> got(outv.size());
+      NchwVectCToNhwc(outv.data(), g.batch, g.out_c, g.out_h, g.out_w, 4, g.out_c, got.data());
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != want[i];
+      EXPECT(mismatches == 0,
+             "iter %d kind %d %s: %lld of %zu differ (k %lldx%lld s %lldx%lld d %lldx%lld "
+             "c %lld->%lld groups %lld, GPU groups %lld)",
+             iter, kind, ConvLayoutName(layout), static_cast<long long>(mismatches), got.size(),
+             static_cast<long long>(g.filter_h), static_cast<long long>(g.filter_w),
+             static_cast<long long>(g.stride_h), static_cast<long long>(g.stride_w),
+             static_cast<long long>(g.dilation_h), static_cast<long long>(g.dilation_w),
+             static_cast<long long>(g.in_c), static_cast<long long>(g.out_c),
+             static_cast<long long>(ref.groups), static_cast<long long>(g.groups));
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT(got == first, "iter %d: layout %s changed a grouped result", iter,
+               ConvLayoutName(layout));
+      }
+    }
+    // The direct kernel's y passes the autotuner's sample check, whose exact
+    // sums (ExactAcc) read the same grouped operands.
+    std::vector<uint32_t> y;
+    EXPECT(EmulateConvOutput(a, ConvLayout::kVect4, &y).ok() &&
+               y.size() == static_cast<size_t>(g.OutputElements()),
+           "direct y");
+    if (!y.empty()) {
+      const SampleCheckParams q = MakeSampleCheckParams(
+          g, MakeConvSpec(g, ConvLayout::kVect4, 16).Output(y.data()), xv.data(), wv.data(),
+          nullptr);
+      EXPECT(q.ops.group_c4 == static_cast<uint32_t>(g.GroupInC() / 4) &&
+                 q.ops.group_out_c == static_cast<uint32_t>(g.GroupOutC()),
+             "group words");
+      uint32_t t = 0;
+      int32_t want_acc = 0;
+      float got_acc = 0;
+      EXPECT(RunSampleCheckOnHost(q, &t, &want_acc, &got_acc) == 0, "iter %d: sample check",
+             iter);
+    }
+    ++cases;
+    ++per_kind[kind];
+    extremes += extreme;
+    dilated += g.dilation_h > 1 || g.dilation_w > 1;
+    strided += g.stride_h > 1;
+    k5 += g.filter_h == 5;
+    batched += g.batch > 1;
+  }
+  EXPECT(cases == 150 && explicit_asym > 5 && extremes > 5 && dilated > 5 && strided > 5 &&
+             k5 > 5 && batched > 5,
+         "grouped sweep: %d cases, %d asymmetric explicit, %d extreme, %d dilated, %d strided, "
+         "%d 5x5, %d batched",
+         cases, explicit_asym, extremes, dilated, strided, k5, batched);
+  for (int kind = 0; kind < 5; ++kind) EXPECT(per_kind[kind] == 30, "kind %d", kind);
+  std::printf("grouped/depthwise (direct kernel) emulation: %d cases bit-exact vs reference\n",
+              cases);
+}
+
+// ---------------------------------------------------------------------------
 void TestNoGpu() {
   GpuApi api;
   std::string missing;
@@ -892,7 +1125,8 @@ void TestNoGpu() {
 
   const std::string ptx = EmbeddedPtx();
   for (const char* k : {kEpilogueKernelName, kX4ToX32KernelName, kTransposeKernelName,
-                        kCountMismatchKernelName, kCheckSampleKernelName}) {
+                        kCountMismatchKernelName, kCheckSampleKernelName,
+                        kDirectConvKernelName}) {
     EXPECT(ptx.find(std::string(".entry ") + k + "(") != std::string::npos, "PTX has %s", k);
   }
   EXPECT(ptx.find(".target sm_61") != std::string::npos && ptx.find(".version 6.0") != std::string::npos,
@@ -917,6 +1151,7 @@ int main() {
   TestCompare();
   TestSampleCheck();
   TestPipelineSweep();
+  TestGroupedSweep();
   TestNoGpu();
   if (::tf_fused_int8::testing::ExpectFailures()) {
     std::fprintf(stderr, "gpu_host_test: %d failure(s)\n", ::tf_fused_int8::testing::ExpectFailures());

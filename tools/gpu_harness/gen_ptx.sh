@@ -35,7 +35,8 @@ sed -e "s/^\.version .*/.version ${PTX_VERSION}/" \
 for arch in sm_75 sm_90; do
   "${PTXAS}" -arch="${arch}" -o /dev/null "${tmp}/kernels.ptx"
 done
-for k in tfi_epilogue_x4 tfi_x4_to_x32 tfi_transpose_words tfi_count_mismatch tfi_check_sample; do
+for k in tfi_epilogue_x4 tfi_x4_to_x32 tfi_transpose_words tfi_count_mismatch tfi_check_sample \
+    tfi_direct_conv; do
   grep -q "^\.visible \.entry ${k}(" "${tmp}/kernels.ptx" || { echo "gen_ptx: kernel ${k} missing" >&2; exit 1; }
 done
 

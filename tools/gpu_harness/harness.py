@@ -38,8 +38,9 @@ class TfiConv(ctypes.Structure):
   """Mirrors TfiConv in harness_api.cc."""
   _fields_ = [(name, ctypes.c_int64) for name in (
       "batch", "in_h", "in_w", "in_c", "out_c", "filter_h", "filter_w",
-      "stride_h", "stride_w", "dilation_h", "dilation_w")] + [
-          ("padding_same", ctypes.c_int32),
+      "stride_h", "stride_w", "dilation_h", "dilation_w", "groups", "pad_top", "pad_bottom",
+      "pad_left", "pad_right")] + [
+          ("padding", ctypes.c_int32),  # 0 VALID, 1 SAME, 2 EXPLICIT (the pads)
           ("relu", ctypes.c_int32),
           ("per_channel_scale", ctypes.c_int32),
           ("deterministic", ctypes.c_int32),
@@ -61,21 +62,54 @@ class Case:
   kw: int
   stride: tuple = (1, 1)
   dilation: tuple = (1, 1)
-  padding: str = "SAME"
+  padding: object = "SAME"  # "SAME", "VALID" or explicit (top, bottom, left, right)
   side: bool = False
   relu: bool = True
   per_channel: bool = False
-  special: str = ""  # "", "nan_inf", "big_acc"
+  special: str = ""  # "", "nan_inf", "big_acc", "extreme" (all -128 x; w -128, 127)
   perf: bool = False  # a larger shape, mainly for timing
   deterministic: bool = False
   lut: bool = False  # an output lookup table (the op's output_lut)
+  # As tf.nn.conv2d: in_c / filter input depth; groups == in_c is depthwise
+  # (channel multiplier out_c / in_c). The GPU gets the grouped form NCHW_VECT_C can
+  # express (gpu_groups, gpu_filter).
+  groups: int = 1
+
+  @property
+  def depthwise(self):
+    return self.groups > 1 and self.groups == self.in_c
+
+  @property
+  def gpu_groups(self):
+    """The op's groups for the NCHW_VECT_C call: its filter input depth is
+    4 * filter dimension 1, so a depthwise layer runs as groups of 4
+    channels with a filter that has one channel per lane (gpu_filter)."""
+    return self.in_c // 4 if self.depthwise else self.groups
+
+  def gpu_filter(self, w):
+    """The HWIO filter of the NCHW_VECT_C call: `w` itself, or for a depthwise
+    layer [Kh, Kw, 1, C*m] -> [Kh, Kw, 4, C*m] where output channel o (input
+    channel c = o // m, group c // 4 of gpu_groups) has its weight in lane
+    c % 4 and zeros in the other lanes: the same sums."""
+    if not self.depthwise:
+      return w
+    m = self.out_c // self.in_c
+    o = np.arange(self.out_c)
+    e = np.zeros(w.shape[:2] + (4, self.out_c), np.int8)
+    e[:, :, (o // m) % 4, o] = w[:, :, 0, o]
+    return e
 
   def describe(self):
     s = (f"n{self.batch} {self.h}x{self.w}x{self.in_c}->{self.out_c} "
          f"k{self.kh}x{self.kw} s{self.stride[0]}x{self.stride[1]}")
     if self.dilation != (1, 1):
       s += f" d{self.dilation[0]}x{self.dilation[1]}"
-    s += f" {self.padding}"
+    if self.depthwise:
+      s += f" dw*{self.out_c // self.in_c}"
+    elif self.groups > 1:
+      s += f" g{self.groups}/{self.in_c // self.groups}ch"
+    s += (f" {self.padding}" if isinstance(self.padding, str)
+          else " pad" + ",".join(str(v) for v in self.padding))
     s += " side" if self.side else ""
     s += " relu" if self.relu else ""
     s += " pc" if self.per_channel else ""
@@ -84,14 +118,20 @@ class Case:
     s += " lut" if self.lut else ""
     return s
 
-  def conv_struct(self, side_scale, lut=None):
+  def conv_struct(self, side_scale, lut=None, gpu=False):
+    """The C API's struct; gpu=True: the NCHW_VECT_C call's (gpu_groups)."""
     c = TfiConv()
     c.batch, c.in_h, c.in_w = self.batch, self.h, self.w
     c.in_c, c.out_c = self.in_c, self.out_c
     c.filter_h, c.filter_w = self.kh, self.kw
     c.stride_h, c.stride_w = self.stride
     c.dilation_h, c.dilation_w = self.dilation
-    c.padding_same = 1 if self.padding == "SAME" else 0
+    c.groups = self.gpu_groups if gpu else self.groups
+    if isinstance(self.padding, str):
+      c.padding = 1 if self.padding == "SAME" else 0
+    else:
+      c.padding = 2
+      c.pad_top, c.pad_bottom, c.pad_left, c.pad_right = self.padding
     c.relu = 1 if self.relu else 0
     c.per_channel_scale = 1 if self.per_channel else 0
     c.deterministic = 1 if self.deterministic else 0
@@ -152,20 +192,57 @@ def make_cases():
            relu=False, perf=True),
       Case("stem_k7_s2", 4, 112, 112, 4, 64, 7, 7, stride=(2, 2), per_channel=True, perf=True),
   ]
+  cases += grouped_cases()
   return cases
+
+
+def grouped_cases():
+  """Grouped and depthwise convolutions (groups > 1: the direct kernel, no
+  cuDNN): MobileNetV2's depthwise 3x3 layers (stride 1 and 2, batch 1 and 8),
+  a channel multiplier of 2, groups of 4, 8, 16 and 32 channels, dilation 2,
+  asymmetric explicit and SAME padding, odd sizes, 5x5, all -128 operands.
+  Small enough for --cpu-only, so none is a perf case."""
+  dw = dict(kh=3, kw=3, per_channel=True)
+  return [
+      Case("mnv2_dw_112x32_s1", 1, 112, 112, 32, 32, groups=32, **dw),
+      Case("mnv2_dw_112x96_s2", 1, 112, 112, 96, 96, stride=(2, 2), groups=96, **dw),
+      Case("mnv2_dw_56x144_s1", 1, 56, 56, 144, 144, groups=144, side=True, **dw),
+      Case("mnv2_dw_56x144_s2", 1, 56, 56, 144, 144, stride=(2, 2), groups=144, **dw),
+      Case("mnv2_dw_14x384_s1", 1, 14, 14, 384, 384, groups=384, **dw),
+      Case("mnv2_dw_7x960_s1", 1, 7, 7, 960, 960, groups=960, **dw),
+      Case("mnv2_dw_28x192_s2_n8", 8, 28, 28, 192, 192, stride=(2, 2), groups=192, **dw),
+      Case("dw_mult2_k5", 2, 13, 11, 12, 24, 5, 5, groups=12, side=True, relu=False),
+      Case("dw_dilated", 1, 17, 15, 16, 16, 3, 3, dilation=(2, 2), groups=16, side=True,
+           per_channel=True),
+      Case("dw_asym_pad", 2, 9, 10, 8, 8, 3, 3, stride=(2, 2), padding=(0, 2, 1, 0),
+           groups=8, relu=False),
+      Case("grouped_4ch_k3", 2, 15, 13, 32, 32, 3, 3, groups=8, side=True, per_channel=True),
+      Case("grouped_8ch_s2", 1, 28, 28, 64, 128, 3, 3, stride=(2, 2), groups=8,
+           per_channel=True),
+      Case("grouped_16ch_k1", 2, 14, 14, 64, 64, 1, 1, groups=4, relu=False),
+      Case("grouped_8ch_d2_explicit", 1, 16, 17, 32, 16, 3, 3, dilation=(2, 2),
+           padding=(3, 1, 0, 2), groups=4, side=True),
+      Case("grouped_4ch_k5_valid", 3, 11, 9, 16, 8, 5, 5, padding="VALID", groups=4),
+      Case("grouped_32ch_big_acc", 1, 7, 7, 64, 16, 7, 7, groups=2, relu=False,
+           special="big_acc"),
+      Case("dw_extreme", 2, 6, 7, 16, 16, 3, 3, groups=16, relu=False, special="extreme"),
+      Case("grouped_8ch_extreme", 1, 9, 8, 32, 32, 5, 5, groups=4, per_channel=True,
+           special="extreme"),
+  ]
 
 
 def make_data(case, seed):
   """Random NHWC input, HWIO filter, bias, scale, side input for `case`."""
   rng = np.random.default_rng(seed)
-  if case.special == "big_acc":
+  if case.special in ("big_acc", "extreme"):
     x = np.full((case.batch, case.h, case.w, case.in_c), -128, np.int8)
-    w = np.full((case.kh, case.kw, case.in_c, case.out_c), -128, np.int8)
+    w = np.full((case.kh, case.kw, case.in_c // case.groups, case.out_c), -128, np.int8)
     w[..., 1::2] = 127
   else:
     x = rng.integers(-128, 128, (case.batch, case.h, case.w, case.in_c), dtype=np.int8)
-    w = rng.integers(-128, 128, (case.kh, case.kw, case.in_c, case.out_c), dtype=np.int8)
-  depth = case.kh * case.kw * case.in_c
+    w = rng.integers(-128, 128, (case.kh, case.kw, case.in_c // case.groups, case.out_c),
+                     dtype=np.int8)
+  depth = case.kh * case.kw * (case.in_c // case.groups)
   n_scale = case.out_c if case.per_channel else 1
   # Scales that put outputs across the whole int8 range (and ties at .5).
   base = 64.0 / (128.0 * 128.0 * math.sqrt(depth))
@@ -196,9 +273,9 @@ class Lib:
     p = ctypes.c_void_p
     i64 = ctypes.c_int64
     L.tfi_abi_version.restype = ctypes.c_int
-    if L.tfi_abi_version() != 3 or L.tfi_sizeof_conv() != ctypes.sizeof(TfiConv):
-      raise RuntimeError(f"{path}: unexpected ABI (struct size {L.tfi_sizeof_conv()} vs "
-                         f"{ctypes.sizeof(TfiConv)})")
+    if L.tfi_abi_version() != 4 or L.tfi_sizeof_conv() != ctypes.sizeof(TfiConv):
+      raise RuntimeError(f"{path}: unexpected ABI (version {L.tfi_abi_version()}, want 4; "
+                         f"struct size {L.tfi_sizeof_conv()} vs {ctypes.sizeof(TfiConv)})")
     L.tfi_output_geometry.argtypes = [ctypes.POINTER(TfiConv), ctypes.POINTER(i64),
                                       ctypes.POINTER(i64), ctypes.POINTER(i64), p, ctypes.c_int]
     L.tfi_reference_nhwc.argtypes = [ctypes.POINTER(TfiConv), p, p, p, p, p, p, p, ctypes.c_int]
@@ -344,16 +421,19 @@ def prepare(lib, case, seed):
   """Host inputs (NHWC and NCHW_VECT_C) and the reference output of `case`."""
   d = make_data(case, seed)
   side_scale = float(d["side_scale"])
-  conv = case.conv_struct(side_scale, d["lut"])
+  conv = case.conv_struct(side_scale, d["lut"], gpu=True)
+  ref_conv = case.conv_struct(side_scale, d["lut"])
   oh, ow, pads = lib.output_geometry(conv)
   side = None
   if case.side:
     side = np.random.default_rng(d["side_seed"]).integers(
         -128, 128, (case.batch, oh, ow, case.out_c), dtype=np.int8)
-  want = lib.reference(conv, d["x"], d["w"], d["bias"], side, d["scale"])
+  # The reference computes the layer as given (a depthwise one with groups = in_c), the GPU
+  # its NCHW_VECT_C form (conv, gpu_filter).
+  want = lib.reference(ref_conv, d["x"], d["w"], d["bias"], side, d["scale"])
   return dict(conv=conv, x=d["x"], w=d["w"], bias=d["bias"], scale=d["scale"], side=side,
               lut=d["lut"],
-              xv=lib.nhwc_to_vect(d["x"]), wv=lib.hwio_to_vect(d["w"]),
+              xv=lib.nhwc_to_vect(d["x"]), wv=lib.hwio_to_vect(case.gpu_filter(d["w"])),
               sidev=None if side is None else lib.nhwc_to_vect(side),
               want=want, wantv=lib.nhwc_to_vect(want), out_hw=(oh, ow), pads=pads)
 
@@ -376,7 +456,8 @@ def run_cpu_only(lib, cases, args):
     shape = p["wantv"].shape
     results = []
     for layout in LAYOUTS:
-      if layout == "x32" and case.in_c % 32:
+      # Grouped convolutions run the direct kernel whatever the layout (no cuDNN): once.
+      if (layout == "x32" and case.in_c % 32) or (case.groups > 1 and layout != "x4"):
         results.append("-")
         continue
       got = lib.emulate(p["conv"], layout, p["xv"], p["wv"], p["bias"], p["sidev"], p["scale"],
@@ -447,7 +528,7 @@ def run_gpu(lib, cases, args):
   print(header)
   for idx, (case, fut) in enumerate(zip(cases, futures)):
     p = fut.result()
-    row = dict(case=case.name, desc=case.describe())
+    row = dict(case=case.name, desc=case.describe(), groups=case.groups)
     try:
       t = {k: (None if p[k] is None else torch.from_numpy(np.ascontiguousarray(p[k])).to(dev))
            for k in ("xv", "wv", "bias", "scale", "sidev")}
@@ -477,7 +558,8 @@ def run_gpu(lib, cases, args):
       wh = torch.from_numpy(p["w"]).to(dev).permute(3, 2, 0, 1).half().contiguous(
           memory_format=torch.channels_last)
       theirs = time_ms(torch, stream, lambda: F.conv2d(xh, wh, stride=case.stride,
-                                                       dilation=case.dilation), args.iters)
+                                                       dilation=case.dilation,
+                                                       groups=case.groups), args.iters)
       row.update(plan=meta.get("plan"), candidates=meta.get("candidates", []),
                  tuned_now=meta.get("tuned_now"), device=meta.get("device"),
                  int8_ms=ours, fp16_ms=theirs, bits=text)
@@ -512,13 +594,21 @@ def run_gpu(lib, cases, args):
   forced = []
   unavailable = 0
   if not args.no_forced:
+    # Grouped calls never reach cuDNN: a forced legacy path (which refuses asymmetric
+    # padding) leaves them on the direct kernel.
+    def pick_grouped(c):
+      return c.groups > 1 and not isinstance(c.padding, str)
+
     for env, pick in ((("TF_FUSED_INT8_GPU_PATH", "legacy"),
                        lambda c: c.padding == "VALID" or (c.kh % 2 == 1 and c.stride == (1, 1))),
                       (("TF_FUSED_INT8_GPU_LAYOUT", "x4"), lambda c: True),
                       (("TF_FUSED_INT8_GPU_LAYOUT", "x32"), lambda c: c.in_c % 32 == 0),
                       (("TF_FUSED_INT8_GPU_LAYOUT", "nhwc"), lambda c: True),
-                      (("TF_FUSED_INT8_GPU_AUTOTUNE", "0"), lambda c: True)):
-      chosen = [(i, c) for i, c in enumerate(cases) if pick(c) and not c.perf][:6]
+                      (("TF_FUSED_INT8_GPU_AUTOTUNE", "0"), lambda c: True),
+                      (("TF_FUSED_INT8_GPU_PATH", "legacy"), pick_grouped)):
+      # The cuDNN paths' reruns take ungrouped cases (grouped ones never reach cuDNN).
+      chosen = [(i, c) for i, c in enumerate(cases)
+                if pick(c) and not c.perf and (c.groups > 1) == (pick is pick_grouped)][:6]
       os.environ[env[0]] = env[1]
       try:
         for i, c in chosen:
@@ -551,8 +641,18 @@ def run_gpu(lib, cases, args):
         del os.environ[env[0]]
 
   stats = lib.cache_stats()
-  ratios = [r["int8_ms"] / r["fp16_ms"] for r in rows if "int8_ms" in r and r["fp16_ms"] > 0]
-  gmean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
+
+  def geomean_ratio(rs):
+    ratios = [r["int8_ms"] / r["fp16_ms"] for r in rs if "int8_ms" in r and r["fp16_ms"] > 0]
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
+
+  gmean = geomean_ratio(rows)
+  grouped = [r for r in rows if r["groups"] > 1]
+  if grouped:
+    exact = sum(1 for r in grouped if r.get("bits") == "exact")
+    direct = sum(1 for r in grouped if r.get("plan") == "direct/grouped")
+    print(f"harness: grouped/depthwise: {len(grouped)} cases, {exact} exact, {direct} on the "
+          f"direct kernel, int8/fp16 time ratio geomean {geomean_ratio(grouped):.2f}")
   if unavailable:
     print(f"harness: {unavailable} forced runs refused cleanly: cuDNN offers no engine for "
           "that layout here")

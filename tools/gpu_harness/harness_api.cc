@@ -33,7 +33,9 @@ namespace gpu {
 struct TfiConv {
   int64_t batch, in_h, in_w, in_c, out_c, filter_h, filter_w;
   int64_t stride_h, stride_w, dilation_h, dilation_w;
-  int32_t padding_same;       // 1: SAME, 0: VALID
+  int64_t groups;             // in_c / filter input depth (>= 1)
+  int64_t pad_top, pad_bottom, pad_left, pad_right;  // padding == 2 only
+  int32_t padding;            // 1: SAME, 0: VALID, 2: EXPLICIT (the pads above)
   int32_t relu;               // 1: Relu, 0: None
   int32_t per_channel_scale;  // conv_input_scale has out_c entries
   int32_t deterministic;      // GPU: drop non-deterministic engines
@@ -64,7 +66,16 @@ Status Geometry(const TfiConv& c, ConvGeometry* g) {
   g->stride_w = c.stride_w;
   g->dilation_h = c.dilation_h;
   g->dilation_w = c.dilation_w;
-  const std::string e = ComputeGeometry(c.padding_same ? Padding::kSame : Padding::kValid, g);
+  g->groups = c.groups;
+  if (c.padding < 0 || c.padding > 2) return InvalidArgument("padding must be 0, 1 or 2");
+  if (c.padding == 2) {
+    g->pad_top = c.pad_top;
+    g->pad_bottom = c.pad_bottom;
+    g->pad_left = c.pad_left;
+    g->pad_right = c.pad_right;
+  }
+  const std::string e = ComputeGeometry(
+      c.padding == 2 ? Padding::kExplicit : c.padding == 1 ? Padding::kSame : Padding::kValid, g);
   if (!e.empty()) return InvalidArgument(e);
   return Status::Ok();
 }
@@ -178,7 +189,7 @@ ArenaAllocator* g_arena = nullptr;
 using namespace tf_fused_int8;       // NOLINT
 using namespace tf_fused_int8::gpu;  // NOLINT
 
-TFI_API int tfi_abi_version() { return 3; }
+TFI_API int tfi_abi_version() { return 4; }
 
 TFI_API int tfi_sizeof_conv() { return static_cast<int>(sizeof(TfiConv)); }
 

@@ -8,6 +8,7 @@
 #include "cc/core/gpu/device_kernels.h"
 
 using tf_fused_int8::gpu::CompareParams;
+using tf_fused_int8::gpu::DirectConvParams;
 using tf_fused_int8::gpu::EpilogueParams;
 using tf_fused_int8::gpu::SampleCheckParams;
 using tf_fused_int8::gpu::TransposeParams;
@@ -57,4 +58,12 @@ extern "C" __global__ void __launch_bounds__(256)
       p.result[3] = __float_as_uint(got);
     }
   }
+}
+
+// Grouped and depthwise convolutions (no cuDNN): y = float32(exact acc), one
+// thread per output element; the epilogue kernel runs after it.
+extern "C" __global__ void __launch_bounds__(256)
+    tfi_direct_conv(const DirectConvParams p) {
+  const uint32_t t = GlobalThread();
+  if (t < p.elements) tf_fused_int8::gpu::DirectConvElement(p, t);
 }

@@ -188,28 +188,22 @@ TFI_HD uint32_t ElementsDiffer(const CompareParams& q, uint32_t t) {
   return LoadAcc(q.a, n, c, p) != LoadAcc(q.b, n, c, p) ? 1u : 0u;
 }
 
-// The autotuner's absolute check: the exact accumulator of sampled output
-// elements, computed here from the int8x4 operands with plain integer loops
-// (no cuDNN), against what a candidate wrote. A candidate that differs at any
-// sampled element is dropped; the first one that passes becomes the baseline
-// that every later candidate must equal everywhere (CompareParams). Without
-// it, the first candidate that ran was the baseline unchecked: on an H200 with
-// cuDNN 9.19, three int32-output NHWC engines agreed with each other and not
-// with the true sums, became the baseline, and the right candidates were
-// dropped for differing from them.
+// The int8x4 operands of one convolution, exactly as the op receives them,
+// and its geometry: everything the exact sum of one output element needs
+// (ExactAcc), for the autotuner's sample check and for the direct kernel.
 //
-// Sampled: every output channel of `sample_pixels` pixels of the first image
-// and (images == 2) of the last one. When sample_pixels equals Ho*Wo every
-// pixel is checked; otherwise slots 0-4 are the four corners and the centre
-// (padding and partial tiles), later slots spread over the image. One
-// "thread" per sampled element: t = (image * sample_pixels + slot) * out_c + c.
-struct SampleCheckParams {
-  ConvOutput conv;
+// Grouped convolutions (groups = in_c / filter input depth, as
+// tf.nn.conv2d): output channel c belongs to group c / group_out_c and reads
+// that group's group_c4 words of 4 input channels, x words
+// [(c / group_out_c) * group_c4, ... + group_c4); its filter has group_c4
+// words per window position (OIHW_VECT_I with the filter input depth
+// in_c / groups). In NCHW_VECT_C the filter input depth is 4 * filter
+// dimension 1, so every group spans whole words (ValidateGpuGeometry checks
+// in_c / groups % 4 == 0). An ordinary convolution is one group:
+// group_c4 = in_c4, group_out_c = out_c.
+struct ConvOperands {
   const uint32_t* x;  // NCHW_VECT_C: [N, in_c4, H, W] words of 4 channels
-  const uint32_t* w;  // OIHW_VECT_I: [out_c, in_c4, Kh, Kw] words
-  uint32_t* result;   // [0] mismatches; [1] the first mismatching thread that
-                      // reported (~0u: none), [2] its exact acc, [3] the
-                      // float bits of what the candidate wrote
+  const uint32_t* w;  // OIHW_VECT_I: [out_c, group_c4, Kh, Kw] words
   uint32_t batch;
   uint32_t in_c4;
   uint32_t in_h;
@@ -225,33 +219,40 @@ struct SampleCheckParams {
   uint32_t dilation_w;
   int32_t pad_top;
   int32_t pad_left;
-  uint32_t images;         // 1 or 2
-  uint32_t sample_pixels;  // <= Ho * Wo
-  uint32_t samples;        // images * sample_pixels * out_c
+  uint32_t group_c4;     // words of input channels per group (in_c / groups / 4)
+  uint32_t group_out_c;  // output channels per group (out_c / groups)
+  uint32_t unused;
 };
 
-// The output pixel (oy * Wo + ox) of a sample slot.
-TFI_HD uint32_t SamplePixel(const SampleCheckParams& a, uint32_t slot) {
-  const uint32_t pixels = a.out_h * a.out_w;
-  if (a.sample_pixels >= pixels) return slot;
-  switch (slot) {
-    case 0: return 0;
-    case 1: return a.out_w - 1;
-    case 2: return (a.out_h - 1) * a.out_w;
-    case 3: return pixels - 1;
-    case 4: return (a.out_h / 2) * a.out_w + a.out_w / 2;
-    default: break;
+// acc + the dot product of the 4 signed bytes of xw and of ww, modulo 2^32.
+// On the GPU one dp4a (sm_61+); on the host the same sum byte by byte
+// (unsigned: no overflow in C++).
+TFI_HD uint32_t Dot4Add(uint32_t xw, uint32_t ww, uint32_t acc) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(
+      __dp4a(static_cast<int>(xw), static_cast<int>(ww), static_cast<int>(acc)));
+#else
+  for (uint32_t v = 0; v < 4; ++v) {
+    const int32_t xv = static_cast<int8_t>((xw >> (8 * v)) & 0xffu);
+    const int32_t wv = static_cast<int8_t>((ww >> (8 * v)) & 0xffu);
+    acc += static_cast<uint32_t>(xv * wv);
   }
-  return static_cast<uint32_t>((static_cast<uint64_t>(slot - 5) * 7919u + 13u) % pixels);
+  return acc;
+#endif
 }
 
 // The exact int32 accumulator of output element (n, c, p): the sum of int8
-// products over the filter window, zero outside the input (padding). The sum
-// is formed modulo 2^32 (unsigned, no overflow in C++); ComputeGeometry bounds
-// the window so that the true sum fits int32.
-TFI_HD int32_t ExactAcc(const SampleCheckParams& a, uint32_t n, uint32_t c, uint32_t p) {
+// products over the group's input channels and the filter window, zero
+// outside the input (padding). Formed modulo 2^32 (unsigned), which gives the
+// true sum because it fits int32: ComputeGeometry bounds the reduction depth
+// Kh * Kw * (in_c / groups) to at most (2^31 - 1) / 2^14 = 131071, every
+// product is in [-16256, 16384], so |acc| <= 131071 * 16384 < 2^31 (for
+// partial sums too). The filter's padded lanes, if any, are zero and add
+// nothing.
+TFI_HD int32_t ExactAcc(const ConvOperands& a, uint32_t n, uint32_t c, uint32_t p) {
   const int64_t oy = p / a.out_w;
   const int64_t ox = p % a.out_w;
+  const int64_t q0 = static_cast<int64_t>(c / a.group_out_c) * a.group_c4;  // group's first word
   uint32_t acc = 0;
   for (uint32_t ky = 0; ky < a.filter_h; ++ky) {
     const int64_t iy = oy * a.stride_h - a.pad_top + static_cast<int64_t>(ky) * a.dilation_h;
@@ -259,29 +260,68 @@ TFI_HD int32_t ExactAcc(const SampleCheckParams& a, uint32_t n, uint32_t c, uint
     for (uint32_t kx = 0; kx < a.filter_w; ++kx) {
       const int64_t ix = ox * a.stride_w - a.pad_left + static_cast<int64_t>(kx) * a.dilation_w;
       if (ix < 0 || ix >= a.in_w) continue;
-      for (uint32_t q = 0; q < a.in_c4; ++q) {
+      for (uint32_t q = 0; q < a.group_c4; ++q) {
         const uint32_t xw =
-            a.x[((static_cast<int64_t>(n) * a.in_c4 + q) * a.in_h + iy) * a.in_w + ix];
+            a.x[((static_cast<int64_t>(n) * a.in_c4 + q0 + q) * a.in_h + iy) * a.in_w + ix];
         const uint32_t ww =
-            a.w[((static_cast<int64_t>(c) * a.in_c4 + q) * a.filter_h + ky) * a.filter_w + kx];
-        for (uint32_t v = 0; v < 4; ++v) {
-          const int32_t xv = static_cast<int8_t>((xw >> (8 * v)) & 0xffu);
-          const int32_t wv = static_cast<int8_t>((ww >> (8 * v)) & 0xffu);
-          acc += static_cast<uint32_t>(xv * wv);
-        }
+            a.w[((static_cast<int64_t>(c) * a.group_c4 + q) * a.filter_h + ky) * a.filter_w + kx];
+        acc = Dot4Add(xw, ww, acc);
       }
     }
   }
   return static_cast<int32_t>(acc);
 }
 
+// The autotuner's absolute check: the exact accumulator of sampled output
+// elements, computed here from the int8x4 operands with plain integer loops
+// (no cuDNN, ExactAcc), against what a candidate wrote. A candidate that
+// differs at any sampled element is dropped; the first one that passes
+// becomes the baseline that every later candidate must equal everywhere
+// (CompareParams). Without it, the first candidate that ran was the baseline
+// unchecked: on an H200 with cuDNN 9.19, three int32-output NHWC engines
+// agreed with each other and not with the true sums, became the baseline, and
+// the right candidates were dropped for differing from them.
+//
+// Sampled: every output channel of `sample_pixels` pixels of the first image
+// and (images == 2) of the last one. When sample_pixels equals Ho*Wo every
+// pixel is checked; otherwise slots 0-4 are the four corners and the centre
+// (padding and partial tiles), later slots spread over the image. One
+// "thread" per sampled element: t = (image * sample_pixels + slot) * out_c + c.
+struct SampleCheckParams {
+  ConvOutput conv;
+  ConvOperands ops;
+  uint32_t* result;   // [0] mismatches; [1] the first mismatching thread that
+                      // reported (~0u: none), [2] its exact acc, [3] the
+                      // float bits of what the candidate wrote
+  uint32_t images;         // 1 or 2
+  uint32_t sample_pixels;  // <= Ho * Wo
+  uint32_t samples;        // images * sample_pixels * out_c
+  uint32_t unused;
+};
+
+// The output pixel (oy * Wo + ox) of a sample slot.
+TFI_HD uint32_t SamplePixel(const SampleCheckParams& a, uint32_t slot) {
+  const uint32_t out_w = a.ops.out_w;
+  const uint32_t pixels = a.ops.out_h * out_w;
+  if (a.sample_pixels >= pixels) return slot;
+  switch (slot) {
+    case 0: return 0;
+    case 1: return out_w - 1;
+    case 2: return (a.ops.out_h - 1) * out_w;
+    case 3: return pixels - 1;
+    case 4: return (a.ops.out_h / 2) * out_w + out_w / 2;
+    default: break;
+  }
+  return static_cast<uint32_t>((static_cast<uint64_t>(slot - 5) * 7919u + 13u) % pixels);
+}
+
 // The output element (n, c, p) that sampled element t checks (the "thread"
 // numbering above); the host names a reported t with it too.
 TFI_HD void SampleElement(const SampleCheckParams& a, uint32_t t, uint32_t* n, uint32_t* c,
                           uint32_t* p) {
-  *c = t % a.out_c;
-  const uint32_t r = t / a.out_c;
-  *n = (r / a.sample_pixels) == 0 ? 0u : a.batch - 1;
+  *c = t % a.ops.out_c;
+  const uint32_t r = t / a.ops.out_c;
+  *n = (r / a.sample_pixels) == 0 ? 0u : a.ops.batch - 1;
   *p = SamplePixel(a, r % a.sample_pixels);
 }
 
@@ -290,9 +330,29 @@ TFI_HD void SampleElement(const SampleCheckParams& a, uint32_t t, uint32_t* n, u
 TFI_HD bool SampleDiffers(const SampleCheckParams& a, uint32_t t, int32_t* want, float* got) {
   uint32_t n, c, p;
   SampleElement(a, t, &n, &c, &p);
-  *want = ExactAcc(a, n, c, p);
+  *want = ExactAcc(a.ops, n, c, p);
   *got = LoadAcc(a.conv, n, c, p);
   return !(*got == TFI_I2F(*want));
+}
+
+// The direct kernel: grouped and depthwise convolutions (groups > 1), which
+// the GPU path computes without cuDNN. One "thread" per output element
+// t = (n * out_c + c) * Ho*Wo + p writes y[t] = float32(ExactAcc(n, c, p))
+// (cvt.rn.f32.s32): float32 NCHW, the y of the x4 cuDNN plan, so the
+// epilogue (EpilogueParams, MakeConvSpec(g, kVect4, 16).Output(y)) applies
+// the contract to it unchanged. Exact, deterministic, no workspace.
+struct DirectConvParams {
+  ConvOperands ops;
+  float* y;           // [N, out_c, Ho*Wo]
+  uint32_t elements;  // N * out_c * Ho * Wo (< 2^31: ComputeGeometry)
+  uint32_t unused;
+};
+
+TFI_HD void DirectConvElement(const DirectConvParams& a, uint32_t t) {
+  const uint32_t pixels = a.ops.out_h * a.ops.out_w;
+  const uint32_t p = t % pixels;
+  const uint32_t nc = t / pixels;
+  a.y[t] = TFI_I2F(ExactAcc(a.ops, nc / a.ops.out_c, nc % a.ops.out_c, p));
 }
 
 // Kernel names in the PTX, and the launch shape the host uses.
@@ -301,6 +361,7 @@ constexpr const char* kX4ToX32KernelName = "tfi_x4_to_x32";
 constexpr const char* kTransposeKernelName = "tfi_transpose_words";
 constexpr const char* kCountMismatchKernelName = "tfi_count_mismatch";
 constexpr const char* kCheckSampleKernelName = "tfi_check_sample";
+constexpr const char* kDirectConvKernelName = "tfi_direct_conv";
 constexpr uint32_t kThreadsPerBlock = 256;
 
 }  // namespace gpu

@@ -79,7 +79,7 @@ struct DeviceState {
   size_t cudnn_version = 0;
   CUmodule module = nullptr;
   CUfunction epilogue = nullptr, x4_to_x32 = nullptr, transpose = nullptr,
-             count_mismatch = nullptr, check_sample = nullptr;
+             count_mismatch = nullptr, check_sample = nullptr, direct_conv = nullptr;
   std::mutex handle_mu;  // guards every use of `handle`
   cudnnHandle_t handle = nullptr;
 
@@ -124,6 +124,7 @@ Status InitDevice(const GpuApi& api, DeviceState* d) {
   TFI_CU(api, api.cuModuleGetFunction(&d->transpose, d->module, kTransposeKernelName));
   TFI_CU(api, api.cuModuleGetFunction(&d->count_mismatch, d->module, kCountMismatchKernelName));
   TFI_CU(api, api.cuModuleGetFunction(&d->check_sample, d->module, kCheckSampleKernelName));
+  TFI_CU(api, api.cuModuleGetFunction(&d->direct_conv, d->module, kDirectConvKernelName));
   const cudnnStatus_t s = api.cudnnCreate(&d->handle);
   if (s != CUDNN_STATUS_SUCCESS) {
     d->handle = nullptr;
@@ -479,8 +480,8 @@ Status CheckSample(const TuneInputs& in, const Candidate& c, const void* out, ui
   std::memcpy(&got, &host[3], sizeof(got));
   *wrong = "wrong: " + std::to_string(host[0]) + " of " + std::to_string(q.samples) +
            " sampled values differ from float32 of the exact sum; at (n, c, oy, ox) = (" +
-           std::to_string(n) + ", " + std::to_string(ch) + ", " + std::to_string(p / q.out_w) +
-           ", " + std::to_string(p % q.out_w) + ") it wrote " + std::to_string(got) +
+           std::to_string(n) + ", " + std::to_string(ch) + ", " + std::to_string(p / q.ops.out_w) +
+           ", " + std::to_string(p % q.ops.out_w) + ") it wrote " + std::to_string(got) +
            ", the exact sum is " + std::to_string(static_cast<int32_t>(host[2]));
   return Status::Ok();
 }
@@ -714,7 +715,15 @@ Status RunFusedConvGpu(const GpuApi& api, CUstream stream, const GpuConvArgs& ar
 
   // Float32 NCHW unless the plan says otherwise.
   ConvOutput conv_out = MakeConvSpec(g, ConvLayout::kVect4, 16).Output(y);
-  if (g.in_c == 0) {
+  if (UsesDirectKernel(g)) {
+    // Grouped / depthwise: our direct kernel writes float32(exact acc) into
+    // the float32 NCHW y; no cuDNN, no autotuning (nothing to choose), no
+    // cache entry. The forced path/layout options do not apply.
+    DirectConvParams d = MakeDirectConvParams(g, args.input, args.filter, static_cast<float*>(y));
+    void* dparams[] = {&d};
+    TFI_GPU_RETURN_IF_ERROR(Launch(api, dev->direct_conv, d.elements, dparams, stream));
+    info->plan = kDirectPlanName;
+  } else if (g.in_c == 0) {
     // No input channels: every accumulator is 0; only the epilogue runs.
     TFI_CU(api, api.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(y), 0,
                                      static_cast<size_t>(g.OutputElements()), stream));

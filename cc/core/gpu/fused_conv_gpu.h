@@ -39,7 +39,7 @@ struct CandidateReport {
 
 struct GpuRunInfo {
   std::string device;      // "NVIDIA H200 (sm_90, device 0)"
-  std::string plan;        // the plan that ran
+  std::string plan;        // the plan that ran ("direct/grouped": groups > 1)
   bool tuned_now = false;  // this call ran the autotuning
   double plan_time_ms = -1;
   std::vector<CandidateReport> candidates;  // when tuned_now
@@ -49,9 +49,11 @@ struct GpuRunInfo {
 
 // Runs the fused convolution on `stream` (a CUstream of the current process;
 // its context is made current for the call). `args` holds device pointers,
-// except side_input_scale. Returns kInvalidArgument for channel counts that
-// are not multiples of 4, kUnimplemented on GPUs below compute capability 6.1
-// (no dp4a) or cuDNN < 9, kUnavailable when `api` is incomplete,
+// except side_input_scale. Grouped and depthwise convolutions (groups > 1) run
+// our direct kernel instead of cuDNN (info->plan "direct/grouped"). Returns
+// kInvalidArgument for channel counts that are not multiples of 4 or groups
+// that do not divide them (ValidateGpuGeometry), kUnimplemented on GPUs below
+// compute capability 6.1 (no dp4a) or cuDNN < 9, kUnavailable when `api` is incomplete,
 // kResourceExhausted when scratch memory runs out, kNotFound when no cuDNN
 // engine or algorithm runs the convolution exactly, kInternal for a failed
 // CUDA/cuDNN call. Never aborts.

@@ -13,10 +13,19 @@ namespace gpu {
 Status EmulateConvOutput(const GpuConvArgs& a, ConvLayout layout, std::vector<uint32_t>* y) {
   const ConvGeometry& g = a.geo;
   TFI_GPU_RETURN_IF_ERROR(ValidateGpuGeometry(g));
-  if (layout == ConvLayout::kVect32 && g.in_c % 32 != 0) {
+  if (layout == ConvLayout::kVect32 && g.in_c % 32 != 0 && !UsesDirectKernel(g)) {
     return InvalidArgument("an INT8x32 plan needs in_c % 32 == 0");
   }
   y->clear();
+  if (UsesDirectKernel(g)) {
+    // The direct kernel, one "thread" at a time, as the GPU runs it.
+    std::vector<float> yf(static_cast<size_t>(g.OutputElements()));
+    const DirectConvParams d = MakeDirectConvParams(g, a.input, a.filter, yf.data());
+    for (uint32_t t = 0; t < d.elements; ++t) DirectConvElement(d, t);
+    y->resize(yf.size());
+    if (!yf.empty()) std::memcpy(y->data(), yf.data(), yf.size() * sizeof(float));
+    return Status::Ok();
+  }
   if (g.OutputElements() == 0) return Status::Ok();
 
   // Our conversion kernels (device_kernels.h), one "thread" at a time.
@@ -73,7 +82,7 @@ Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
   std::vector<uint32_t> y;
   TFI_GPU_RETURN_IF_ERROR(EmulateConvOutput(a, layout, &y));
   if (g.OutputElements() == 0) return Status::Ok();
-  const ConvSpec s = MakeConvSpec(g, layout, 16);
+  const ConvSpec s = MakeConvSpec(g, UsesDirectKernel(g) ? ConvLayout::kVect4 : layout, 16);
   const EpilogueParams p = MakeEpilogueParams(
       g, s.Output(y.data()), a.conv_input_scale, a.per_channel_scale, a.bias, a.side_input,
       a.side_input_scale, a.activation, a.output, a.output_min, a.output_max, a.output_lut);

@@ -19,12 +19,16 @@
 namespace tf_fused_int8 {
 namespace gpu {
 
-// args: host pointers; layout: how cuDNN would be asked (see ConvLayout).
+// args: host pointers; layout: how cuDNN would be asked (see ConvLayout;
+// ignored for grouped convolutions, like the GPU path ignores it).
 Status EmulateGpuPipeline(const GpuConvArgs& args, ConvLayout layout);
 
 // The pipeline up to cuDNN's result: *y (words) as a right cuDNN answer would
 // leave it, where MakeConvSpec(args.geo, layout, 16).Output(y->data()) finds
-// each element (empty for an empty output).
+// each element (empty for an empty output). Grouped convolutions
+// (UsesDirectKernel) never reach cuDNN on the GPU: for them *y is what the
+// direct kernel's own code (DirectConvElement) writes, float32 NCHW (the
+// kVect4 y), whatever `layout` says.
 Status EmulateConvOutput(const GpuConvArgs& args, ConvLayout layout, std::vector<uint32_t>* y);
 
 // Runs one of our conversion kernels (device_kernels.h: X4ToX32Word,

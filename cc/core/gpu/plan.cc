@@ -21,12 +21,29 @@ Status ValidateGpuGeometry(const ConvGeometry& g) {
         "; pad the filter's output channels with zeros (and bias with anything) and drop them "
         "afterwards");
   }
-  if (g.groups != 1) {
-    return Unimplemented(
-        "grouped and depthwise convolutions (groups = conv_input depth / filter input depth = " +
-        std::to_string(g.groups) +
-        ") are not implemented by the GPU kernel yet; run this op on the CPU (NHWC, or "
-        "NCHW_VECT_C under tf.device('/CPU:0')), which computes the same bits");
+  // Grouped convolutions (the direct kernel). ComputeGeometry checks the
+  // first two; checked again here because the kernels divide by groups and by
+  // out_c / groups.
+  const std::string groups = "groups (" + std::to_string(g.groups) +
+                             " = conv_input depth / filter input depth)";
+  if (g.groups < 1) return InvalidArgument(groups + " must be at least 1");
+  if (g.in_c % g.groups != 0) {
+    return InvalidArgument("conv_input depth (" + std::to_string(g.in_c) +
+                           ") must be a multiple of " + groups);
+  }
+  if (g.out_c % g.groups != 0) {
+    return InvalidArgument("filter output depth (filter dimension 0, " + std::to_string(g.out_c) +
+                           ") must be a multiple of " + groups);
+  }
+  if (g.GroupInC() % 4 != 0) {
+    // Unreachable from the op: NCHW_VECT_C's filter input depth is
+    // 4 * filter dimension 1.
+    return InvalidArgument(
+        groups + " leaves " + std::to_string(g.GroupInC()) +
+        " input channels per group (the filter input depth); NCHW_VECT_C needs a multiple of 4: "
+        "filter shape [out_depth, conv_input depth / groups / 4, height, width, 4]. A depthwise "
+        "layer runs as groups of 4 channels with one channel per lane "
+        "(tf_fused_int8.depthwise_filter_to_oihw_vect_i)");
   }
   // ComputeGeometry already bounds every tensor below 2^31 elements, so the
   // device kernels' 32-bit word indices (elements / 4) cannot overflow.
@@ -235,13 +252,10 @@ TransposeParams MakeFilterNhwcParams(const ConvGeometry& g, const void* in, void
   return Transpose(g.out_c, g.in_c / 4, g.filter_h * g.filter_w, in, out);
 }
 
-SampleCheckParams MakeSampleCheckParams(const ConvGeometry& g, const ConvOutput& conv,
-                                        const void* x, const void* w, uint32_t* result) {
-  SampleCheckParams p{};
-  p.conv = conv;
+ConvOperands MakeConvOperands(const ConvGeometry& g, const void* x, const void* w) {
+  ConvOperands p{};
   p.x = static_cast<const uint32_t*>(x);
   p.w = static_cast<const uint32_t*>(w);
-  p.result = result;
   const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
   p.batch = u32(g.batch);
   p.in_c4 = u32(g.in_c / 4);
@@ -258,10 +272,30 @@ SampleCheckParams MakeSampleCheckParams(const ConvGeometry& g, const ConvOutput&
   p.dilation_w = u32(g.dilation_w);
   p.pad_top = static_cast<int32_t>(g.pad_top);
   p.pad_left = static_cast<int32_t>(g.pad_left);
+  p.group_c4 = u32(g.GroupInC() / 4);
+  p.group_out_c = u32(g.GroupOutC());
+  return p;
+}
+
+DirectConvParams MakeDirectConvParams(const ConvGeometry& g, const void* x, const void* w,
+                                      float* y) {
+  DirectConvParams p{};
+  p.ops = MakeConvOperands(g, x, w);
+  p.y = y;
+  p.elements = static_cast<uint32_t>(g.OutputElements());
+  return p;
+}
+
+SampleCheckParams MakeSampleCheckParams(const ConvGeometry& g, const ConvOutput& conv,
+                                        const void* x, const void* w, uint32_t* result) {
+  SampleCheckParams p{};
+  p.conv = conv;
+  p.ops = MakeConvOperands(g, x, w);
+  p.result = result;
   p.images = g.batch > 1 ? 2 : 1;
   const int64_t pixels = g.out_h * g.out_w;
   const int64_t per_pixel =
-      std::max<int64_t>(1, p.images * g.out_c * (g.in_c / 4) * g.filter_h * g.filter_w);
+      std::max<int64_t>(1, p.images * g.out_c * (g.GroupInC() / 4) * g.filter_h * g.filter_w);
   const int64_t pixels_in_budget = kSampleCheckWordProducts / per_pixel;
   const int64_t want = std::max<int64_t>(kSampleCheckMinPixels,
                                          std::min<int64_t>(kSampleCheckMaxPixels, pixels_in_budget));
@@ -289,7 +323,9 @@ static_assert(sizeof(EpilogueParams) == 368, "EpilogueParams layout");
 static_assert(sizeof(VectParams) == 40, "VectParams layout");
 static_assert(sizeof(TransposeParams) == 32, "TransposeParams layout");
 static_assert(sizeof(CompareParams) == 104, "CompareParams layout");
-static_assert(sizeof(SampleCheckParams) == 136, "SampleCheckParams layout");
+static_assert(sizeof(ConvOperands) == 88, "ConvOperands layout");
+static_assert(sizeof(SampleCheckParams) == 152, "SampleCheckParams layout");
+static_assert(sizeof(DirectConvParams) == 104, "DirectConvParams layout");
 
 }  // namespace gpu
 }  // namespace tf_fused_int8

@@ -8,6 +8,7 @@
 //
 //   [x, w int8x4 -> int8x32 (device_kernels.h), only for an INT8x32 plan]
 //   cuDNN convolution, int32 accumulation, float32 NCHW output = float32(acc)
+//     (grouped convolutions: our direct kernel instead, DirectConvParams)
 //   contract epilogue (device_kernels.h) -> NCHW_VECT_C int8x4 output
 //
 // The epilogue is ours, not cuDNN's: see docs/gpu.md for why cuDNN's fused
@@ -34,7 +35,7 @@ namespace gpu {
 struct GpuConvArgs {
   ConvGeometry geo;
   const int8_t* input = nullptr;       // [N, in_c/4, H, W, 4]
-  const int8_t* filter = nullptr;      // [out_c, in_c/4, Kh, Kw, 4]
+  const int8_t* filter = nullptr;      // [out_c, in_c/groups/4, Kh, Kw, 4]
   const float* bias = nullptr;         // [out_c]
   const int8_t* side_input = nullptr;  // [N, out_c/4, Ho, Wo, 4] or nullptr
   const float* conv_input_scale = nullptr;  // [1] or [out_c]
@@ -49,10 +50,18 @@ struct GpuConvArgs {
 };
 
 // Checks what the GPU path needs beyond ComputeGeometry(): channel counts that
-// are multiples of 4 (NCHW_VECT_C / OIHW_VECT_I), and sizes that the 32-bit
-// index arithmetic of the device kernels can address. `g` must have been
-// filled in by ComputeGeometry (logical channel counts: in_c = 4 * C/4).
+// are multiples of 4 (NCHW_VECT_C / OIHW_VECT_I), groups that divide both
+// depths and span whole int8x4 words of input channels, and sizes that the
+// 32-bit index arithmetic of the device kernels can address. `g` must have
+// been filled in by ComputeGeometry (logical channel counts: in_c = 4 * C/4).
+// InvalidArgument (never a crash) for anything else.
 Status ValidateGpuGeometry(const ConvGeometry& g);
+
+// Whether the call runs the direct kernel (DirectConvParams) instead of cuDNN:
+// grouped and depthwise convolutions (groups > 1). cuDNN, autotuning and the
+// forced path/layout options do not apply to them.
+inline bool UsesDirectKernel(const ConvGeometry& g) { return g.groups > 1; }
+constexpr const char* kDirectPlanName = "direct/grouped";
 
 // Whether the padding is the same before and after in both dimensions (the
 // legacy cuDNN API takes one padding per dimension).
@@ -151,6 +160,15 @@ VectParams MakeFilterX32Params(const ConvGeometry& g, const void* in,
 // [N, C/4, H*W] words -> [N, H*W, C/4]; filter [O, I/4, R*S] -> [O, R*S, I/4]).
 TransposeParams MakeActivationNhwcParams(const ConvGeometry& g, const void* in, void* out);
 TransposeParams MakeFilterNhwcParams(const ConvGeometry& g, const void* in, void* out);
+
+// The operands and geometry that ExactAcc reads (x, w: int8x4 as given).
+ConvOperands MakeConvOperands(const ConvGeometry& g, const void* x, const void* w);
+
+// Kernel parameters of the direct kernel (grouped convolutions): y is
+// float32 NCHW, where MakeConvSpec(g, ConvLayout::kVect4, any).Output(y)
+// finds each element, like the x4 cuDNN plan's.
+DirectConvParams MakeDirectConvParams(const ConvGeometry& g, const void* x, const void* w,
+                                      float* y);
 
 // Kernel parameters of the autotuner's sample check (SampleCheckParams) of
 // the convolution result `conv`, with x and w as given (int8x4) and `result`
