@@ -216,6 +216,16 @@ bool WinogradPreferredAvx2(const ConvGeometry& g) {
   //    (3.5x the filter's bytes) being read for one tile.
   // So: at least 16 input channels, at least 4 tiles, and 9 * outputs >=
   // 1.5 * 16 * tiles (direct multiplications at least 1.5x Winograd's).
+  // Cold weights do not change that in a model. bench_core with 16 filters
+  // cycled (134 MiB of U' at 7x7x512 -> 512, every call from DRAM) made
+  // Winograd lose there (direct / Winograd 0.73 at batch 1, 0.78 at batch
+  // 8, one Zen 5 thread), but sending such layers (at most 16 tiles per
+  // image, U' over 2 MiB) to the direct kernel made ResNet50 slower: its
+  // three 7x7x512 3x3 steps 1.08-1.21 -> 1.24-1.34 ms at batch 1 (step
+  // profiler, forced avx2, old and new builds alternated twice), the whole
+  // model at batch 8 1.036x (1 thread) and 1.048x (2 threads) the time
+  // (medians of 5 alternated rounds), batch 1 unchanged (0.99x); probably a model's
+  // U' stays partly in the 32 MiB L3 between calls (not measured).
   if (!WinogradEligible(g) || g.in_c < 16) return false;
   const int64_t tiles_h = CeilDiv(g.out_h, 2), tiles_w = CeilDiv(g.out_w, 2);
   if (g.batch * tiles_h * tiles_w < 4) return false;
