@@ -364,6 +364,8 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
 #if defined(__x86_64__)
     if (resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) {
       prep = &cpu::kDepthwisePrepAvx512Vnni;
+    } else if (DepthwiseRows(resolved) == cpu::DepthwiseRowsAvx2) {
+      prep = &cpu::kDepthwisePrepAvx2;
     }
 #endif
     cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for, prep,

@@ -132,6 +132,7 @@ struct DepthwisePrep {
 // one lives in depthwise.cc.
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d);
 void DepthwiseRowsAvx2(const DepthwiseRowArgs& d);
+extern const DepthwisePrep kDepthwisePrepAvx2;
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvx512Vnni;
 void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only

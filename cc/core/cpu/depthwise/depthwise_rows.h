@@ -32,6 +32,7 @@
 //   Consts MakeConsts(side_scale, lo, hi)
 //   void Store(Acc, scale, bias, side or nullptr, Consts, Tail, out)
 //   template <int kKw, int kSw> constexpr int Pixels()   interior block
+//   optional: X LoadPair<kFull>(pa, pb, tail)   two rows at once (HasLoadPair)
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_ROWS_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_ROWS_H_
 
@@ -60,6 +61,22 @@ struct HasStore2 {
 };
 template <class V>
 struct HasStore2<V, decltype(void(&V::Store2))> {
+  static constexpr bool value = true;
+};
+
+// Whether the policy has LoadPair<kFull>(pa, pb, tail): the activations of
+// one column in two adjacent input rows, interleaved so that one Mac with a
+// pair weight (V's preparation, DepthwiseRowArgs::prepared: per lane
+// w[ky] in the low int16 and w[ky + 1] in the high one, [Kh - 1][Kw]
+// [padded_c] int32) adds both rows' taps, exactly (two int8 x int8
+// products per int32 lane). Interior then takes the filter rows two at a
+// time where `prepared` is set.
+template <class V, class = void>
+struct HasLoadPair {
+  static constexpr bool value = false;
+};
+template <class V>
+struct HasLoadPair<V, decltype(void(&V::template LoadPair<true>))> {
   static constexpr bool value = true;
 };
 
@@ -114,8 +131,42 @@ struct DepthwiseRowKernel {
     }
   };
 
+  // One filter row (kPair: two adjacent ones, V::LoadPair) of kP interior
+  // pixels: `row` is the (first) input row at the block's first column, w
+  // the row's weights for tap 0 (kx-th at w + kx * ts).
+  template <int kKw, int kSw, int kP, bool kFull, bool kPair>
+  static void RowPass(const Block& b, const int8_t* row, const int32_t* w,
+                      int64_t ts, Acc* acc) {
+    const int64_t cc = b.d->channels;
+    [[maybe_unused]] const int64_t next_row = b.d->geo->in_w * cc;
+    typename V::W wv[kKw];
+#pragma GCC unroll 8
+    for (int kx = 0; kx < kKw; ++kx) wv[kx] = V::LoadW(w + kx * ts);
+    constexpr int kCols = (kP - 1) * kSw + kKw;
+    // Fully unrolled, so that every tap test below is decided at compile
+    // time and the weights stay in registers (7-wide, 8 pixels: without
+    // it GCC kept a loop, tested kx at run time and read the weights from
+    // the stack).
+#pragma GCC unroll 32
+    for (int col = 0; col < kCols; ++col) {
+      const int8_t* p0 = row + col * cc;
+      typename V::X x;
+      if constexpr (kPair) {
+        x = V::template LoadPair<kFull>(p0, p0 + next_row, b.tail);
+      } else {
+        x = V::template Load<kFull>(p0, b.tail);
+      }
+#pragma GCC unroll 8
+      for (int p = 0; p < kP; ++p) {
+        const int kx = col - p * kSw;
+        if (kx >= 0 && kx < kKw) V::Mac(&acc[p], x, wv[kx]);
+      }
+    }
+  }
+
   // kP interior pixels from column ox: compile-time filter width kKw and
-  // stride kSw, dilation 1 (see the header comment).
+  // stride kSw, dilation 1 (see the header comment). With pair weights
+  // (HasLoadPair) the filter rows go two at a time, a last odd one alone.
   template <int kKw, int kSw, int kP, bool kFull>
   static void Interior(const Block& b, int64_t ox, Acc* acc) {
     const DepthwiseRowArgs& d = *b.d;
@@ -125,26 +176,22 @@ struct DepthwiseRowKernel {
         b.image + ((b.iy0 + b.ky0) * g.in_w + ox * kSw - g.pad_left) * cc + b.c0;
     const int32_t* wide = d.wide + b.ky0 * kKw * ts + b.c0;
     for (int p = 0; p < kP; ++p) acc[p] = V::Zero();
-    for (int64_t r = 0; r < b.ky1 - b.ky0; ++r) {
-      const int8_t* row = row0 + r * g.in_w * cc;
-      const int32_t* w = wide + r * kKw * ts;
-      typename V::W wv[kKw];
-#pragma GCC unroll 8
-      for (int kx = 0; kx < kKw; ++kx) wv[kx] = V::LoadW(w + kx * ts);
-      constexpr int kCols = (kP - 1) * kSw + kKw;
-      // Fully unrolled, so that every tap test below is decided at compile
-      // time and the weights stay in registers (7-wide, 8 pixels: without
-      // it GCC kept a loop, tested kx at run time and read the weights from
-      // the stack).
-#pragma GCC unroll 32
-      for (int col = 0; col < kCols; ++col) {
-        const auto x = V::template Load<kFull>(row + col * cc, b.tail);
-#pragma GCC unroll 8
-        for (int p = 0; p < kP; ++p) {
-          const int kx = col - p * kSw;
-          if (kx >= 0 && kx < kKw) V::Mac(&acc[p], x, wv[kx]);
+    const int64_t rows = b.ky1 - b.ky0;
+    int64_t r = 0;
+    if constexpr (HasLoadPair<V>::value) {
+      if (d.prepared != nullptr) {
+        const int64_t pc = d.padded_c;
+        const int32_t* pairs =
+            static_cast<const int32_t*>(d.prepared) + b.ky0 * kKw * pc + b.c0;
+        for (; r + 2 <= rows; r += 2) {
+          RowPass<kKw, kSw, kP, kFull, true>(b, row0 + r * g.in_w * cc,
+                                             pairs + r * kKw * pc, pc, acc);
         }
       }
+    }
+    for (; r < rows; ++r) {
+      RowPass<kKw, kSw, kP, kFull, false>(b, row0 + r * g.in_w * cc,
+                                          wide + r * kKw * ts, ts, acc);
     }
   }
 
