@@ -507,7 +507,14 @@ def nchw_vect_c_to_nhwc(x, channels=None):
 
 
 def hwio_to_oihw_vect_i(w, vect_size=4):
-  """[Kh, Kw, I, O] -> [O, ceil(I/v), Kh, Kw, v], I zero-padded to a multiple."""
+  """[Kh, Kw, I, O] -> [O, ceil(I/v), Kh, Kw, v], I zero-padded to a multiple.
+
+  Right for ungrouped filters (the input's padded channels are zero too).
+  For a grouped or depthwise filter whose input depth per group is not a
+  multiple of v, the padded filter describes a different layer (NCHW_VECT_C
+  reads the filter input depth as v * dimension 1): give a depthwise filter
+  [Kh, Kw, 1, C * m] as `depthwise_filter_to_oihw_vect_i(w, m)` instead.
+  """
   w, restore = _to_int8_view(w)
   if w.shape.rank != 4:
     raise ValueError(f"hwio_to_oihw_vect_i expects a rank-4 HWIO filter, got "
