@@ -311,8 +311,9 @@ cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
     case KernelPath::kAvx2:
     case KernelPath::kAvx2Direct:
     case KernelPath::kAvx2Winograd:
-    case KernelPath::kAvxVnni:
       return cpu::DepthwiseRowsAvx2;
+    case KernelPath::kAvxVnni:
+      return cpu::DepthwiseRowsAvxVnni;
     case KernelPath::kAvx512Vnni:
     case KernelPath::kAmx:  // a depthwise tap has one k per channel: no tiles
       return cpu::DepthwiseRowsAvx512Vnni;
@@ -364,6 +365,8 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
 #if defined(__x86_64__)
     if (resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) {
       prep = &cpu::kDepthwisePrepAvx512Vnni;
+    } else if (resolved == KernelPath::kAvxVnni) {
+      prep = &cpu::kDepthwisePrepAvxVnni;
     } else if (DepthwiseRows(resolved) == cpu::DepthwiseRowsAvx2) {
       prep = &cpu::kDepthwisePrepAvx2;
     }

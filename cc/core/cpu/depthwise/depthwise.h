@@ -133,6 +133,8 @@ struct DepthwisePrep {
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d);
 void DepthwiseRowsAvx2(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvx2;
+void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d);
+extern const DepthwisePrep kDepthwisePrepAvxVnni;
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvx512Vnni;
 void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only
