@@ -191,6 +191,13 @@ def make_cases():
       Case("resnet_7_512_k1", 8, 7, 7, 512, 2048, 1, 1, per_channel=True, side=True,
            relu=False, perf=True),
       Case("stem_k7_s2", 4, 112, 112, 4, 64, 7, 7, stride=(2, 2), per_channel=True, perf=True),
+      # The direct kernel (groups > 1) at a serving batch: MobileNetV2's depthwise layers.
+      Case("mnv2_dw_112x32_n32", 32, 112, 112, 32, 32, 3, 3, per_channel=True, groups=32,
+           perf=True),
+      Case("mnv2_dw_56x144_n32", 32, 56, 56, 144, 144, 3, 3, per_channel=True, groups=144,
+           side=True, perf=True),
+      Case("mnv2_dw_14x576_n32", 32, 14, 14, 576, 576, 3, 3, per_channel=True, groups=576,
+           perf=True),
   ]
   cases += grouped_cases()
   return cases
