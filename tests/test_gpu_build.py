@@ -263,9 +263,17 @@ def test_harness_sweep_covers_what_the_gpu_check_needs():
 
 
 def test_harness_sweep_covers_grouped_and_depthwise():
-  """The direct kernel's cases (groups > 1), all in the --cpu-only sweep too (none is perf)."""
-  cases = [c for c in harness.make_cases() if c.groups > 1]
-  assert cases and not any(c.perf for c in cases)
+  """The direct kernels' cases (groups > 1), all in the --cpu-only sweep too (none is perf),
+  besides MobileNetV2's depthwise layers at batch 32, which are perf cases (GPU only)."""
+  all_grouped = [c for c in harness.make_cases() if c.groups > 1]
+  perf = [c for c in all_grouped if c.perf]
+  assert perf and all(c.depthwise and c.batch == 32 and c.name.startswith("mnv2_dw_")
+                      for c in perf)
+  assert all(c.gpu_direct_plan == "direct/depthwise" for c in perf)
+  cases = [c for c in all_grouped if not c.perf]
+  assert cases
+  # Both direct kernels are exercised: the fused one (groups of one int8x4 word) and the other.
+  assert {c.gpu_direct_plan for c in cases} == {"direct/depthwise", "direct/grouped"}
   dw = [c for c in cases if c.depthwise]
   # MobileNetV2's depthwise layers, stride 1 and 2, batch 1 and 8.
   assert {(c.h, c.in_c) for c in dw} >= {(112, 32), (56, 144), (14, 384), (7, 960)}
@@ -332,7 +340,7 @@ def test_embedded_ptx_is_generated_from_the_current_sources(lib):
   ptx = lib.embedded_ptx()
   assert ".version 6.0" in ptx and ".target sm_61" in ptx
   for kernel in ("tfi_epilogue_x4", "tfi_x4_to_x32", "tfi_transpose_words", "tfi_count_mismatch",
-                 "tfi_check_sample", "tfi_direct_conv"):
+                 "tfi_check_sample", "tfi_direct_conv", "tfi_depthwise_conv"):
     assert f".entry {kernel}(" in ptx
   # The contract's roundings are explicit (never contracted): cvt.rn (int32 -> float32), mul.rn,
   # fma.rn, add.rn, cvt.rni (round half to even).
@@ -467,9 +475,11 @@ def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
     layout = {"x32": "x32", "nhwc": "nhwc-i32"}.get(
         os.environ.get("TF_FUSED_INT8_GPU_LAYOUT", ""), "x4")
     out[...] = lib.emulate(conv, layout, xv, wv, bias, sidev, scale, out.shape)
-    if conv.groups > 1:  # the direct kernel: no cuDNN, no candidates (RunFusedConvGpu)
+    if conv.groups > 1:  # a direct kernel: no cuDNN, no candidates (RunFusedConvGpu)
       calls.append(f"direct/{conv.groups}")
-      return dict(device="fake", plan="direct/grouped", tuned_now=False, candidates=[])
+      # UsesDepthwiseKernel: groups of one int8x4 word of input channels.
+      plan = "direct/depthwise" if conv.in_c // conv.groups == 4 else "direct/grouped"
+      return dict(device="fake", plan=plan, tuned_now=False, candidates=[])
     calls.append(layout)
     return dict(device="fake", plan=f"emulated/{layout}", tuned_now=True,
                 candidates=[dict(name=f"emulated/{layout}", outcome="ok (baseline)",
@@ -490,14 +500,20 @@ def test_harness_gpu_mode_plumbing_with_a_fake_gpu(lib, monkeypatch, tmp_path):
   # The GPU gets a depthwise layer as groups of 4 channels (mnv2_dw_112x32_s1: 32 -> 8 groups).
   assert {"direct/8", "direct/4"} <= set(calls)
   rows = {r["case"]: r for r in results["rows"]}
-  assert all(rows[c.name]["plan"] == "direct/grouped" and rows[c.name]["groups"] == c.groups
+  # Depthwise layers (groups of 4 channels on the GPU) take the fused kernel, wider groups the
+  # direct kernel; the harness checks each row's plan against the case (gpu_direct_plan).
+  assert {c.name: c.gpu_direct_plan for c in grouped} == {
+      "mnv2_dw_112x32_s1": "direct/depthwise", "dw_asym_pad": "direct/depthwise",
+      "grouped_8ch_d2_explicit": "direct/grouped"}
+  assert all(rows[c.name]["plan"] == c.gpu_direct_plan and rows[c.name]["groups"] == c.groups
              for c in grouped)
-  # Grouped calls with asymmetric padding under a forced legacy path: still the direct kernel.
-  forced_grouped = [f for f in results["forced"] if f["case"] in ("dw_asym_pad",
-                                                                  "grouped_8ch_d2_explicit")]
+  # Grouped calls with asymmetric padding under a forced legacy path: still a direct kernel.
+  forced_grouped = {f["case"]: f for f in results["forced"]
+                    if f["case"] in ("dw_asym_pad", "grouped_8ch_d2_explicit")}
   assert len(forced_grouped) == 2 and all(
-      f["env"] == "TF_FUSED_INT8_GPU_PATH=legacy" and f["result"] == "direct/grouped: exact"
-      for f in forced_grouped)
+      f["env"] == "TF_FUSED_INT8_GPU_PATH=legacy" for f in forced_grouped.values())
+  assert forced_grouped["dw_asym_pad"]["result"] == "direct/depthwise: exact"
+  assert forced_grouped["grouped_8ch_d2_explicit"]["result"] == "direct/grouped: exact"
 
 
 _NO_X32 = ("NOT_FOUND: no cuDNN engine or algorithm runs this int8 convolution exactly "

@@ -927,6 +927,36 @@ void TestGroupedSweep() {
   // channels, 3 groups of 8, 4 groups of 16.
   int cases = 0, per_kind[5] = {0, 0, 0, 0, 0}, explicit_asym = 0, extremes = 0, dilated = 0,
       strided = 0, k5 = 0, batched = 0;
+  // Which path each case takes on the GPU (and so in EmulateGpuPipeline):
+  // the fused depthwise kernel (groups of one input word), the direct kernel
+  // + epilogue (wider groups), or cuDNN (a depthwise layer of 4 channels is
+  // one group on the GPU).
+  int fast_cases = 0, direct_cases = 0, cudnn_cases = 0, fast_vs_old = 0, lut_cases = 0,
+      mixed_words = 0;  // fast cases whose output words span several groups
+  const EmulatedPathCounts before = GetEmulatedPathCounts();
+  // The old path for a grouped call: DirectConvElement's float32 y, then
+  // EpilogueWord (what the GPU ran before the fast path, and still runs for
+  // wider groups).
+  auto old_direct_pipeline = [](const GpuConvArgs& a, std::vector<int8_t>* out) {
+    const ConvGeometry& g = a.geo;
+    std::vector<uint32_t> yd;
+    const Status st = EmulateConvOutput(a, ConvLayout::kVect4, &yd);
+    EXPECT(st.ok() && yd.size() == static_cast<size_t>(g.OutputElements()), "old direct y");
+    out->assign(static_cast<size_t>(g.OutputElements()), int8_t{55});
+    const EpilogueParams p = MakeEpilogueParams(
+        g, MakeConvSpec(g, ConvLayout::kVect4, 16).Output(yd.data()), a.conv_input_scale,
+        a.per_channel_scale, a.bias, a.side_input, a.side_input_scale, a.activation,
+        out->data(), a.output_min, a.output_max, a.output_lut);
+    for (uint32_t t = 0; t < p.words; ++t) EpilogueWord(p, t);
+  };
+  // The fused kernel's code alone (DepthwiseConvWord), into a fresh buffer.
+  auto fast_pipeline = [](GpuConvArgs a, std::vector<int8_t>* out) {
+    out->assign(static_cast<size_t>(a.geo.OutputElements()), int8_t{33});
+    a.output = out->data();
+    const DepthwiseConvParams d = MakeDepthwiseConvParams(a);
+    EXPECT(d.ops.group_c4 == 1 && d.epi.words * 4 == out->size(), "depthwise params");
+    for (uint32_t t = 0; t < d.epi.words; ++t) DepthwiseConvWord(d, t);
+  };
   for (int iter = 0; iter < 150; ++iter) {
     const int kind = iter % 5;
     const bool depthwise = kind <= 1;
@@ -1066,6 +1096,40 @@ void TestGroupedSweep() {
                ConvLayoutName(layout));
       }
     }
+    // The fast path against the old direct kernel + epilogue on the same
+    // inputs: the same bytes (also with an output_lut and narrowed bounds,
+    // which the reference comparison above does not exercise).
+    if (UsesDepthwiseKernel(g)) {
+      ++fast_cases;
+      mixed_words += g.GroupOutC() % 4 != 0;
+      std::vector<int8_t> fast, old;
+      fast_pipeline(a, &fast);
+      old_direct_pipeline(a, &old);
+      EXPECT(fast == old && fast == outv, "iter %d: fast path differs from the direct kernel",
+             iter);
+      fast_vs_old += fast == old;
+      if (iter % 3 == 0) {
+        std::mt19937 lut_rng(static_cast<uint32_t>(iter));  // leaves the sweep's draws alone
+        auto lut_uni = [&lut_rng](int lo, int hi) {
+          return std::uniform_int_distribution<int>(lo, hi)(lut_rng);
+        };
+        std::vector<int8_t> lut(256);
+        for (auto& v : lut) v = static_cast<int8_t>(lut_uni(-128, 127));
+        GpuConvArgs b = a;
+        b.output_lut = lut.data();
+        b.output_min = lut_uni(-128, 0);
+        b.output_max = lut_uni(1, 127);
+        fast_pipeline(b, &fast);
+        old_direct_pipeline(b, &old);
+        EXPECT(fast == old, "iter %d: fast path with a LUT differs from the direct kernel",
+               iter);
+        lut_cases += fast == old;
+      }
+    } else if (UsesDirectKernel(g)) {
+      ++direct_cases;
+    } else {
+      ++cudnn_cases;
+    }
     // The direct kernel's y passes the autotuner's sample check, whose exact
     // sums (ExactAcc) read the same grouped operands.
     std::vector<uint32_t> y;
@@ -1099,8 +1163,28 @@ void TestGroupedSweep() {
          "%d 5x5, %d batched",
          cases, explicit_asym, extremes, dilated, strided, k5, batched);
   for (int kind = 0; kind < 5; ++kind) EXPECT(per_kind[kind] == 30, "kind %d", kind);
-  std::printf("grouped/depthwise (direct kernel) emulation: %d cases bit-exact vs reference\n",
-              cases);
+  // Every depthwise case but the 4-channel ones, and every groups-of-4 case,
+  // took the fast path; groups of 8 and 16 the direct kernel. Each case ran
+  // EmulateGpuPipeline twice (two layouts).
+  const EmulatedPathCounts after = GetEmulatedPathCounts();
+  EXPECT(fast_cases >= 60 && direct_cases == 60 && fast_cases + direct_cases + cudnn_cases == cases,
+         "grouped sweep paths: %d fast, %d direct, %d cuDNN", fast_cases, direct_cases,
+         cudnn_cases);
+  EXPECT(after.depthwise - before.depthwise == 2 * fast_cases &&
+             after.direct - before.direct == 2 * direct_cases &&
+             after.cudnn - before.cudnn == 2 * cudnn_cases,
+         "emulated path counts: depthwise %lld direct %lld cudnn %lld",
+         static_cast<long long>(after.depthwise - before.depthwise),
+         static_cast<long long>(after.direct - before.direct),
+         static_cast<long long>(after.cudnn - before.cudnn));
+  EXPECT(fast_vs_old == fast_cases && lut_cases > 10 && mixed_words > 3,
+         "fast vs old: %d of %d, %d with a LUT, %d with words spanning groups", fast_vs_old,
+         fast_cases, lut_cases, mixed_words);
+  std::printf("grouped/depthwise emulation: %d cases bit-exact vs reference (%d on the fused "
+              "depthwise kernel, all equal to the direct kernel + epilogue, %d of them also "
+              "with a LUT, %d with words spanning groups; %d on the direct kernel; %d on "
+              "cuDNN)\n",
+              cases, fast_cases, lut_cases, mixed_words, direct_cases, cudnn_cases);
 }
 
 // ---------------------------------------------------------------------------

@@ -10,6 +10,8 @@
 # than sm_61 + PTX ISA 6.0 (CUDA 9), so the header is rewritten to `.version 6.0` / `.target sm_61`:
 # any driver TF 2.21 runs on can JIT it for any GPU with compute capability >= 6.1. ptxas then
 # checks that the rewritten PTX still assembles (it rejects instructions the .target/.version lack).
+# nvcc 13 marks partly used vector loads of kernel parameters with `.pragma "used_bytes_mask N"`
+# (PTX ISA 8.3+): a hint to ptxas with no effect on results, dropped here so ISA 6.0 assembles.
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.."
 
@@ -31,12 +33,13 @@ sed -e "s/^\.version .*/.version ${PTX_VERSION}/" \
     -e "s/^\.target .*/.target ${PTX_TARGET}/" \
     -e '/^\/\/ Compiler Build ID/d' -e '/^\/\/ Cuda compilation tools/d' -e '/^\/\/ Based on NVVM/d' \
     -e '/^\s*\.file\s/d' -e '/^\s*\.loc\s/d' \
+    -e '/^\s*\.pragma "used_bytes_mask /d' \
     "${tmp}/raw.ptx" > "${tmp}/kernels.ptx"
 for arch in sm_75 sm_90; do
   "${PTXAS}" -arch="${arch}" -o /dev/null "${tmp}/kernels.ptx"
 done
 for k in tfi_epilogue_x4 tfi_x4_to_x32 tfi_transpose_words tfi_count_mismatch tfi_check_sample \
-    tfi_direct_conv; do
+    tfi_direct_conv tfi_depthwise_conv; do
   grep -q "^\.visible \.entry ${k}(" "${tmp}/kernels.ptx" || { echo "gen_ptx: kernel ${k} missing" >&2; exit 1; }
 done
 

@@ -86,6 +86,16 @@ class Case:
     channels with a filter that has one channel per lane (gpu_filter)."""
     return self.in_c // 4 if self.depthwise else self.groups
 
+  @property
+  def gpu_direct_plan(self):
+    """The plan RunFusedConvGpu names for the NCHW_VECT_C call when it is grouped (None: an
+    ordinary call, cuDNN's autotuned plan): "direct/depthwise" (the fused kernel,
+    tfi_depthwise_conv) when each group is one int8x4 word of input channels, as every
+    depthwise layer of 8+ channels is, else "direct/grouped" (tfi_direct_conv + epilogue)."""
+    if self.gpu_groups <= 1:
+      return None
+    return "direct/depthwise" if self.in_c // self.gpu_groups == 4 else "direct/grouped"
+
   def gpu_filter(self, w):
     """The HWIO filter of the NCHW_VECT_C call: `w` itself, or for a depthwise
     layer [Kh, Kw, 1, C*m] -> [Kh, Kw, 4, C*m] where output channel o (input
@@ -463,7 +473,8 @@ def run_cpu_only(lib, cases, args):
     shape = p["wantv"].shape
     results = []
     for layout in LAYOUTS:
-      # Grouped convolutions run the direct kernel whatever the layout (no cuDNN): once.
+      # Grouped convolutions run a direct kernel whatever the layout (no cuDNN): once. The
+      # emulation takes the GPU's path: the fused depthwise kernel for groups of one int8x4 word.
       if (layout == "x32" and case.in_c % 32) or (case.groups > 1 and layout != "x4"):
         results.append("-")
         continue
@@ -547,6 +558,9 @@ def run_gpu(lib, cases, args):
         meta = lib.gpu_conv(p["conv"], ptrs, stream.cuda_stream)
       stream.synchronize()
       text = mismatch_text(out.cpu().numpy(), p["wantv"])
+      want_plan = case.gpu_direct_plan
+      if want_plan is not None and meta.get("plan") != want_plan:
+        text = f"plan {meta.get('plan')}, expected {want_plan}; bits {text}"
       ok = text == "exact"
       if case.deterministic:  # a second run gives the same bits
         with torch.cuda.stream(stream):
@@ -657,9 +671,11 @@ def run_gpu(lib, cases, args):
   grouped = [r for r in rows if r["groups"] > 1]
   if grouped:
     exact = sum(1 for r in grouped if r.get("bits") == "exact")
+    fused = sum(1 for r in grouped if r.get("plan") == "direct/depthwise")
     direct = sum(1 for r in grouped if r.get("plan") == "direct/grouped")
-    print(f"harness: grouped/depthwise: {len(grouped)} cases, {exact} exact, {direct} on the "
-          f"direct kernel, int8/fp16 time ratio geomean {geomean_ratio(grouped):.2f}")
+    print(f"harness: grouped/depthwise: {len(grouped)} cases, {exact} exact, {fused} on the "
+          f"fused depthwise kernel, {direct} on the direct kernel, int8/fp16 time ratio geomean "
+          f"{geomean_ratio(grouped):.2f}")
   if unavailable:
     print(f"harness: {unavailable} forced runs refused cleanly: cuDNN offers no engine for "
           "that layout here")

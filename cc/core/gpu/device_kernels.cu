@@ -8,6 +8,7 @@
 #include "cc/core/gpu/device_kernels.h"
 
 using tf_fused_int8::gpu::CompareParams;
+using tf_fused_int8::gpu::DepthwiseConvParams;
 using tf_fused_int8::gpu::DirectConvParams;
 using tf_fused_int8::gpu::EpilogueParams;
 using tf_fused_int8::gpu::SampleCheckParams;
@@ -66,4 +67,12 @@ extern "C" __global__ void __launch_bounds__(256)
     tfi_direct_conv(const DirectConvParams p) {
   const uint32_t t = GlobalThread();
   if (t < p.elements) tf_fused_int8::gpu::DirectConvElement(p, t);
+}
+
+// Grouped convolutions with one input word per group (depthwise, groups of 4
+// channels): exact acc and the epilogue fused, one thread per output word.
+extern "C" __global__ void __launch_bounds__(256)
+    tfi_depthwise_conv(const DepthwiseConvParams p) {
+  const uint32_t t = GlobalThread();
+  if (t < p.epi.words) tf_fused_int8::gpu::DepthwiseConvWord(p, t);
 }

@@ -91,28 +91,42 @@ struct EpilogueParams {
   int8_t lut[256];      // out = lut[r + 128] (by value: no device memory)
 };
 
+// The contract for one output channel c, lane v of its output word, from
+// acc = float32 of the exact accumulator: scale, side input (lane v of
+// side_word), bias, clip (NaN -> lo), round half to even, output_lut.
+// Returns the int8 result in lane v of a word (other lanes zero). The ONE copy
+// of the epilogue's float math: EpilogueWord (tfi_epilogue_x4) and the fused
+// depthwise kernel (DepthwiseConvWord, tfi_depthwise_conv) both call it.
+TFI_HD uint32_t EpilogueLane(const EpilogueParams& a, float acc, uint32_t c, uint32_t v,
+                             uint32_t side_word) {
+  float y = TFI_FMUL(acc, a.scale[a.per_channel ? c : 0]);
+  if (a.has_side) {
+    const int8_t s = static_cast<int8_t>((side_word >> (8 * v)) & 0xffu);
+    y = TFI_FMA(static_cast<float>(s), a.side_scale, y);
+  }
+  y = TFI_FADD(y, a.bias[c]);
+  y = (y > a.lo) ? y : a.lo;  // NaN -> lo
+  y = (y < a.hi) ? y : a.hi;
+  int32_t r = TFI_RINT(y);  // half to even, in [lo, hi] within [-128, 127]
+  if (a.has_lut) r = a.lut[r + 128];  // the output lookup table (LutScalar)
+  return (static_cast<uint32_t>(r) & 0xffu) << (8 * v);
+}
+
+// The side input word of output word t (0 without a side input).
+TFI_HD uint32_t EpilogueSideWord(const EpilogueParams& a, uint32_t t) {
+  return a.has_side ? reinterpret_cast<const uint32_t*>(a.side)[t] : 0u;
+}
+
 TFI_HD void EpilogueWord(const EpilogueParams& a, uint32_t t) {
   const uint32_t p = t % a.pixels;
   const uint32_t nq = t / a.pixels;
   const uint32_t q = nq % a.c4;
   const uint32_t n = nq / a.c4;
-  const uint32_t side_word =
-      a.has_side ? reinterpret_cast<const uint32_t*>(a.side)[t] : 0u;
+  const uint32_t side_word = EpilogueSideWord(a, t);
   uint32_t out_word = 0;
   for (uint32_t v = 0; v < 4; ++v) {
     const uint32_t c = q * 4 + v;
-    const float acc = LoadAcc(a.conv, n, c, p);
-    float y = TFI_FMUL(acc, a.scale[a.per_channel ? c : 0]);
-    if (a.has_side) {
-      const int8_t s = static_cast<int8_t>((side_word >> (8 * v)) & 0xffu);
-      y = TFI_FMA(static_cast<float>(s), a.side_scale, y);
-    }
-    y = TFI_FADD(y, a.bias[c]);
-    y = (y > a.lo) ? y : a.lo;  // NaN -> lo
-    y = (y < a.hi) ? y : a.hi;
-    int32_t r = TFI_RINT(y);  // half to even, in [lo, hi] within [-128, 127]
-    if (a.has_lut) r = a.lut[r + 128];  // the output lookup table (LutScalar)
-    out_word |= (static_cast<uint32_t>(r) & 0xffu) << (8 * v);
+    out_word |= EpilogueLane(a, LoadAcc(a.conv, n, c, p), c, v, side_word);
   }
   reinterpret_cast<uint32_t*>(a.out)[t] = out_word;
 }
@@ -355,6 +369,79 @@ TFI_HD void DirectConvElement(const DirectConvParams& a, uint32_t t) {
   a.y[t] = TFI_I2F(ExactAcc(a.ops, nc / a.ops.out_c, nc % a.ops.out_c, p));
 }
 
+// The fused fast path for grouped convolutions whose groups are one int8x4
+// word of input channels (group_c4 == 1: every depthwise layer in
+// NCHW_VECT_C, and groups of 4 channels): one "thread" per OUTPUT WORD t, in
+// the epilogue's numbering t = (n * c4 + q) * Ho*Wo + p, computes the exact
+// int32 accumulators of its 4 output channels 4q..4q+3 and applies the
+// contract epilogue (EpilogueLane) in the same thread, writing the int8x4
+// output word: no float32 y in global memory, no second kernel.
+//
+// Bit-for-bit what DirectConvElement + EpilogueWord give: each lane's
+// accumulator is the same sum of int8 products that ExactAcc forms (the same
+// x and w words, the same Dot4Add, modulo 2^32 and exact because it fits
+// int32, see ExactAcc; integer addition is associative, so the order of taps
+// does not matter), converted with the same TFI_I2F (cvt.rn.f32.s32), then
+// the same EpilogueLane with the same side word. Channel c reads input word
+// c / group_out_c (its group's only word); the 4 lanes of one output word
+// share that word when group_out_c % 4 == 0 (depthwise) and may read
+// different words otherwise (groups of 4 channels, 1-3 outputs per group).
+//
+// 32-bit index arithmetic: ComputeGeometry bounds every tensor below 2^31
+// elements, so every word index (x, w, output: elements / 4 < 2^29) and every
+// partial sum of one fits uint32; the tap coordinates iy, ix (which may be
+// negative in the padding) are formed in int64 and only used as a uint32
+// index after the bounds check. The int64 divisions of ExactAcc's callers are
+// gone: 3 uint32 divisions per thread (pixel, word, column).
+struct DepthwiseConvParams {
+  ConvOperands ops;    // group_c4 == 1
+  EpilogueParams epi;  // epi.conv unused; epi.words output words (< 2^29)
+};
+
+TFI_HD void DepthwiseConvWord(const DepthwiseConvParams& a, uint32_t t) {
+  const ConvOperands& o = a.ops;
+  const uint32_t pixels = a.epi.pixels;
+  const uint32_t p = t % pixels;
+  const uint32_t nq = t / pixels;
+  const uint32_t q = nq % a.epi.c4;
+  const uint32_t n = nq / a.epi.c4;
+  const uint32_t oy = p / o.out_w;
+  const uint32_t ox = p - oy * o.out_w;
+  const uint32_t plane = o.in_h * o.in_w;  // words of one input channel word plane
+  const uint32_t taps = o.filter_h * o.filter_w;
+  uint32_t x_base[4], w_base[4], acc[4];
+  for (uint32_t v = 0; v < 4; ++v) {
+    const uint32_t c = q * 4 + v;
+    x_base[v] = (n * o.in_c4 + c / o.group_out_c) * plane;  // group c / group_out_c's word
+    w_base[v] = c * taps;                                     // group_c4 == 1
+    acc[v] = 0u;
+  }
+  const int64_t iy0 = static_cast<int64_t>(oy) * o.stride_h - o.pad_top;
+  const int64_t ix0 = static_cast<int64_t>(ox) * o.stride_w - o.pad_left;
+  for (uint32_t ky = 0; ky < o.filter_h; ++ky) {
+    const int64_t iy = iy0 + static_cast<int64_t>(ky) * o.dilation_h;
+    if (iy < 0 || iy >= o.in_h) continue;
+    for (uint32_t kx = 0; kx < o.filter_w; ++kx) {
+      const int64_t ix = ix0 + static_cast<int64_t>(kx) * o.dilation_w;
+      if (ix < 0 || ix >= o.in_w) continue;
+      const uint32_t xo = static_cast<uint32_t>(iy) * o.in_w + static_cast<uint32_t>(ix);
+      const uint32_t wo = ky * o.filter_w + kx;
+      uint32_t xw = o.x[x_base[0] + xo];  // loaded once when the lanes share it
+      for (uint32_t v = 0; v < 4; ++v) {
+        if (v > 0 && x_base[v] != x_base[v - 1]) xw = o.x[x_base[v] + xo];
+        acc[v] = Dot4Add(xw, o.w[w_base[v] + wo], acc[v]);
+      }
+    }
+  }
+  const uint32_t side_word = EpilogueSideWord(a.epi, t);
+  uint32_t out_word = 0;
+  for (uint32_t v = 0; v < 4; ++v) {
+    out_word |= EpilogueLane(a.epi, TFI_I2F(static_cast<int32_t>(acc[v])), q * 4 + v, v,
+                             side_word);
+  }
+  reinterpret_cast<uint32_t*>(a.epi.out)[t] = out_word;
+}
+
 // Kernel names in the PTX, and the launch shape the host uses.
 constexpr const char* kEpilogueKernelName = "tfi_epilogue_x4";
 constexpr const char* kX4ToX32KernelName = "tfi_x4_to_x32";
@@ -362,6 +449,7 @@ constexpr const char* kTransposeKernelName = "tfi_transpose_words";
 constexpr const char* kCountMismatchKernelName = "tfi_count_mismatch";
 constexpr const char* kCheckSampleKernelName = "tfi_check_sample";
 constexpr const char* kDirectConvKernelName = "tfi_direct_conv";
+constexpr const char* kDepthwiseConvKernelName = "tfi_depthwise_conv";
 constexpr uint32_t kThreadsPerBlock = 256;
 
 }  // namespace gpu

@@ -79,7 +79,8 @@ struct DeviceState {
   size_t cudnn_version = 0;
   CUmodule module = nullptr;
   CUfunction epilogue = nullptr, x4_to_x32 = nullptr, transpose = nullptr,
-             count_mismatch = nullptr, check_sample = nullptr, direct_conv = nullptr;
+             count_mismatch = nullptr, check_sample = nullptr, direct_conv = nullptr,
+             depthwise_conv = nullptr;
   std::mutex handle_mu;  // guards every use of `handle`
   cudnnHandle_t handle = nullptr;
 
@@ -125,6 +126,7 @@ Status InitDevice(const GpuApi& api, DeviceState* d) {
   TFI_CU(api, api.cuModuleGetFunction(&d->count_mismatch, d->module, kCountMismatchKernelName));
   TFI_CU(api, api.cuModuleGetFunction(&d->check_sample, d->module, kCheckSampleKernelName));
   TFI_CU(api, api.cuModuleGetFunction(&d->direct_conv, d->module, kDirectConvKernelName));
+  TFI_CU(api, api.cuModuleGetFunction(&d->depthwise_conv, d->module, kDepthwiseConvKernelName));
   const cudnnStatus_t s = api.cudnnCreate(&d->handle);
   if (s != CUDNN_STATUS_SUCCESS) {
     d->handle = nullptr;
@@ -707,6 +709,18 @@ Status RunFusedConvGpu(const GpuApi& api, CUstream stream, const GpuConvArgs& ar
   info->device = dev->Describe();
   TFI_GPU_RETURN_IF_ERROR(dev->status);
 
+  if (UsesDepthwiseKernel(g)) {
+    // One input word per group (depthwise, groups of 4 channels): the fused
+    // kernel forms the exact sums and applies the epilogue in one pass, one
+    // thread per output word; no float32 y, no scratch, no cuDNN, no
+    // autotuning. Bit for bit what tfi_direct_conv + tfi_epilogue_x4 write
+    // (DepthwiseConvParams). The forced path/layout options do not apply.
+    DepthwiseConvParams d = MakeDepthwiseConvParams(args);
+    void* dparams[] = {&d};
+    info->plan = kDepthwisePlanName;
+    return Launch(api, dev->depthwise_conv, d.epi.words, dparams, stream);
+  }
+
   void* y = scratch->Allocate(static_cast<size_t>(g.OutputElements()) * sizeof(float));
   if (y == nullptr) {
     return ResourceExhausted("could not allocate " + std::to_string(g.OutputElements() * 4) +
@@ -716,9 +730,10 @@ Status RunFusedConvGpu(const GpuApi& api, CUstream stream, const GpuConvArgs& ar
   // Float32 NCHW unless the plan says otherwise.
   ConvOutput conv_out = MakeConvSpec(g, ConvLayout::kVect4, 16).Output(y);
   if (UsesDirectKernel(g)) {
-    // Grouped / depthwise: our direct kernel writes float32(exact acc) into
-    // the float32 NCHW y; no cuDNN, no autotuning (nothing to choose), no
-    // cache entry. The forced path/layout options do not apply.
+    // Other grouped calls (groups of 8+ input channels): our direct kernel
+    // writes float32(exact acc) into the float32 NCHW y; no cuDNN, no
+    // autotuning (nothing to choose), no cache entry. The forced path/layout
+    // options do not apply.
     DirectConvParams d = MakeDirectConvParams(g, args.input, args.filter, static_cast<float*>(y));
     void* dparams[] = {&d};
     TFI_GPU_RETURN_IF_ERROR(Launch(api, dev->direct_conv, d.elements, dparams, stream));

@@ -39,7 +39,8 @@ struct CandidateReport {
 
 struct GpuRunInfo {
   std::string device;      // "NVIDIA H200 (sm_90, device 0)"
-  std::string plan;        // the plan that ran ("direct/grouped": groups > 1)
+  std::string plan;        // the plan that ran ("direct/depthwise": groups of one
+                           // int8x4 word, "direct/grouped": other groups > 1)
   bool tuned_now = false;  // this call ran the autotuning
   double plan_time_ms = -1;
   std::vector<CandidateReport> candidates;  // when tuned_now
@@ -50,7 +51,8 @@ struct GpuRunInfo {
 // Runs the fused convolution on `stream` (a CUstream of the current process;
 // its context is made current for the call). `args` holds device pointers,
 // except side_input_scale. Grouped and depthwise convolutions (groups > 1) run
-// our direct kernel instead of cuDNN (info->plan "direct/grouped"). Returns
+// our direct kernels instead of cuDNN (info->plan "direct/depthwise" for groups
+// of 4 input channels, UsesDepthwiseKernel; "direct/grouped" otherwise). Returns
 // kInvalidArgument for channel counts that are not multiples of 4 or groups
 // that do not divide them (ValidateGpuGeometry), kUnimplemented on GPUs below
 // compute capability 6.1 (no dp4a) or cuDNN < 9, kUnavailable when `api` is incomplete,

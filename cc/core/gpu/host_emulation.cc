@@ -1,6 +1,7 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 #include "cc/core/gpu/host_emulation.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -77,11 +78,34 @@ Status EmulateConvOutput(const GpuConvArgs& a, ConvLayout layout, std::vector<ui
   return Status::Ok();
 }
 
+namespace {
+std::atomic<int64_t> depthwise_runs{0}, direct_runs{0}, cudnn_runs{0};
+}  // namespace
+
+EmulatedPathCounts GetEmulatedPathCounts() {
+  EmulatedPathCounts c;
+  c.depthwise = depthwise_runs.load();
+  c.direct = direct_runs.load();
+  c.cudnn = cudnn_runs.load();
+  return c;
+}
+
 Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
   const ConvGeometry& g = a.geo;
+  if (UsesDepthwiseKernel(g)) {
+    // The fused kernel, one "thread" (output word) at a time, as the GPU runs
+    // it: no y, no separate epilogue.
+    TFI_GPU_RETURN_IF_ERROR(ValidateGpuGeometry(g));
+    if (g.OutputElements() == 0) return Status::Ok();
+    const DepthwiseConvParams d = MakeDepthwiseConvParams(a);
+    for (uint32_t t = 0; t < d.epi.words; ++t) DepthwiseConvWord(d, t);
+    ++depthwise_runs;
+    return Status::Ok();
+  }
   std::vector<uint32_t> y;
   TFI_GPU_RETURN_IF_ERROR(EmulateConvOutput(a, layout, &y));
   if (g.OutputElements() == 0) return Status::Ok();
+  ++(UsesDirectKernel(g) ? direct_runs : cudnn_runs);
   const ConvSpec s = MakeConvSpec(g, UsesDirectKernel(g) ? ConvLayout::kVect4 : layout, 16);
   const EpilogueParams p = MakeEpilogueParams(
       g, s.Output(y.data()), a.conv_input_scale, a.per_channel_scale, a.bias, a.side_input,

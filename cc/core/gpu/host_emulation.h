@@ -20,15 +20,29 @@ namespace tf_fused_int8 {
 namespace gpu {
 
 // args: host pointers; layout: how cuDNN would be asked (see ConvLayout;
-// ignored for grouped convolutions, like the GPU path ignores it).
+// ignored for grouped convolutions, like the GPU path ignores it). Runs the
+// path RunFusedConvGpu takes: for UsesDepthwiseKernel calls the fused kernel's
+// code (DepthwiseConvWord) alone, for other grouped calls DirectConvElement +
+// EpilogueWord, else the cuDNN stand-in + EpilogueWord.
 Status EmulateGpuPipeline(const GpuConvArgs& args, ConvLayout layout);
+
+// How many successful EmulateGpuPipeline calls (with a non-empty output) took
+// each path since the process started, so tests can check that a path ran.
+struct EmulatedPathCounts {
+  int64_t depthwise = 0;  // tfi_depthwise_conv ("direct/depthwise")
+  int64_t direct = 0;     // tfi_direct_conv + tfi_epilogue_x4 ("direct/grouped")
+  int64_t cudnn = 0;      // the cuDNN stand-in + tfi_epilogue_x4
+};
+EmulatedPathCounts GetEmulatedPathCounts();
 
 // The pipeline up to cuDNN's result: *y (words) as a right cuDNN answer would
 // leave it, where MakeConvSpec(args.geo, layout, 16).Output(y->data()) finds
 // each element (empty for an empty output). Grouped convolutions
 // (UsesDirectKernel) never reach cuDNN on the GPU: for them *y is what the
 // direct kernel's own code (DirectConvElement) writes, float32 NCHW (the
-// kVect4 y), whatever `layout` says.
+// kVect4 y), whatever `layout` says. (For UsesDepthwiseKernel calls the GPU
+// writes no y and EmulateGpuPipeline does not call this; tests use it to
+// compare the fast path with the direct kernel + epilogue.)
 Status EmulateConvOutput(const GpuConvArgs& args, ConvLayout layout, std::vector<uint32_t>* y);
 
 // Runs one of our conversion kernels (device_kernels.h: X4ToX32Word,

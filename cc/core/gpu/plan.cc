@@ -286,6 +286,15 @@ DirectConvParams MakeDirectConvParams(const ConvGeometry& g, const void* x, cons
   return p;
 }
 
+DepthwiseConvParams MakeDepthwiseConvParams(const GpuConvArgs& a) {
+  DepthwiseConvParams p{};
+  p.ops = MakeConvOperands(a.geo, a.input, a.filter);
+  p.epi = MakeEpilogueParams(a.geo, ConvOutput{}, a.conv_input_scale, a.per_channel_scale,
+                             a.bias, a.side_input, a.side_input_scale, a.activation, a.output,
+                             a.output_min, a.output_max, a.output_lut);
+  return p;
+}
+
 SampleCheckParams MakeSampleCheckParams(const ConvGeometry& g, const ConvOutput& conv,
                                         const void* x, const void* w, uint32_t* result) {
   SampleCheckParams p{};
@@ -326,6 +335,7 @@ static_assert(sizeof(CompareParams) == 104, "CompareParams layout");
 static_assert(sizeof(ConvOperands) == 88, "ConvOperands layout");
 static_assert(sizeof(SampleCheckParams) == 152, "SampleCheckParams layout");
 static_assert(sizeof(DirectConvParams) == 104, "DirectConvParams layout");
+static_assert(sizeof(DepthwiseConvParams) == 456, "DepthwiseConvParams layout");
 
 }  // namespace gpu
 }  // namespace tf_fused_int8

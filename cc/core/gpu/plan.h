@@ -63,6 +63,16 @@ Status ValidateGpuGeometry(const ConvGeometry& g);
 inline bool UsesDirectKernel(const ConvGeometry& g) { return g.groups > 1; }
 constexpr const char* kDirectPlanName = "direct/grouped";
 
+// Whether a direct-kernel call takes the fused fast path (DepthwiseConvParams,
+// tfi_depthwise_conv): one int8x4 word of input channels per group
+// (group_c4 == 1), i.e. every depthwise layer in NCHW_VECT_C and groups of 4
+// channels. The exact sums and the epilogue run in one kernel, one thread per
+// output word; other grouped calls keep tfi_direct_conv + tfi_epilogue_x4.
+inline bool UsesDepthwiseKernel(const ConvGeometry& g) {
+  return UsesDirectKernel(g) && g.GroupInC() == 4;
+}
+constexpr const char* kDepthwisePlanName = "direct/depthwise";
+
 // Whether the padding is the same before and after in both dimensions (the
 // legacy cuDNN API takes one padding per dimension).
 bool SymmetricPadding(const ConvGeometry& g);
@@ -169,6 +179,11 @@ ConvOperands MakeConvOperands(const ConvGeometry& g, const void* x, const void* 
 // finds each element, like the x4 cuDNN plan's.
 DirectConvParams MakeDirectConvParams(const ConvGeometry& g, const void* x, const void* w,
                                       float* y);
+
+// Kernel parameters of the fused depthwise kernel (UsesDepthwiseKernel): the
+// operands as given and the epilogue's parameters (MakeEpilogueParams with no
+// convolution result: the kernel forms the accumulators itself).
+DepthwiseConvParams MakeDepthwiseConvParams(const GpuConvArgs& args);
 
 // Kernel parameters of the autotuner's sample check (SampleCheckParams) of
 // the convolution result `conv`, with x and w as given (int8x4) and `result`
