@@ -40,6 +40,8 @@
 
 #include <cstdint>
 
+#include "cc/core/dword_spread.h"
+
 namespace tf_fused_int8 {
 namespace {
 
@@ -58,13 +60,7 @@ inline Epilogue512Consts MakeEpilogue512Consts(float side_scale, int8_t lo,
   k.lo = _mm512_set1_epi8(lo);
   for (int j = 0; j < 4; ++j) {
     alignas(64) int8_t idx[64];
-    for (int lane = 0; lane < 4; ++lane) {
-      for (int i = 0; i < 4; ++i) {
-        int8_t* d = idx + 16 * lane + 4 * i;
-        d[0] = d[1] = d[2] = static_cast<int8_t>(0x80);  // zero bytes
-        d[3] = static_cast<int8_t>(4 * j + i);  // byte 4j+i of the lane
-      }
-    }
+    DwordSpreadShuffle(j, /*at=*/3, /*lanes=*/4, idx);  // byte 4j+i of the lane
     k.side_shuffle[j] = _mm512_load_si512(idx);
   }
   return k;

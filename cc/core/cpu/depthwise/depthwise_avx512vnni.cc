@@ -62,6 +62,7 @@
 #include "cc/core/cpu/depthwise/depthwise_rows.h"
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/dword_spread.h"
 #include "cc/core/epilogue_avx512.h"
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
@@ -554,13 +555,7 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   in.k = &k;
   for (int j = 0; j < 4; ++j) {
     alignas(64) int8_t idx[64];
-    for (int lane = 0; lane < 4; ++lane) {
-      for (int i = 0; i < 4; ++i) {
-        int8_t* t = idx + 16 * lane + 4 * i;
-        t[0] = static_cast<int8_t>(4 * j + i);
-        t[1] = t[2] = t[3] = static_cast<int8_t>(0x80);  // zero bytes
-      }
-    }
+    DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/4, idx);
     in.shuffle_e[j] = _mm512_load_si512(idx);
   }
   const int64_t c_split = nblocks * kBlock;

@@ -41,6 +41,7 @@
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_ymm.h"
+#include "cc/core/dword_spread.h"
 #include "cc/core/epilogue_avx2.h"
 
 namespace tf_fused_int8 {
@@ -132,13 +133,7 @@ struct Epilogue32 {
   Epilogue32() {
     for (int j = 0; j < 4; ++j) {
       alignas(32) int8_t idx[32];
-      for (int lane = 0; lane < 2; ++lane) {
-        for (int i = 0; i < 4; ++i) {
-          int8_t* t = idx + 16 * lane + 4 * i;
-          t[0] = t[1] = t[2] = static_cast<int8_t>(0x80);  // zero bytes
-          t[3] = static_cast<int8_t>(4 * j + i);
-        }
-      }
+      DwordSpreadShuffle(j, /*at=*/3, /*lanes=*/2, idx);
       side_shuffle[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
     }
   }
@@ -349,13 +344,7 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
   in.ep = &ep;
   for (int j = 0; j < 4; ++j) {
     alignas(32) int8_t idx[32];
-    for (int lane = 0; lane < 2; ++lane) {
-      for (int i = 0; i < 4; ++i) {
-        int8_t* t = idx + 16 * lane + 4 * i;
-        t[0] = static_cast<int8_t>(4 * j + i);
-        t[1] = t[2] = t[3] = static_cast<int8_t>(0x80);  // zero bytes
-      }
-    }
+    DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/2, idx);
     in.shuffle_e[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
   }
   // Blocks outer, rows inner: a block's weights and the three input rows of
