@@ -305,18 +305,25 @@ bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
   }
 }
 
-cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
+// A path's depthwise row kernel and the preparation of the weights it reads
+// (none for the portable and NEON kernels).
+struct DepthwiseKernel {
+  cpu::DepthwiseRowsFn rows;
+  const cpu::DepthwisePrep* prep;
+};
+
+DepthwiseKernel DepthwiseKernelFor(KernelPath path) {
   switch (path) {
 #if defined(__x86_64__)
     case KernelPath::kAvx2:
     case KernelPath::kAvx2Direct:
     case KernelPath::kAvx2Winograd:
-      return cpu::DepthwiseRowsAvx2;
+      return {cpu::DepthwiseRowsAvx2, &cpu::kDepthwisePrepAvx2};
     case KernelPath::kAvxVnni:
-      return cpu::DepthwiseRowsAvxVnni;
+      return {cpu::DepthwiseRowsAvxVnni, &cpu::kDepthwisePrepAvxVnni};
     case KernelPath::kAvx512Vnni:
     case KernelPath::kAmx:  // a depthwise tap has one k per channel: no tiles
-      return cpu::DepthwiseRowsAvx512Vnni;
+      return {cpu::DepthwiseRowsAvx512Vnni, &cpu::kDepthwisePrepAvx512Vnni};
 #endif
 #if defined(__aarch64__)
     // SDOT / SMMLA reduce over four / eight consecutive k of one lane; a
@@ -325,10 +332,10 @@ cpu::DepthwiseRowsFn DepthwiseRows(KernelPath path) {
     case KernelPath::kNeon:
     case KernelPath::kDotprod:
     case KernelPath::kI8mm:
-      return cpu::DepthwiseRowsNeon;
+      return {cpu::DepthwiseRowsNeon, nullptr};
 #endif
     default:
-      return cpu::DepthwiseRowsPortable;
+      return {cpu::DepthwiseRowsPortable, nullptr};
   }
 }
 
@@ -361,18 +368,8 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
   }
   bool lut_applied = false;
   if (args.geo.IsDepthwise()) {
-    const cpu::DepthwisePrep* prep = nullptr;
-#if defined(__x86_64__)
-    if (resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) {
-      prep = &cpu::kDepthwisePrepAvx512Vnni;
-    } else if (resolved == KernelPath::kAvxVnni) {
-      prep = &cpu::kDepthwisePrepAvxVnni;
-    } else if (DepthwiseRows(resolved) == cpu::DepthwiseRowsAvx2) {
-      prep = &cpu::kDepthwisePrepAvx2;
-    }
-#endif
-    cpu::RunDepthwise(args, DepthwiseRows(resolved), parallel_for, prep,
-                      cpu::LutBodyFor(resolved));
+    const DepthwiseKernel dw = DepthwiseKernelFor(resolved);
+    cpu::RunDepthwise(args, dw.rows, parallel_for, dw.prep, cpu::LutBodyFor(resolved));
     lut_applied = true;
 #if defined(__x86_64__)
   } else if ((resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) &&
