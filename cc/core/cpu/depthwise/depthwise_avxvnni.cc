@@ -282,18 +282,18 @@ struct Interior3x3 {
 };
 
 // The prepared bytes: the AVX2 kernel's pair weights (for the channels past
-// the blocks), then the blocks.
-int64_t PairsBytes(const DepthwiseRowArgs& d) { return (PairBytes(d) + 63) / 64 * 64; }
+// the blocks), then the blocks, from this offset (64-byte aligned).
+int64_t BlocksOffset(const DepthwiseRowArgs& d) { return (PairBytes(d) + 63) / 64 * 64; }
 
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
   const int64_t blocks = Use3x3Blocks(d) ? d.channels / kBlock : 0;
-  return PairsBytes(d) + blocks * static_cast<int64_t>(sizeof(BlockYmm));
+  return BlocksOffset(d) + blocks * static_cast<int64_t>(sizeof(BlockYmm));
 }
 
 void PrepFill(const DepthwiseRowArgs& d, void* p) {
   if (PairBytes(d) > 0) PairFill(d, p);
   if (Use3x3Blocks(d)) {
-    PrepareBlocks(d, reinterpret_cast<BlockYmm*>(static_cast<char*>(p) + PairsBytes(d)));
+    PrepareBlocks(d, reinterpret_cast<BlockYmm*>(static_cast<char*>(p) + BlocksOffset(d)));
   }
 }
 
@@ -321,7 +321,7 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
   const BlockYmm* blocks =
       d.prepared != nullptr
           ? reinterpret_cast<const BlockYmm*>(static_cast<const char*>(d.prepared) +
-                                              PairsBytes(d))
+                                              BlocksOffset(d))
           : nullptr;
   if (blocks == nullptr) {  // called without the per-filter preparation
     local.resize(static_cast<size_t>(nblocks));

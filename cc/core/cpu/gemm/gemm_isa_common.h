@@ -206,6 +206,26 @@ inline void CopyWindows(uint8_t* row, const int8_t* src, int64_t count,
   }
 }
 
+// CopyWindows for the window shapes it is instantiated for (3x3x3 and 7x7x3
+// stems) where the policy has Copy16; false (nothing copied) otherwise.
+template <class Copy>
+inline bool CopyStemWindows(int64_t filter_h, int64_t run, uint8_t* row, const int8_t* src,
+                            int64_t count, int64_t src_step, int64_t lda, int64_t ky_step) {
+  if constexpr (HasCopy16<Copy>::value) {
+    if (Copy::kStep >= 16) {
+      if (filter_h == 3 && run == 9) {
+        CopyWindows<Copy, 3, 9>(row, src, count, src_step, lda, ky_step);
+        return true;
+      }
+      if (filter_h == 7 && run == 21) {
+        CopyWindows<Copy, 7, 21>(row, src, count, src_step, lda, ky_step);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 // n elements of padding; may write up to one vector past them.
 template <class Copy>
 inline void PadRun(uint8_t* dst, int64_t n) {
@@ -336,19 +356,8 @@ __attribute__((noinline)) void Im2ColSlice(const GemmTileArgs& t,
         const int8_t* src = t.input + image + iy0 * row_bytes + ix0 * ci;
         const int64_t src_step = g.stride_w * ci;
         uint8_t* row = dst + m * t.lda;
-        bool copied = false;
-        if constexpr (HasCopy16<Copy>::value) {
-          if (Copy::kStep >= 16) {
-            copied = true;
-            if (g.filter_h == 3 && run == 9) {
-              CopyWindows<Copy, 3, 9>(row, src, count, src_step, t.lda, ky_step);
-            } else if (g.filter_h == 7 && run == 21) {
-              CopyWindows<Copy, 7, 21>(row, src, count, src_step, t.lda, ky_step);
-            } else {
-              copied = false;
-            }
-          }
-        }
+        const bool copied =
+            CopyStemWindows<Copy>(g.filter_h, run, row, src, count, src_step, t.lda, ky_step);
         for (int64_t i = 0; i < count && !copied; ++i, src += src_step, row += t.lda) {
           const int8_t* s = src;
           uint8_t* out = row;
