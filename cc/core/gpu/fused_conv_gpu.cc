@@ -786,10 +786,7 @@ Status RunFusedConvGpu(const GpuApi& api, CUstream stream, const GpuConvArgs& ar
     TFI_GPU_RETURN_IF_ERROR(RunConv(api, dev, stream, c, x, w, y, workspace));
   }
 
-  EpilogueParams p = MakeEpilogueParams(g, conv_out, args.conv_input_scale, args.per_channel_scale,
-                                        args.bias, args.side_input, args.side_input_scale,
-                                        args.activation, args.output, args.output_min,
-                                        args.output_max, args.output_lut);
+  EpilogueParams p = MakeEpilogueParams(args, conv_out);
   void* params[] = {&p};
   return Launch(api, dev->epilogue, p.words, params, stream);
 }

@@ -107,9 +107,7 @@ Status EmulateGpuPipeline(const GpuConvArgs& a, ConvLayout layout) {
   if (g.OutputElements() == 0) return Status::Ok();
   ++(UsesDirectKernel(g) ? direct_runs : cudnn_runs);
   const ConvSpec s = MakeConvSpec(g, UsesDirectKernel(g) ? ConvLayout::kVect4 : layout, 16);
-  const EpilogueParams p = MakeEpilogueParams(
-      g, s.Output(y.data()), a.conv_input_scale, a.per_channel_scale, a.bias, a.side_input,
-      a.side_input_scale, a.activation, a.output, a.output_min, a.output_max, a.output_lut);
+  const EpilogueParams p = MakeEpilogueParams(a, s.Output(y.data()));
   for (uint32_t t = 0; t < p.words; ++t) EpilogueWord(p, t);
   return Status::Ok();
 }

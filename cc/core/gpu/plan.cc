@@ -286,12 +286,16 @@ DirectConvParams MakeDirectConvParams(const ConvGeometry& g, const void* x, cons
   return p;
 }
 
+EpilogueParams MakeEpilogueParams(const GpuConvArgs& a, const ConvOutput& conv) {
+  return MakeEpilogueParams(a.geo, conv, a.conv_input_scale, a.per_channel_scale, a.bias,
+                            a.side_input, a.side_input_scale, a.activation, a.output,
+                            a.output_min, a.output_max, a.output_lut);
+}
+
 DepthwiseConvParams MakeDepthwiseConvParams(const GpuConvArgs& a) {
   DepthwiseConvParams p{};
   p.ops = MakeConvOperands(a.geo, a.input, a.filter);
-  p.epi = MakeEpilogueParams(a.geo, ConvOutput{}, a.conv_input_scale, a.per_channel_scale,
-                             a.bias, a.side_input, a.side_input_scale, a.activation, a.output,
-                             a.output_min, a.output_max, a.output_lut);
+  p.epi = MakeEpilogueParams(a, ConvOutput{});
   return p;
 }
 

@@ -158,6 +158,9 @@ EpilogueParams MakeEpilogueParams(const ConvGeometry& g, const ConvOutput& conv,
                                   int8_t* out, int32_t output_min = -128,
                                   int32_t output_max = 127,
                                   const int8_t* output_lut = nullptr);
+// The same for an op call's arguments (their scale, bias, side input,
+// activation, bounds, lookup table and output).
+EpilogueParams MakeEpilogueParams(const GpuConvArgs& args, const ConvOutput& conv);
 
 // Kernel parameters of the int8x4 -> int8x32 conversion of an activation
 // ([N, C/4, H, W, 4], is_filter = false) or a filter ([O, I/4, Kh, Kw, 4]).
