@@ -354,6 +354,10 @@ void TestLayerShapes() {
       // Lopsided channel splits on 2 threads (per-block items).
       {1, 14, 14, 576, 1, 96, 1, true},
       {1, 14, 14, 384, 1, 96, 1, false},
+      // 3 : 2 and 4 : 3 block splits, per-block items since the 1.125x
+      // bound (MobileNetV2's 7x7x960 -> 320; a 7-block layer with a side).
+      {1, 7, 7, 960, 1, 320, 1, false},
+      {1, 7, 7, 512, 1, 448, 1, true},
   };
   int runs = 0;
   for (const L& l : layers) {

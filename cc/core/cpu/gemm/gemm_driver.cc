@@ -219,18 +219,24 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
   p.n_groups = CeilDiv(p.blocks, p.blocks_per_group);
   // A channel split into groups of whole blocks can be lopsided (160
   // channels on 2 threads: 128 : 32; 96: 64 : 32). When the widest group
-  // has over 1.25x the mean group's channels, every block is an item
+  // has over 1.125x the mean group's channels, every block is an item
   // instead, with at least `threads` M tiles, and the items are claimed
   // one at a time (units = items below). Measured (bench_core, a spinning
   // helper thread, Zen 4, batch 1, 2 threads): 7x7x960 -> 160 34 -> 25 us,
   // 7x7x576 -> 160 24 -> 19, 14x14x576 -> 96 38 -> 32, 14x14x384 -> 96
-  // 25-27 -> 20-21; splits within 1.25x stay as they are (7x7x160 -> 960,
-  // 8 : 7 blocks, took 25 -> 38 us as 30 small items; 7x7x960 -> 320,
-  // 3 : 2, unchanged either way).
+  // 25-27 -> 20-21. The bound was 1.25x until 3 : 2 and 4 : 3 splits were
+  // measured on Zen 5 (bench_core, avx512vnni, 2 threads, old and new
+  // alternated, median time ratio): 7x7x960 -> 320 (MobileNetV2) 21.4 ->
+  // 18.7 us (0.83), 7x7x512 -> 448 0.91; on Zen 4 the 3 : 2 split had
+  // measured the same either way. Splits within 1.125x stay as they are
+  // (7x7x160 -> 960, 8 : 7 blocks, took 25 -> 38 us as 30 small items on
+  // Zen 4; 7x7x960 -> 160 and 7x7x160 -> 960 unchanged on Zen 5). The ymm
+  // paths (avx2, avxvnni: 7x7x960 -> 320 0.97-1.01) are unchanged; amx
+  // was not measured.
   p.per_block_items = false;
   if (threads > 1 && p.n_groups > 1 &&
-      4 * std::min(p.blocks_per_group * isa.block, g.out_c) * p.n_groups >
-          5 * g.out_c) {
+      8 * std::min(p.blocks_per_group * isa.block, g.out_c) * p.n_groups >
+          9 * g.out_c) {
     p.per_block_items = true;
     p.blocks_per_group = split;
     p.n_groups = runs;
