@@ -25,6 +25,7 @@ from tf_fused_int8 import quantization
 from tf_fused_int8.quantization import Dequantize
 from tf_fused_int8.quantization import Quantize
 from tf_fused_int8.quantization import quantize_model
+from tf_fused_int8.runner import InferenceRunner
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ except ImportError:
 
 __all__ = [
     "Dequantize",
+    "InferenceRunner",
     "Quantize",
     "QuantizedConvSequence",
     "QuantizedDense",

@@ -29,6 +29,15 @@ SEQUENCE_TENSOR_OP = "FusedInt8ConvSequence"
 _SEQUENCE_RESOURCE_INPUTS = frozenset((1, 2))
 
 
+# Tensor op -> (its resource op, the inputs that are variables there): what
+# runner.py turns back into variables.
+TENSOR_TO_RESOURCE = {
+    TENSOR_OP: (RESOURCE_OP, tuple(sorted(_RESOURCE_INPUTS))),
+    SEQUENCE_TENSOR_OP: (SEQUENCE_RESOURCE_OP,
+                         tuple(sorted(_SEQUENCE_RESOURCE_INPUTS))),
+}
+
+
 def _resource_inputs(node):
   """The indices of a node's resource inputs, for the two resource ops."""
   return _RESOURCE_INPUTS if node.op == RESOURCE_OP else _SEQUENCE_RESOURCE_INPUTS

@@ -1,0 +1,216 @@
+"""InferenceRunner: a model frozen into one graph, run in the calling thread.
+
+A tf.function call costs TensorFlow's eager function runtime on every call:
+binding the arguments in Python, then an executor that runs the graph on an
+inter-op pool thread while the caller sleeps, and a wake-up of the caller at
+the end. For a quantized MobileNetV2 at batch 1 that is about a sixth of the
+call. tf.lite.Interpreter.invoke(), the int8 alternative a TF user has, runs
+in the calling thread and pays almost none of it.
+
+InferenceRunner(model) does what the interpreter does, in TensorFlow, with
+the same ops and the same bits as model(x): it traces the model once,
+freezes its variables into constants (ResourceFusedInt8ConvSequence and
+ResourceFusedInt8Conv2DBiasActivation become their tensor forms, see
+_freeze.py), imports the frozen graph into a Session of its own and runs it
+through a callable whose run options say "run in the caller's thread"
+(RunOptions.inter_op_thread_pool = -1). Parallel work inside our ops still
+uses TF's intra-op pool, whose size tf.config.threading sets, as for a
+tf.function.
+
+Measured (AMD EPYC Zen 5, 2 vCPUs, KVM; quantize_model +
+fuse_conv_sequences MobileNetV2, alternated in one process, median of 9):
+batch 1, two threads, tf.function 877-951 us, runner 763-809 us; one
+thread, 1344-1415 -> 1232-1248 us. At batch 8 the difference is within the
+noise. The benchmark's models suite times both (`--suite=models`).
+
+Inputs are taken as numpy arrays (or anything np.asarray accepts, tf.Tensors
+included) and outputs come back as numpy arrays, in the model's output
+structure. The weights are copied into the frozen graph when the runner is
+made: later changes to the model's variables do not reach it (make a new
+runner).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from tf_fused_int8 import _freeze
+from tf_fused_int8 import _loader
+
+
+def _input_specs(model, input_signature):
+  """(specs, names, call) for a Keras model or a tf.function."""
+  if input_signature is not None:
+    specs = list(tf.nest.flatten(input_signature))
+    if not all(isinstance(s, tf.TensorSpec) for s in specs):
+      raise TypeError("InferenceRunner: input_signature must be tf.TensorSpecs, "
+                      f"got {input_signature!r}")
+
+    def call(*args):
+      return model(*tf.nest.pack_sequence_as(input_signature, list(args)))
+    return specs, [s.name or f"input_{i}" for i, s in enumerate(specs)], call
+  inputs = getattr(model, "inputs", None)
+  if not inputs:
+    raise TypeError(
+        "InferenceRunner: give a built Keras model (with model.inputs), or "
+        "input_signature= for a tf.function or other callable; got "
+        f"{type(model).__name__}")
+  specs = [tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype)) for t in inputs]
+  names = [getattr(t, "name", None) or f"input_{i}" for i, t in enumerate(inputs)]
+
+  def call(*args):
+    return model(args[0] if len(args) == 1 else list(args), training=False)
+  return specs, names, call
+
+
+class InferenceRunner:
+  """Runs `model` as one frozen graph in the calling thread (see module doc).
+
+      runner = tf_fused_int8.InferenceRunner(qmodel)
+      logits = runner(images)              # numpy in, numpy out
+
+  model: a built Keras model (its inputs give the signature, batch size
+  free), or any callable with `input_signature` (a list of tf.TensorSpec;
+  nested structures are flattened in tf.nest order and passed back nested).
+  device: where the graph's ops are placed (e.g. "/CPU:0"); None leaves it to
+  TensorFlow's placement, as for a tf.function.
+  """
+
+  def __init__(self, model, input_signature=None, device=None):
+    from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-import-not-at-top
+    from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-at-top
+    _loader.load_ops()  # the frozen graph holds our ops
+    self._specs, self._names, call = _input_specs(model, input_signature)
+    concrete = tf.function(call).get_concrete_function(*self._specs)
+    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
+    graph_def = frozen.graph.as_graph_def()
+    self._structure = concrete.structured_outputs
+    feeds = [t.name for t in frozen.inputs]
+    fetches = [t.name for t in frozen.outputs]
+    if len(feeds) != len(self._specs):
+      raise ValueError(
+          f"InferenceRunner: the frozen graph has {len(feeds)} inputs where "
+          f"the model has {len(self._specs)}: some state could not be frozen "
+          "into constants")
+    init = _weights_to_session_variables(graph_def)
+    self._graph = tf.Graph()
+    with self._graph.as_default():
+      if device is not None:
+        with tf.device(device):
+          tf.import_graph_def(graph_def, name="")
+      else:
+        tf.import_graph_def(graph_def, name="")
+    threading = tf.config.threading
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=threading.get_intra_op_parallelism_threads(),
+        inter_op_parallelism_threads=threading.get_inter_op_parallelism_threads(),
+        allow_soft_placement=True)
+    self._session = tf.compat.v1.Session(graph=self._graph, config=config)
+    options = config_pb2.CallableOptions()
+    options.feed.extend(feeds)
+    options.fetch.extend(fetches)
+    # Kernels run in the thread that calls the runner, not on the inter-op
+    # pool (what saves the two thread wake-ups of a tf.function call).
+    options.run_options.inter_op_thread_pool = -1
+    self._callable = self._session._make_callable_from_options(options)  # pylint: disable=protected-access
+    if init:
+      self._session.run(init)
+    self._np_dtypes = [s.dtype.as_numpy_dtype for s in self._specs]
+
+  @property
+  def input_signature(self):
+    """The flat list of tf.TensorSpec the runner takes, in call order."""
+    return list(self._specs)
+
+  def __call__(self, *inputs):
+    if len(inputs) != len(self._specs):
+      raise ValueError(
+          f"InferenceRunner: expected {len(self._specs)} input(s) "
+          f"({', '.join(self._names)}), got {len(inputs)}")
+    feeds = []
+    for i, (x, spec) in enumerate(zip(inputs, self._specs)):
+      a = np.asarray(x)
+      if a.dtype != self._np_dtypes[i]:
+        if not np.can_cast(a.dtype, self._np_dtypes[i], casting="same_kind"):
+          raise TypeError(
+              f"InferenceRunner: input {self._names[i]} must be "
+              f"{spec.dtype.name} (or castable to it), got {a.dtype}")
+        a = a.astype(self._np_dtypes[i])
+      if not spec.shape.is_compatible_with(a.shape):
+        raise ValueError(
+            f"InferenceRunner: input {self._names[i]} must have shape "
+            f"{_shape_text(spec.shape)}, got {tuple(a.shape)}")
+      feeds.append(a)
+    if self._session is None:
+      raise RuntimeError("InferenceRunner: called after close()")
+    outputs = self._callable(*feeds)
+    return tf.nest.pack_sequence_as(self._structure, list(outputs))
+
+  def close(self):
+    """Releases the session (the runner cannot be called afterwards)."""
+    if self._session is not None:
+      self._session.close()
+      self._session = None
+      self._callable = None
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+  def __del__(self):
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      pass  # interpreter shutdown
+
+
+def _weights_to_session_variables(graph_def):
+  """Gives our ops' frozen weights back to them as variables of the session.
+
+  Frozen, each of our ops reads its weights from Const nodes, as the tensor
+  op (FusedInt8ConvSequence, FusedInt8Conv2DBiasActivation). The tensor op
+  cannot know that a tensor never changes, so it checks its packed weights
+  against the filter on every call (a memcmp of the filter bytes: about 3% of
+  a MobileNetV2 call at batch 1 on one thread, measured with perf). A
+  variable's buffer pins them instead (what the resource op does in a Keras
+  model). So each such node becomes the resource op again, reading a
+  VarHandleOp that an AssignVariableOp fills from the same Const once, when
+  the runner is made. Returns the names of those assign ops (edits
+  graph_def in place).
+  """
+  nodes = {n.name: n for n in graph_def.node}
+  inits = []
+  for node in list(graph_def.node):
+    spec = _freeze.TENSOR_TO_RESOURCE.get(node.op)
+    if spec is None:
+      continue
+    resource_op, indices = spec
+    sources = [nodes.get(node.input[i]) if i < len(node.input) else None
+               for i in indices]
+    if not all(c is not None and c.op == "Const" for c in sources):
+      continue  # a weight computed in the graph: the tensor op stays
+    for i, const in zip(indices, sources):
+      handle = graph_def.node.add()
+      handle.name = f"{node.name}/tfi_weight_{i}"
+      handle.op = "VarHandleOp"
+      handle.device = node.device
+      handle.attr["dtype"].CopyFrom(const.attr["dtype"])
+      handle.attr["shape"].shape.CopyFrom(const.attr["value"].tensor.tensor_shape)
+      handle.attr["shared_name"].s = handle.name.encode()
+      handle.attr["container"].s = b""
+      assign = graph_def.node.add()
+      assign.name = handle.name + "/assign"
+      assign.op = "AssignVariableOp"
+      assign.device = node.device
+      assign.input.extend([handle.name, const.name])
+      assign.attr["dtype"].CopyFrom(const.attr["dtype"])
+      inits.append(assign.name)
+      node.input[i] = handle.name
+    node.op = resource_op
+  return inits
+
+
+def _shape_text(shape):
+  return "[" + ", ".join("?" if d is None else str(d)
+                         for d in shape.as_list()) + "]"
