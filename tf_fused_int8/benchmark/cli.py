@@ -27,7 +27,8 @@ FLAGS = flags.FLAGS
 SUITES = ("resnet50", "mobilenet_v2", "mobilenet_v2_dw", "models")
 # impl -> worker family. "ours@PATH" rows belong to "ours" too.
 FAMILY = {
-    "ours": "ours", "ours_eager": "ours", "tf_int8": "ours", "tf_fp32": "ours",
+    "ours": "ours", "ours_eager": "ours", "ours_runner": "ours",
+    "tf_int8": "ours", "tf_fp32": "ours",
     "litert": "litert",
     "onnxruntime_u8": "onnxruntime", "onnxruntime_s8": "onnxruntime",
     "torch_x86": "torch", "torch_onednn": "torch",
@@ -219,8 +220,11 @@ def selected_impls():
       if name not in impls:
         impls.append(name)
   if FLAGS.suite == "models":
-    impls = [i for i in impls if i in ("ours", "tf_fp32", "litert",
-                                       "openvino_fp32", "openvino_int8")
+    # ours_runner: the same model through InferenceRunner (models only).
+    impls.insert(1, "ours_runner")
+    impls = [i for i in impls if i in ("ours", "ours_runner", "tf_fp32",
+                                       "litert", "openvino_fp32",
+                                       "openvino_int8")
              or i.startswith("ours@")]
   else:
     impls = [i for i in impls if not i.startswith("openvino")]
@@ -605,9 +609,11 @@ def run_one_model(name, info, batch, impls, workers, threads):
       continue
     s = seconds.get(impl)
     base, _, path = impl.partition("@")
+    mode = "graph" if base in ("ours", "tf_fp32") else None
+    if base == "ours_runner":
+      base, mode = "ours", "runner"
     rows.append(dict(suite="models", layer=name, batch=batch, threads=threads,
-                     impl=base, mode="graph" if base in ("ours", "tf_fp32")
-                     else None, forced=path or None,
+                     impl=base, mode=mode, forced=path or None,
                      ms=s * 1e3 if s else None,
                      gops=2 * macs / s / 1e9 if s else None, exact=None,
                      exact_text=None,

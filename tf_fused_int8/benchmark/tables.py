@@ -143,8 +143,12 @@ def models_table(rows, models):
   header += [f"vs {SHORT[i]}" for i in present]
   out = []
   for (model, batch, threads), group in groups.items():
-    # The auto-selected path first, then each --paths path forced.
-    ours_rows = [r for r in group if r["impl"] == "ours" and not r["forced"]]
+    # The auto-selected path in a tf.function first, then through
+    # InferenceRunner, then each --paths path forced.
+    ours_rows = [r for r in group if r["impl"] == "ours" and not r["forced"]
+                 and r.get("mode") != "runner"]
+    ours_rows += [r for r in group if r["impl"] == "ours" and not r["forced"]
+                  and r.get("mode") == "runner"]
     ours_rows += [r for r in group if r["impl"] == "ours" and r["forced"]]
     theirs = [_other(group, i) for i in present]
     for ours in ours_rows or [None]:
@@ -152,6 +156,8 @@ def models_table(rows, models):
       kernel = (ours or {}).get("cpu_kernel") or "-"
       if ours and ours["forced"]:
         kernel = "forced " + kernel
+      elif ours and ours.get("mode") == "runner":
+        kernel = "runner " + kernel
       cells = [model, str(batch), str(threads), kernel,
                _ms(ms) if not (ours and ours["error"]) else "err"]
       cells += [_ms(r and r["ms"]) if not (r and r["error"]) else "err"
@@ -160,7 +166,9 @@ def models_table(rows, models):
       out.append(cells)
   lines = [render(header, out),
            "vs X = X's time / ours (above 1: ours is faster); ours = "
-           "quantize_model + fuse_conv_sequences, in a tf.function; 'forced "
+           "quantize_model + fuse_conv_sequences, in a tf.function; 'runner "
+           "P' = the same model through tf_fused_int8.InferenceRunner (frozen, "
+           "run in the calling thread, numpy in and out); 'forced "
            "P' = the same model with TF_FUSED_INT8_CPU_KERNEL=P (--paths)."]
   for name, info in models.items():
     lines.append(f"{name}: {info['macs'] / 1e9:.2f} GMACs per image, "

@@ -297,7 +297,14 @@ class Family(protocol.KeyedRuns):
     def build(path):
       f = tf.function(keras.models.load_model(path, compile=False))
       return lambda: f(x)
+    def build_runner(path):
+      # The same model through InferenceRunner: frozen, in the calling
+      # thread; numpy in and out, as the TFLite interpreter is timed.
+      run = self.tfi.InferenceRunner(keras.models.load_model(path, compile=False))
+      xn = x.numpy()
+      return lambda: run(xn)
     builders = {"ours": lambda: build(model["int8_keras"]),
+                "ours_runner": lambda: build_runner(model["int8_keras"]),
                 "tf_fp32": lambda: build(model["float_keras"])}
     for p in model.get("paths", ()):
       # ours@PATH: the same fused model, its kernels forced to PATH per call
