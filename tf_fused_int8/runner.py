@@ -18,10 +18,12 @@ uses TF's intra-op pool, whose size tf.config.threading sets, as for a
 tf.function.
 
 Measured (AMD EPYC Zen 5, 2 vCPUs, KVM; quantize_model +
-fuse_conv_sequences MobileNetV2, alternated in one process, median of 9):
-batch 1, two threads, tf.function 877-951 us, runner 763-809 us; one
-thread, 1344-1415 -> 1232-1248 us. At batch 8 the difference is within the
-noise. The benchmark's models suite times both (`--suite=models`).
+fuse_conv_sequences models, tf.function and runner alternated in one
+process, medians of 11 rounds): MobileNetV2 at batch 1, 1155 -> 853 us on two
+threads (0.74x), 1564 -> 1380 us on one (0.88x); ResNet50 at batch 8 on one
+thread 0.997x. With the frozen weights left as constants (the tensor ops
+verifying them on every call), the runner gained about half as much at
+batch 1. The benchmark's models suite times both (`--suite=models`).
 
 Inputs are taken as numpy arrays (or anything np.asarray accepts, tf.Tensors
 included) and outputs come back as numpy arrays, in the model's output
