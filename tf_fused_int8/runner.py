@@ -21,9 +21,11 @@ Measured (AMD EPYC Zen 5, 2 vCPUs, KVM; quantize_model +
 fuse_conv_sequences models, tf.function and runner alternated in one
 process, medians of 11 rounds): MobileNetV2 at batch 1, 1155 -> 853 us on two
 threads (0.74x), 1564 -> 1380 us on one (0.88x); ResNet50 at batch 8 on one
-thread 0.997x. With the frozen weights left as constants (the tensor ops
-verifying them on every call), the runner gained about half as much at
-batch 1. The benchmark's models suite times both (`--suite=models`).
+thread 0.997x. A first version that left the frozen weights as constants
+(the tensor ops then compare the filter bytes on every call: memcmp was
+2.8% of the perf samples of a one-thread loop) measured 0.86x on two
+threads and 0.90x on one, in an earlier run. The benchmark's models suite
+times both (`--suite=models`).
 
 Inputs are taken as numpy arrays (or anything np.asarray accepts, tf.Tensors
 included) and outputs come back as numpy arrays, in the model's output
