@@ -117,3 +117,23 @@ def test_bad_calls_are_clear_errors():
   run.close()
   with pytest.raises(RuntimeError, match="after close"):
     run(x)
+
+
+def test_two_input_model_takes_its_inputs_in_order():
+  x_in = keras.Input((5, 7, 8), dtype="int8", name="x")
+  side_in = keras.Input((5, 7, 16), dtype="int8", name="side")
+  conv = QFC(16, 3, padding="same", use_side_input=True)
+  model = keras.Model([x_in, side_in], conv(x_in, side_input=side_in))
+  rng = np.random.default_rng(4)
+  for v in conv.weights:
+    if v.dtype == "int8":
+      v.assign(rng.integers(-128, 128, v.shape).astype(np.int8))
+    elif "scale" in v.name:  # conv_input_scale: outputs inside the range
+      v.assign(np.full(v.shape, 0.002, np.float32))
+  run = tf_fused_int8.InferenceRunner(model)
+  x = rng.integers(-128, 128, (2, 5, 7, 8), dtype=np.int8)
+  side = rng.integers(-128, 128, (2, 5, 7, 16), dtype=np.int8)
+  got = run(x, side)
+  np.testing.assert_array_equal(got, model([x, side]).numpy())
+  assert np.mean(np.abs(got) < 127) > 0.2, "outputs mostly saturated"
+  assert not np.array_equal(got, run(x, np.zeros_like(side)))
