@@ -11,8 +11,9 @@ InferenceRunner(model) does what the interpreter does, in TensorFlow, with
 the same ops and the same bits as model(x): it traces the model once,
 freezes its variables into constants (ResourceFusedInt8ConvSequence and
 ResourceFusedInt8Conv2DBiasActivation become their tensor forms, see
-_freeze.py), imports the frozen graph into a Session of its own and runs it
-through a callable whose run options say "run in the caller's thread"
+_freeze.py), gives our ops' weights back to them as variables of a Session
+of its own (_weights_to_session_variables: their packed weights then stay
+pinned), imports the graph into that Session and runs it through a callable whose run options say "run in the caller's thread"
 (RunOptions.inter_op_thread_pool = -1). Parallel work inside our ops still
 uses TF's intra-op pool, whose size tf.config.threading sets, as for a
 tf.function.
