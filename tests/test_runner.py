@@ -137,3 +137,27 @@ def test_two_input_model_takes_its_inputs_in_order():
   np.testing.assert_array_equal(got, model([x, side]).numpy())
   assert np.mean(np.abs(got) < 127) > 0.2, "outputs mostly saturated"
   assert not np.array_equal(got, run(x, np.zeros_like(side)))
+
+
+def test_a_saved_models_serving_signature_runs_by_position_and_by_name(
+    tmp_path):
+  qmodel, fused, x = _fused(test_conv_sequence._resnet_like)  # pylint: disable=protected-access
+  path = str(tmp_path / "sm")
+  fused.export(path, verbose=False)
+  loaded = tf.saved_model.load(path)  # keeps the variables alive
+  serve = loaded.signatures["serving_default"]
+  run = tf_fused_int8.InferenceRunner(serve)
+  (name,) = [s.name for s in run.input_signature]
+  want = serve(**{name: tf.constant(x)})
+  for got in (run(x), run(**{name: x})):
+    assert sorted(got) == sorted(want)
+    for k in want:
+      np.testing.assert_array_equal(got[k], want[k].numpy(), err_msg=k)
+  np.testing.assert_array_equal(
+      run(x)[sorted(want)[0]], qmodel(x)[sorted(qmodel(x))[0]].numpy())
+  with pytest.raises(ValueError, match="by position or all by name"):
+    run(x, **{name: x})
+  with pytest.raises(ValueError, match="by position or all by name"):
+    run(no_such_input=x)
+  with pytest.raises(TypeError, match="has its own signature"):
+    tf_fused_int8.InferenceRunner(serve, input_signature=run.input_signature)

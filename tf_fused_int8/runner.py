@@ -59,8 +59,9 @@ def _input_specs(model, input_signature):
         "InferenceRunner: give a built Keras model (with model.inputs), or "
         "input_signature= for a tf.function or other callable; got "
         f"{type(model).__name__}")
-  specs = [tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype)) for t in inputs]
   names = [getattr(t, "name", None) or f"input_{i}" for i, t in enumerate(inputs)]
+  specs = [tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype), name=n)
+           for t, n in zip(inputs, names)]
 
   def call(*args):
     return model(args[0] if len(args) == 1 else list(args), training=False)
@@ -73,9 +74,16 @@ class InferenceRunner:
       runner = tf_fused_int8.InferenceRunner(qmodel)
       logits = runner(images)              # numpy in, numpy out
 
-  model: a built Keras model (its inputs give the signature, batch size
-  free), or any callable with `input_signature` (a list of tf.TensorSpec;
-  nested structures are flattened in tf.nest order and passed back nested).
+  model, one of:
+    - a built Keras model (its inputs give the signature, batch size free);
+    - a concrete function, e.g. a SavedModel's serving signature:
+      `loaded = tf.saved_model.load(path)`, then
+      `InferenceRunner(loaded.signatures["serving_default"])` (keep `loaded`
+      until the runner is made: it owns the variables);
+    - any callable, with `input_signature` (a list of tf.TensorSpec; nested
+      structures are flattened in tf.nest order and passed back nested).
+  The runner takes its inputs by position, or all by name (the names of
+  `input_signature`: a signature's keyword arguments, `runner(inputs=x)`).
   device: where the graph's ops are placed (e.g. "/CPU:0"); None leaves it to
   TensorFlow's placement, as for a tf.function.
   """
@@ -84,9 +92,21 @@ class InferenceRunner:
     from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-import-not-at-top
     from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-at-top
     _loader.load_ops()  # the frozen graph holds our ops
-    self._specs, self._names, call = _input_specs(model, input_signature)
-    concrete = tf.function(call).get_concrete_function(*self._specs)
+    if isinstance(model, tf.types.experimental.ConcreteFunction):
+      # A concrete function (a SavedModel's serving signature, say) has its
+      # own inputs: the placeholders left after freezing, in their order.
+      if input_signature is not None:
+        raise TypeError("InferenceRunner: a concrete function has its own "
+                        "signature; give no input_signature")
+      concrete = model
+    else:
+      self._specs, _, call = _input_specs(model, input_signature)
+      concrete = tf.function(call).get_concrete_function(*self._specs)
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
+    if concrete is model:
+      self._specs = [tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0])
+                     for t in frozen.inputs]
+    self._names = [s.name or f"input_{i}" for i, s in enumerate(self._specs)]
     graph_def = frozen.graph.as_graph_def()
     self._structure = concrete.structured_outputs
     feeds = [t.name for t in frozen.inputs]
@@ -126,7 +146,16 @@ class InferenceRunner:
     """The flat list of tf.TensorSpec the runner takes, in call order."""
     return list(self._specs)
 
-  def __call__(self, *inputs):
+  def __call__(self, *inputs, **named):
+    if named:
+      # By name (input_signature's names: a signature's keyword arguments).
+      unknown = sorted(set(named) - set(self._names))
+      if inputs or unknown or len(named) != len(self._names):
+        raise ValueError(
+            f"InferenceRunner: give the inputs by position or all by name "
+            f"({', '.join(self._names)}); got {len(inputs)} by position and "
+            f"{', '.join(sorted(named))} by name")
+      inputs = tuple(named[n] for n in self._names)
     if len(inputs) != len(self._specs):
       raise ValueError(
           f"InferenceRunner: expected {len(self._specs)} input(s) "
