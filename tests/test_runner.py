@@ -148,6 +148,7 @@ def test_a_saved_models_serving_signature_runs_by_position_and_by_name(
   serve = loaded.signatures["serving_default"]
   run = tf_fused_int8.InferenceRunner(serve)
   (name,) = [s.name for s in run.input_signature]
+  assert list(serve.structured_input_signature[1]) == [name]  # its keyword
   want = serve(**{name: tf.constant(x)})
   for got in (run(x), run(**{name: x})):
     assert sorted(got) == sorted(want)
