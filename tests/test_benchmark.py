@@ -424,12 +424,14 @@ def test_models_table_has_a_row_per_forced_path():
           _row("litert", 8.0, suite="models", layer="M", ms=3.0, exact=None),
           _row("ours", 12.0, suite="models", layer="M", mode="runner",
                cpu_kernel="avx512vnni", ms=1.5, exact=None),
+          _row("ours", 6.0, suite="models", layer="M", mode="runner",
+               cpu_kernel="avx2", forced="avx2", ms=3.0, exact=None),
           _row("tf_fp32", 1.0, suite="models", layer="M", mode="graph",
                ms=12.0, exact=None)]
   text = tables.models_table(rows, {})
   lines = [l.split() for l in text.splitlines() if l.startswith("M ")]
-  assert len(lines) == 4, text
-  auto, runner, avx2, amx = lines
+  assert len(lines) == 5, text
+  auto, runner, avx2, amx, runner_avx2 = lines
   # model batch thr kernel ours tf-fp32 litert vs-tf-fp32 vs-litert
   assert auto[3:] == ["avx512vnni", "2.000", "12.000", "3.000", "6.00x",
                       "1.50x"], text
@@ -438,6 +440,8 @@ def test_models_table_has_a_row_per_forced_path():
   assert avx2[3:] == ["forced", "avx2", "4.000", "12.000", "3.000", "3.00x",
                       "0.75x"], text
   assert amx[3:] == ["forced", "amx", "err", "12.000", "3.000", "-", "-"], text
+  assert runner_avx2[3:] == ["runner", "forced", "avx2", "3.000", "12.000",
+                             "3.000", "4.00x", "1.00x"], text
 
 
 _OURS_MODEL_SCRIPT = r"""
@@ -469,7 +473,9 @@ print(json.dumps(dict(
     same=bool(np.array_equal(runs["ours"]().numpy(),
                              runs["ours@portable"]().numpy())),
     runner_same=bool(np.array_equal(runs["ours"]().numpy(),
-                                    runs["ours_runner"]())),
+                                    runs["ours_runner"]()) and
+                     np.array_equal(runs["ours"]().numpy(),
+                                    runs["ours_runner@portable"]())),
     env_after=os.environ.get(impl_ours.KERNEL_ENV))))
 """
 
@@ -486,7 +492,10 @@ def test_models_suite_forces_each_path_per_call(tmp_path):
                   r"TF_FUSED_INT8_CPU_KERNEL=no_such_path is not one of ",
                   out["status"]["ours@no_such_path"]), out["status"]
   assert out["status"]["ours_runner"] is None
-  assert out["keys"] == ["ours", "ours@portable", "ours_runner", "tf_fp32"]
+  assert out["status"]["ours_runner@portable"] is None
+  assert out["status"]["ours_runner@no_such_path"] is not None
+  assert out["keys"] == ["ours", "ours@portable", "ours_runner",
+                         "ours_runner@portable", "tf_fp32"]
   assert out["same"]
   assert out["runner_same"]  # InferenceRunner: the same bits
   assert out["env_after"] is None

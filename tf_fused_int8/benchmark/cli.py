@@ -220,12 +220,14 @@ def selected_impls():
       if name not in impls:
         impls.append(name)
   if FLAGS.suite == "models":
-    # ours_runner: the same model through InferenceRunner (models only).
+    # ours_runner: the same model through InferenceRunner (models only),
+    # also with each --paths path forced.
     impls.insert(1, "ours_runner")
+    impls += [f"ours_runner@{p}" for p in FLAGS.paths]
     impls = [i for i in impls if i in ("ours", "ours_runner", "tf_fp32",
                                        "litert", "openvino_fp32",
                                        "openvino_int8")
-             or i.startswith("ours@")]
+             or i.startswith(("ours@", "ours_runner@"))]
   else:
     impls = [i for i in impls if not i.startswith("openvino")]
   return impls

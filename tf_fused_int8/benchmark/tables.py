@@ -149,14 +149,17 @@ def models_table(rows, models):
                  and r.get("mode") != "runner"]
     ours_rows += [r for r in group if r["impl"] == "ours" and not r["forced"]
                   and r.get("mode") == "runner"]
-    ours_rows += [r for r in group if r["impl"] == "ours" and r["forced"]]
+    ours_rows += [r for r in group if r["impl"] == "ours" and r["forced"]
+                  and r.get("mode") != "runner"]
+    ours_rows += [r for r in group if r["impl"] == "ours" and r["forced"]
+                  and r.get("mode") == "runner"]
     theirs = [_other(group, i) for i in present]
     for ours in ours_rows or [None]:
       ms = ours["ms"] if ours and not ours["error"] else None
       kernel = (ours or {}).get("cpu_kernel") or "-"
       if ours and ours["forced"]:
         kernel = "forced " + kernel
-      elif ours and ours.get("mode") == "runner":
+      if ours and ours.get("mode") == "runner":
         kernel = "runner " + kernel
       cells = [model, str(batch), str(threads), kernel,
                _ms(ms) if not (ours and ours["error"]) else "err"]

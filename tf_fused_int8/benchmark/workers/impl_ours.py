@@ -311,6 +311,8 @@ class Family(protocol.KeyedRuns):
       # (a model of its own, so the packed-weight caches do not alternate).
       builders["ours@" + p] = (
           lambda p=p: _forced(p, build(model["int8_keras"])))
+      builders["ours_runner@" + p] = (
+          lambda p=p: _forced(p, build_runner(model["int8_keras"])))
     self.runs[key], status = protocol.setup_each(builders)
     return dict(impls=status)
 
