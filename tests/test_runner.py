@@ -28,6 +28,10 @@ def _fused(builder):
                                      test_conv_sequence._resnet_like])  # pylint: disable=protected-access
 def test_runner_gives_the_models_bits_at_every_batch_size(builder):
   qmodel, fused, x = _fused(builder)
+  pinned = tf_fused_int8.InferenceRunner(fused, device="/CPU:0")
+  assert all(op.device.endswith("CPU:0")
+             for op in pinned._graph.get_operations())  # pylint: disable=protected-access
+  np.testing.assert_array_equal(pinned(x)["logits"], qmodel(x)["logits"].numpy())
   with tf_fused_int8.InferenceRunner(fused) as run:
     for batch in (1, 3):
       xb = x[:batch]
