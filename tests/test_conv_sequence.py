@@ -538,6 +538,13 @@ def test_step_times_are_recorded_only_when_asked(tmp_path):
   assert what[8] == "3x6x5x24 3x3x1x24 s2 g24", what
   assert sum(r["us"] for r in rows) < call_us
   assert "steps: 10, their sum" in step_times.format_table(rows, call_us)
+  # Through InferenceRunner (--runner): the same steps, timed there.
+  rows, call_us = step_times.measure(fused, tf.constant(x), calls=3, warmup=1,
+                                     runner=True)
+  assert "TF_FUSED_INT8_STEP_TIMES" not in os.environ
+  assert [r["what"] for r in rows] == what
+  assert all(r["calls"] == 3 and r["total_ns"] > 0 for r in rows)
+  assert sum(r["us"] for r in rows) < call_us
   del seq
 
   path = str(tmp_path / "q.keras")

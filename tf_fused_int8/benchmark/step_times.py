@@ -43,8 +43,9 @@ def read_step_times(clear=False):
   return rows
 
 
-def measure(model, x, calls=500, warmup=20):
-  """Runs tf.function(model)(x) `calls` times with the step timing on.
+def measure(model, x, calls=500, warmup=20, runner=False):
+  """Runs tf.function(model)(x) `calls` times with the step timing on
+  (runner=True: through tf_fused_int8.InferenceRunner, x as numpy).
 
   Returns (step rows with "us" per call, the call's median in us). The
   sequence kernels must be made while TF_FUSED_INT8_STEP_TIMES=1, so the
@@ -54,7 +55,12 @@ def measure(model, x, calls=500, warmup=20):
   old = os.environ.get(ENV)
   os.environ[ENV] = "1"
   try:
-    f = tf.function(model)
+    if runner:
+      import tf_fused_int8  # pylint: disable=g-import-not-at-top
+      f = tf_fused_int8.InferenceRunner(model)
+      x = np.asarray(x)
+    else:
+      f = tf.function(model)
     for _ in range(warmup):
       f(x)
     read_step_times(clear=True)
@@ -95,6 +101,9 @@ def main(argv=None):
   p.add_argument("--batch", type=int, default=1)
   p.add_argument("--threads", type=int, default=2)
   p.add_argument("--calls", type=int, default=500)
+  p.add_argument("--runner", action="store_true",
+                 help="call the model through tf_fused_int8.InferenceRunner "
+                      "instead of a tf.function")
   p.add_argument("--input", default="",
                  help=".npy images (float, the model's input shape); "
                       "default: uniform random in [-1, 1]")
@@ -115,7 +124,8 @@ def main(argv=None):
   else:
     shape = (args.batch,) + tuple(model.inputs[0].shape[1:])
     x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
-  rows, call_us = measure(model, tf.constant(x), calls=args.calls)
+  rows, call_us = measure(model, tf.constant(x), calls=args.calls,
+                          runner=args.runner)
   if not rows:
     raise SystemExit("step_times: the model has no FusedInt8ConvSequence "
                      "node on the CPU (nothing to time)")
