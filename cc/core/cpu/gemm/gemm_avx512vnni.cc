@@ -317,6 +317,11 @@ inline void MicroTile(const TileContext& t) {
   for (;;) {
     for (; g < seg_end; ++g) {
       __m512i bv[NZ];
+      // No software prefetch of the panel: prefetcht0 of the group 8, 16
+      // or 32 groups ahead measured 0.98-1.02x (bench_core, one and two Zen
+      // 5 threads, 8 filters cycled so that the weights come from L3:
+      // 7x7x512 3x3 -> 512 at batch 1 and 8, 14x14x256 3x3, 7x7x512 1x1 ->
+      // 2048; alternated, 7-9 rounds).
 #pragma GCC unroll 4
       for (int j = 0; j < NZ; ++j) bv[j] = _mm512_load_si512(b + 64 * j);
       b += kGroupBytes;
