@@ -15,8 +15,10 @@ SavedModel.
    3x3 depthwise conv + ReLU6 and a linear 1x1 projection; ReLU6 is the
    layer's activation="relu6" (int8 output bound min(127, round(6 / s_out))).
    All three residual additions run inside the fused op as its side input.
-2. The int8 network runs eagerly and as one tf.function traced once for any
-   batch; every int8 layer is checked bit for bit against the independent
+2. The int8 network runs eagerly, as one tf.function traced once for any
+   batch, and through tf_fused_int8.InferenceRunner (frozen, run in the
+   calling thread: its batch-1 time is printed beside the tf.function's);
+   every int8 layer is checked bit for bit against the independent
    numpy reference (tests/reference.py, with the layer's actual output
    bound) and, where TensorFlow has a kernel for it, against TensorFlow's
    built-in int8 kernel (_FusedConv2D), one line per layer. That kernel has
@@ -377,6 +379,15 @@ def main():
   print(f"  tf.function, batches 8 and 3, "
         f"{serve_fn.experimental_get_tracing_count()} trace: "
         f"{check(ok, 'tf.function')}")
+  # The same model frozen and run in the calling thread (lowest latency).
+  runner = tf_fused_int8.InferenceRunner(model)
+  ok = (np.array_equal(runner(x)["features"], features_ref) and
+        np.array_equal(runner(x[:3])["features"], features_ref[:3]))
+  one = x[:1]
+  t_fn, t_run = timeit(lambda: serve_fn(one)), timeit(lambda: runner(one))
+  print(f"  InferenceRunner, batches 8 and 3: {check(ok, 'InferenceRunner')}; "
+        f"batch 1 {t_run * 1e3:.2f} ms a call against the tf.function's "
+        f"{t_fn * 1e3:.2f} ms")
   _, float_logits = float_forward(tf, weights, images)
   q_logits = eager["logits"].numpy()
   cos = float(np.sum(q_logits * float_logits) /
