@@ -114,6 +114,13 @@ def test_bad_calls_are_clear_errors():
     run(x[:, :, :5])
   with pytest.raises(TypeError, match="must be int8"):
     run(x.astype(np.float32))
+  # A wider integer array: cast when its values fit, refused (not wrapped)
+  # when they do not.
+  wide = np.arange(2 * 6 * 6 * 4).reshape(2, 6, 6, 4) % 200 - 100
+  np.testing.assert_array_equal(run(wide), run(wide.astype(np.int8)))
+  with pytest.raises(ValueError, match=r"values in \[-100, 128\], outside "
+                     r"\[-128, 127\]"):
+    run(np.where(wide == 99, 128, wide))
   with pytest.raises(TypeError, match="built Keras model"):
     tf_fused_int8.InferenceRunner(lambda t: t)
   with pytest.raises(TypeError, match="tf.TensorSpec"):

@@ -164,11 +164,21 @@ class InferenceRunner:
     for i, (x, spec) in enumerate(zip(inputs, self._specs)):
       a = np.asarray(x)
       if a.dtype != self._np_dtypes[i]:
-        if not np.can_cast(a.dtype, self._np_dtypes[i], casting="same_kind"):
+        want = np.dtype(self._np_dtypes[i])
+        if not np.can_cast(a.dtype, want, casting="same_kind"):
           raise TypeError(
               f"InferenceRunner: input {self._names[i]} must be "
               f"{spec.dtype.name} (or castable to it), got {a.dtype}")
-        a = a.astype(self._np_dtypes[i])
+        if want.kind in "iu" and a.size:
+          # A narrowing integer cast would wrap: only values that fit.
+          info = np.iinfo(want)
+          lo, hi = a.min(), a.max()
+          if lo < info.min or hi > info.max:
+            raise ValueError(
+                f"InferenceRunner: input {self._names[i]} is {spec.dtype.name}; "
+                f"got {a.dtype} values in [{lo}, {hi}], outside "
+                f"[{info.min}, {info.max}]")
+        a = a.astype(want)
       if not spec.shape.is_compatible_with(a.shape):
         raise ValueError(
             f"InferenceRunner: input {self._names[i]} must have shape "
