@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import op_harness
 import reference
 import test_conv_sequence
 import tf_fused_int8
@@ -59,6 +60,11 @@ def test_runner_gives_the_models_bits_at_every_batch_size(builder):
     assert ops["VarHandleOp"] == 2 + 3 * resource_convs, ops
     assert ops["AssignVariableOp"] == ops["VarHandleOp"], ops
     assert ops["ReadVariableOp"] == 0, ops
+    # ...so the packed weights are used unchecked (pinned), as in the model.
+    if op_harness.uses_packed_weights():
+      before = op_harness.pinned_hits()
+      run(x)
+      assert op_harness.pinned_hits() > before
 
 
 def test_runner_of_a_single_op_matches_the_numpy_reference():
