@@ -13,6 +13,10 @@ What runs (each row: one layer or model, one batch size, one thread count):
                 this CPU, and each --paths path forced with
                 TF_FUSED_INT8_CPU_KERNEL (in the models suite: one row per
                 path, the same fused model forced during each call);
+  ours runner   (models suite) the same fused model through
+                tf_fused_int8.InferenceRunner: frozen, run in the calling
+                thread, numpy in and out (also with each --paths path
+                forced);
   ours eager    one eager call (TF's per-call dispatch included);
   tf_int8       TensorFlow's built-in int8 _FusedConv2D CPU kernel (eager);
   tf_fp32       tf.nn.conv2d + bias_add + relu in float32 (graph, like ours);
