@@ -43,7 +43,7 @@ from tf_fused_int8 import _loader
 
 
 def _input_specs(model, input_signature):
-  """(specs, names, call) for a Keras model or a tf.function."""
+  """(specs, call) for a Keras model or a tf.function; each spec named."""
   if input_signature is not None:
     specs = list(tf.nest.flatten(input_signature))
     if not all(isinstance(s, tf.TensorSpec) for s in specs):
@@ -52,7 +52,7 @@ def _input_specs(model, input_signature):
 
     def call(*args):
       return model(*tf.nest.pack_sequence_as(input_signature, list(args)))
-    return specs, [s.name or f"input_{i}" for i, s in enumerate(specs)], call
+    return specs, call
   inputs = getattr(model, "inputs", None)
   if not inputs:
     raise TypeError(
@@ -65,7 +65,7 @@ def _input_specs(model, input_signature):
 
   def call(*args):
     return model(args[0] if len(args) == 1 else list(args), training=False)
-  return specs, names, call
+  return specs, call
 
 
 class InferenceRunner:
@@ -100,7 +100,7 @@ class InferenceRunner:
                         "signature; give no input_signature")
       concrete = model
     else:
-      self._specs, _, call = _input_specs(model, input_signature)
+      self._specs, call = _input_specs(model, input_signature)
       concrete = tf.function(call).get_concrete_function(*self._specs)
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
     if concrete is model:

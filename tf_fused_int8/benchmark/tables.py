@@ -144,15 +144,11 @@ def models_table(rows, models):
   out = []
   for (model, batch, threads), group in groups.items():
     # The auto-selected path in a tf.function first, then through
-    # InferenceRunner, then each --paths path forced.
-    ours_rows = [r for r in group if r["impl"] == "ours" and not r["forced"]
-                 and r.get("mode") != "runner"]
-    ours_rows += [r for r in group if r["impl"] == "ours" and not r["forced"]
-                  and r.get("mode") == "runner"]
-    ours_rows += [r for r in group if r["impl"] == "ours" and r["forced"]
-                  and r.get("mode") != "runner"]
-    ours_rows += [r for r in group if r["impl"] == "ours" and r["forced"]
-                  and r.get("mode") == "runner"]
+    # InferenceRunner, then each --paths path forced (tf.function rows, then
+    # runner rows); a stable sort keeps the run's order within each.
+    ours_rows = sorted((r for r in group if r["impl"] == "ours"),
+                       key=lambda r: (bool(r["forced"]),
+                                      r.get("mode") == "runner"))
     theirs = [_other(group, i) for i in present]
     for ours in ours_rows or [None]:
       ms = ours["ms"] if ours and not ours["error"] else None
