@@ -7,6 +7,7 @@ step by step, on every CPU kernel path, and what the layers give one by one.
 """
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -511,6 +512,78 @@ def test_shared_layers_and_two_model_inputs():
   x = {k: rng.integers(-128, 128, (2, 6, 6, 4)).astype(np.int8) for k in "ab"}
   for got, want in zip(tf.function(fused)(x), model(x)):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+_BATCH_SLICES_CHILD = r"""
+import ctypes, json, sys
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+import op_harness
+import test_conv_sequence as t
+from tf_fused_int8 import _loader
+lib = ctypes.CDLL(_loader.library_path())
+lib.tf_fused_int8_sequence_batch_splits.restype = ctypes.c_int64
+rng = np.random.default_rng(11)
+chains = [t._block_chain(rng)] + [
+    t.random_chain(rng, (1, 9, 8, c), steps=5) for c in (4, 8)]
+splits = {}
+for k, chain in enumerate(chains):
+  seq = t.Sequence(*chain)
+  fn = tf.function(seq)
+  for batch in (1, 2, 3, 4, 6):
+    shape = (batch, 7, 7, 8) if k == 0 else (batch, 9, 8, 4 if k == 1 else 8)
+    for x in (rng.integers(-128, 128, shape).astype(np.int8),
+              np.full(shape, -128, np.int8)):
+      want = t.numpy_chain(x, *chain)
+      before = lib.tf_fused_int8_sequence_batch_splits()
+      op_harness.assert_same_bits(seq(tf.constant(x)).numpy(), want,
+                                  f"eager {k} {shape}")
+      op_harness.assert_same_bits(fn(tf.constant(x)).numpy(), want,
+                                  f"graph {k} {shape}")
+      splits.setdefault(batch, set()).add(
+          lib.tf_fused_int8_sequence_batch_splits() - before)
+# A bad program at batch 4: its error names the whole batch's shapes.
+chain = t._block_chain(rng)
+x = rng.integers(-128, 128, (4, 7, 7, 8)).astype(np.int8)
+args = t._tensor_op_args(t._built(chain, x.shape))
+args["paddings"] = ["SAME"] * 4 + ["VALID", "SAME"]
+try:
+  _loader.load_ops().fused_int8_conv_sequence(conv_input=tf.constant(x), **args)
+  error = ""
+except tf.errors.InvalidArgumentError as e:
+  error = e.message
+print("RESULT " + json.dumps({"splits": {b: sorted(v) for b, v in splits.items()},
+                              "error": error}))
+"""
+
+
+@pytest.mark.parametrize("threads,split,sliced", [
+    (2, "1", {2, 4, 6}), (3, "1", {3, 6}), (2, "0", set())])
+def test_batch_slices_give_the_same_bits(threads, split, sliced):
+  """A batch that the intra-op pool's thread count divides runs as one
+  slice per thread (each through every step, serially): the same bits as
+  the reference and as one image at a time, with side inputs, in eager and
+  graph calls; the other batches, and every batch with
+  TF_FUSED_INT8_SEQUENCE_BATCH_SPLIT=0, run unsplit. A failing step is
+  reported as the whole batch gives it. In a child process: TF's thread
+  count is fixed once per process."""
+  tests = os.path.dirname(os.path.abspath(__file__))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+             TF_FUSED_INT8_SEQUENCE_BATCH_SPLIT=split)
+  env["PYTHONPATH"] = os.pathsep.join(
+      [tests, os.path.dirname(tests), env.get("PYTHONPATH", "")])
+  r = subprocess.run([sys.executable, "-c", _BATCH_SLICES_CHILD, str(threads)],
+                     env=env, capture_output=True, text=True, timeout=600,
+                     check=False)
+  assert r.returncode == 0, r.stderr[-3000:]
+  (line,) = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+  got = json.loads(line[len("RESULT "):])
+  # Both calls (eager, graph) of every input of a batch split, or neither.
+  want = {str(b): [2 if b in sliced else 0] for b in (1, 2, 3, 4, 6)}
+  assert got["splits"] == want, got["splits"]
+  assert ("step 5: side_input must be empty or have the output shape "
+          "[4,5,5,8], got [4,7,7,8]") in got["error"], got["error"]
 
 
 def test_step_times_are_recorded_only_when_asked(tmp_path):

@@ -2,8 +2,9 @@
 //
 // Plain C entry points of the op library for tools that reach it with
 // ctypes (the benchmark: tf_fused_int8/benchmark/workers/impl_ours.py; the
-// tests: the packed-weights cache's counters). They use
-// only the TF-free core; they live here, in the always-linked binding,
+// tests: the packed-weights cache's counters, the sequence ops' batch
+// splits). They use the TF-free core (and one counter of the sequence
+// kernel); they live here, in the always-linked binding,
 // so that the linker keeps them in _fused_int8_ops.so.
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/peak/peak.h"
 #include "cc/core/fused_conv.h"
+#include "cc/tf/cpu_conv.h"
 #include "cc/tf/step_times.h"
 
 extern "C" {
@@ -71,6 +73,12 @@ __attribute__((visibility("default"))) const char* tf_fused_int8_step_times(
   result = tf_fused_int8::StepTimesText();
   if (clear) tf_fused_int8::ClearStepTimes();
   return result.c_str();
+}
+
+// How many sequence-op calls ran as batch slices (cc/tf/cpu_conv.h), for
+// tests.
+__attribute__((visibility("default"))) int64_t tf_fused_int8_sequence_batch_splits() {
+  return tf_fused_int8::SequenceBatchSplitCalls();
 }
 
 }  // extern "C"

@@ -7,11 +7,25 @@
 
 #include <memory>
 
+#include "cc/core/conv_params.h"
 #include "cc/tf/conv_validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
 namespace tf_fused_int8 {
+
+// How RunFusedConvCpu runs a call besides its inputs.
+struct CpuConvOptions {
+  // The core's parallel-for: nullptr for the context's intra-op pool
+  // (PoolParallelFor).
+  const ParallelFor* parallel_for = nullptr;
+  // *temp is a plain tensor from TF's CPU allocator instead of the
+  // context's allocate_temp: for calls made from a pool thread while the
+  // kernel's own thread runs others (conv_sequence_kernel.cc's batch
+  // slices). NHWC only (the NCHW_VECT_C conversion buffers come from the
+  // context).
+  bool plain_temp = false;
+};
 
 // Validates `in` (ValidateConvInputs) and runs the convolution on the CPU
 // into a new tensor: the op's output 0 when `temp` is null, else *temp
@@ -20,7 +34,12 @@ namespace tf_fused_int8 {
 absl::Status RunFusedConvCpu(tensorflow::OpKernelContext* ctx,
                              const ConvAttrs& attrs, const ConvInputs& in,
                              std::shared_ptr<const void> filter_pin,
-                             tensorflow::Tensor* temp);
+                             tensorflow::Tensor* temp,
+                             const CpuConvOptions& options = CpuConvOptions());
+
+// Calls of the sequence ops (conv_sequence_kernel.cc) run as batch slices
+// so far in this process, for tests.
+int64_t SequenceBatchSplitCalls();
 
 // The value of the resource variable that input `index` (named `name`)
 // refers to, as ReadVariableOp reads it: the variable's buffer, shared

@@ -54,12 +54,21 @@ int8_t* MutableInt8Data(Tensor* t) {
 absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
                              const ConvInputs& in,
                              std::shared_ptr<const void> filter_pin,
-                             Tensor* temp) {
+                             Tensor* temp, const CpuConvOptions& options) {
   ValidatedConv v;
   TF_RETURN_IF_ERROR(ValidateConvInputs(in, attrs, &v));
+  if (options.plain_temp && (temp == nullptr || attrs.vect)) {
+    return absl::InternalError("plain_temp needs a temp and NHWC");
+  }
   Tensor* output = temp;
   if (temp == nullptr) {
     TF_RETURN_IF_ERROR(ctx->allocate_output(0, v.output_shape, &output));
+  } else if (options.plain_temp) {
+    *temp = Tensor(in.input->dtype(), v.output_shape);
+    if (!temp->IsInitialized()) {
+      return absl::ResourceExhaustedError("out of memory for a " +
+                                          v.output_shape.DebugString() + " output");
+    }
   } else {
     TF_RETURN_IF_ERROR(ctx->allocate_temp(in.input->dtype(), v.output_shape, temp));
   }
@@ -113,7 +122,9 @@ absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
   }
 
   const ParallelFor parallel_for =
-      PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
+      options.parallel_for != nullptr
+          ? *options.parallel_for
+          : PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
   const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
   if (!err.empty()) return absl::InvalidArgumentError(err);
 

@@ -10,8 +10,13 @@ tf.function with TF_FUSED_INT8_STEP_TIMES=1, which makes every
 FusedInt8ConvSequence node time each step (cc/tf/step_times.h); the table
 gives each step's microseconds per call and share of the steps' sum, then
 the sum, the whole call's median and what lies outside the steps (TF's call
-cost, the layers that are not in a sequence). It is a profiler for finding
-work, not a benchmark: compare with peers with ``--suite=models``.
+cost, the layers that are not in a sequence). At a batch that the thread
+count divides (2 threads: batch 2, 4, 8), the sequence runs as batch slices,
+one per thread, each through every step (cc/tf/conv_sequence_kernel.cc):
+the steps' times are then those of the calling thread's slice (the others
+run at the same time), each row still named with the whole batch. It is a
+profiler for finding work, not a benchmark: compare with peers with
+``--suite=models``.
 Set TF_FUSED_INT8_CPU_KERNEL to look at a forced path.
 """
 
