@@ -345,13 +345,16 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   // (split / off): MobileNetV2 batch 8 0.977, batch 4 0.968, batch 2
   // 0.942; ResNet50 batch 8 0.979, batch 4 0.993; alternated in blocks
   // of 15 calls: MobileNetV2 batch 8 0.949-0.968, batch 4 0.923-1.015,
-  // ResNet50 batch 8 0.956-0.988. Units of one image, claimed one at a
-  // time (a thread that finishes early takes more), measured the same
-  // within noise (MobileNetV2 batch 8 0.924-0.965) and 1.027 on ResNet50
-  // at batch 4 (its 25 MB of weights read once per image), so the slices
-  // stay one per thread. Not handled: a pool thread that starts late
-  // delays the call by as much (instrumented, MobileNetV2 batch 8: in one
-  // call in ten the second slice started over 0.5 ms after the first).
+  // ResNet50 batch 8 0.956-0.988. Smaller units, claimed one at a time
+  // (a thread that finishes early takes more), were no better: in one
+  // process, off / one slice per thread / slices of batch / (2 x threads)
+  // / one image each rotated call by call, time against off: MobileNetV2
+  // batch 8 0.959 / 0.960 / 0.946, batch 4 0.955 / 0.968 / 0.955,
+  // ResNet50 batch 8 0.975 / 0.977 / 1.018, batch 4 0.979 / 1.024 /
+  // 1.022 (its 25 MB of weights read once per unit). Not handled: a pool
+  // thread that starts late delays the call by as much (instrumented,
+  // MobileNetV2 batch 8: in one call in ten the second slice started over
+  // 0.5 ms after the first).
   int64_t BatchSlices(OpKernelContext* ctx, const Tensor& input) const {
     if (!batch_split_ || input.dims() != 4 || input.dtype() != tensorflow::DT_INT8) {
       return 1;
