@@ -562,9 +562,9 @@ print("RESULT " + json.dumps({"splits": {b: sorted(v) for b, v in splits.items()
     (2, "1", {2, 4, 6}), (3, "1", {3, 6}), (2, "0", set())])
 def test_batch_slices_give_the_same_bits(threads, split, sliced):
   """A batch that the intra-op pool's thread count divides runs as one
-  slice per thread (each through every step, serially): the same bits as
-  the reference and as one image at a time, with side inputs, in eager and
-  graph calls; the other batches, and every batch with
+  slice per thread (each through every step, serially): the reference's
+  bits, with side inputs and at -128 everywhere, in eager and graph
+  calls; the other batches, and every batch with
   TF_FUSED_INT8_SEQUENCE_BATCH_SPLIT=0, run unsplit. A failing step is
   reported as the whole batch gives it. In a child process: TF's thread
   count is fixed once per process."""
