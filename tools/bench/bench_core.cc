@@ -25,6 +25,8 @@
 //   panel while computing: 7x7x512 3x3 -> 512 on one Zen 5 thread ran 289 us
 //   pinned, 389 us unpinned).
 //   BENCH_CORE_LUT=1 adds an output lookup table (FusedConvArgs::output_lut).
+//   BENCH_CORE_SIDE=1 adds a side input of the output's shape (scale 0.5),
+//   one per filter (as ResNet's residual adds: each read once per call).
 //   BENCH_CORE_DW_CACHE=0 makes depthwise calls prepare their weights on
 //   every call instead of once per filter (depthwise.h's cache).
 //   BENCH_CORE_IN_PLACE=1 (2) makes the AVX-512 VNNI GEMM read rows in place
@@ -186,6 +188,17 @@ int main(int argc, char** argv) {
   for (auto& v : lut) v = static_cast<int8_t>(u8(rng));
   const char* lut_env = std::getenv("BENCH_CORE_LUT");
   if (lut_env != nullptr && std::atoi(lut_env) == 1) a.output_lut = lut.data();
+  const char* side_env = std::getenv("BENCH_CORE_SIDE");
+  const bool side = side_env != nullptr && std::atoi(side_env) == 1;
+  std::vector<std::vector<int8_t>> sides(side ? rotate : 0,
+                                         std::vector<int8_t>(g.OutputElements()));
+  for (auto& sv : sides) {
+    for (auto& v : sv) v = static_cast<int8_t>(u8(rng));
+  }
+  if (side) {
+    a.side_input = sides[0].data();
+    a.side_input_scale = 0.5f;
+  }
   // BENCH_CORE_PIN=1: pin the filters (as the TF resource op pins a
   // variable's buffer: the cached packing is used with no check).
   const char* pin_env = std::getenv("BENCH_CORE_PIN");
@@ -239,6 +252,7 @@ int main(int argc, char** argv) {
   do {
     a.filter = ws[iters % rotate].data();
     a.output = outs[iters % rotate].data();
+    if (side) a.side_input = sides[iters % rotate].data();
     RunFusedConv(a, path, pf);
     ++iters;
     dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -252,6 +266,7 @@ int main(int argc, char** argv) {
     const int64_t last = (iters - 1) % rotate;
     std::vector<int8_t> want(g.OutputElements());
     a.filter = ws[last].data();
+    if (side) a.side_input = sides[last].data();
     a.output = want.data();
     err = RunFusedConv(a, KernelPath::kReference, ParallelFor());
     if (!err.empty()) {

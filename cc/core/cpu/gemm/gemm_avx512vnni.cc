@@ -55,6 +55,8 @@ constexpr int64_t kMinWindowedWidth = 24;
 constexpr int64_t kMinGatheredPointwiseK = 64;
 // Micro-tile rows for NZ zmm per row (narrow blocks: NZ * rows <= 24).
 constexpr int kMrNarrow[5] = {0, 8, 12, 8, kMr};
+// How far ahead (panel rows) the epilogue's side input is prefetched.
+constexpr int64_t kSideAheadRows = 16;
 
 // ---------------------------------------------------------------- packing
 
@@ -651,6 +653,18 @@ bool GemmTileZmm(const GemmTileArgs& t) {
             tc.a = t.a + r * t.lda;
           } else {
             tc.a = rows.Rows(mt, tiles, base, extra, r);
+          }
+        }
+        if (tc.last && ep.side != nullptr) {
+          // The side input kSideAheadRows rows on (into the next block's
+          // rows past the panel's end).
+          const int64_t s0 = r + kSideAheadRows, s1 = s0 + h;
+          if (s0 < t.rows) {
+            PrefetchSideRows(ep.side, t.p0, s0, Min(s1, t.rows), co, n0, width);
+          }
+          if (s1 > t.rows && b + 1 < nblocks) {
+            PrefetchSideRows(ep.side, t.p0, Max(s0, t.rows) - t.rows, s1 - t.rows, co,
+                             n0 + kBlock, Min(kBlock, co - n0 - kBlock));
           }
         }
         tc.partial = t.partial + r * partial_ld + b * kBlock;

@@ -61,6 +61,24 @@ inline void PrefetchL2(const int8_t* p, int64_t lines) {
   }
 }
 
+// Prefetches into L1 the side input of rows [r0, r1) of a panel whose first
+// row is pixel p0, channels [n0, n0 + width) (each row's first and last
+// line). Read once, by the epilogue, at Co bytes apart: the hardware
+// prefetchers do not follow it far enough when it comes from DRAM or L3.
+inline void PrefetchSideRows(const int8_t* side, int64_t p0, int64_t r0, int64_t r1,
+                             int64_t co, int64_t n0, int64_t width) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int8_t* p = side + (p0 + r) * co + n0;
+#if defined(__AVX2__)
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + width - 1), _MM_HINT_T0);
+#else
+    __builtin_prefetch(p, 0, 3);
+    __builtin_prefetch(p + width - 1, 0, 3);
+#endif
+  }
+}
+
 // Verifies filter rows [v0, v1) (whole groups of k_per_group rows except at
 // the panel's end) against the cached packed panels of all of t's blocks
 // with kPanel (verify mode); true if any differ.
