@@ -47,6 +47,8 @@ LEAF7 = {
 KEPT = {(0, "ebx"): {3: "bmi1", 5: "avx2", 8: "bmi2"}}
 HIDDEN = {
     "avx2": {name for bits in LEAF7.values() for name in bits.values()},
+    "avxvnni": {name for bits in LEAF7.values() for name in bits.values()
+                if name != "avx_vnni"},
     "avx512vnni": {"amx_bf16", "amx_tile", "amx_int8", "amx_fp16",
                    "amx_complex", "avx512fp16", "avx10"},
 }
@@ -110,7 +112,7 @@ def _probe(built, mask, *args):
 
 
 @pytest.mark.skipif(not CAN_FAULT, reason="no CPUID faulting on this CPU")
-@pytest.mark.parametrize("mask", ["avx2", "avx512vnni"])
+@pytest.mark.parametrize("mask", ["avx2", "avxvnni", "avx512vnni"])
 def test_mask_hides_exactly_the_wider_instruction_sets(built, mask):
   rc, real = _probe(built, None)
   assert rc == 0
@@ -127,8 +129,10 @@ def test_mask_hides_exactly_the_wider_instruction_sets(built, mask):
     for key, bits in KEPT.items():
       for bit in bits:
         assert (seen[who][key] >> bit & 1) == (real["main"][key] >> bit & 1)
-  if mask == "avx2" and "avx512f" in _cpu_flags():  # not a no-op here
-    assert not seen["main"][(0, "ebx")] >> 16 & 1
+  if mask in ("avx2", "avxvnni") and "avx512f" in _cpu_flags():
+    assert not seen["main"][(0, "ebx")] >> 16 & 1  # not a no-op here
+  if mask == "avxvnni" and "avx_vnni" in _cpu_flags():
+    assert seen["main"][(1, "eax")] >> 4 & 1  # AVX-VNNI still shown
 
 
 @pytest.mark.skipif(not CAN_FAULT, reason="no CPUID faulting on this CPU")
@@ -162,24 +166,30 @@ def test_check_peer_isa_names_the_reason():
 
 
 @pytest.mark.skipif(not CAN_FAULT, reason="no CPUID faulting on this CPU")
-def test_cli_limits_the_peer_and_tfs_onednn(tmp_path):
-  """litert (the project venv's TFLite) runs limited; our forced avx2 row
-  gets its ratios against the peers; TF's oneDNN follows --peer_isa."""
+@pytest.mark.parametrize("isa,onednn", [("avx2", "AVX2"),
+                                        ("avxvnni", "AVX2_VNNI")])
+def test_cli_limits_the_peer_and_tfs_onednn(tmp_path, isa, onednn):
+  """litert (the project venv's TFLite) runs limited; our forced row of the
+  same instruction set gets its ratios against the peers; TF's oneDNN
+  follows --peer_isa."""
+  if isa == "avxvnni" and "avx_vnni" not in _cpu_flags():
+    pytest.skip("our avxvnni path needs AVX-VNNI on this CPU")
   r = _run_cli(*QUICK, "--layers=6x7x8:3x3x16:1", "--peers=litert",
-               "--paths=avx2", "--peer_isa=avx2", "--noprobes", "--notf_int8")
+               f"--paths={isa}", f"--peer_isa={isa}", "--noprobes",
+               "--notf_int8")
   assert r.returncode == 0, r.stderr[-4000:]
-  assert ("note: peers: their CPUID says avx2 is this CPU's widest int8 "
+  assert (f"note: peers: their CPUID says {isa} is this CPU's widest int8 "
           "instruction set") in r.stdout, r.stdout
-  assert "TF's oneDNN limited to AVX2" in r.stdout, r.stdout
+  assert f"TF's oneDNN limited to {onednn} " in r.stdout + " ", r.stdout
   header = next(l for l in r.stdout.splitlines() if l.startswith("layer "))
-  assert "avx2 vs best" in header and "avx2 vs exact" in header
+  assert f"{isa} vs best" in header and f"{isa} vs exact" in header
   (row,) = [l for l in r.stdout.splitlines() if l.startswith("6x7x8 ")]
   cells = dict(zip(re.split(r"\s{2,}", header.strip()),
                    re.split(r"\s{2,}", row.strip())))
   assert cells["check"] == "exact", row
   assert cells["litert GOPS"].isdigit(), row  # the limited peer ran
-  assert cells["avx2 GOPS"].isdigit(), row
-  assert cells["avx2 vs best"].endswith("x"), row
+  assert cells[f"{isa} GOPS"].isdigit(), row
+  assert cells[f"{isa} vs best"].endswith("x"), row
 
 
 def test_usage_errors():

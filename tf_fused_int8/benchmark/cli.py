@@ -97,13 +97,15 @@ def define_flags():
                     "set (ONEDNN_MAX_CPU_ISA in our worker), e.g. AVX2 to "
                     "compare --paths=avx2 with float as a CPU without "
                     "AVX-512 runs it. Our kernels do not use oneDNN.")
-  flags.DEFINE_enum("peer_isa", "", ["", "avx2", "avx512vnni"],
+  flags.DEFINE_enum("peer_isa", "", ["", "avx2", "avxvnni", "avx512vnni"],
                     "Show the peers (their workers only) a CPU whose widest "
                     "int8 instructions are these: CPUID answers without "
-                    "AVX-512, VNNI or AMX (avx2), or without AMX "
+                    "AVX-512, VNNI or AMX (avx2), without AVX-512 or AMX but "
+                    "with AVX-VNNI (avxvnni: Intel Alder Lake-class client "
+                    "cores), or without AMX "
                     "(avx512vnni), so XNNPACK, MLAS and oneDNN pick the "
                     "kernels they run on such a CPU, to compare with "
-                    "--paths=avx2 / avx512vnni. x86-64 Linux CPUs with CPUID "
+                    "--paths=avx2 / avxvnni / avx512vnni. x86-64 Linux CPUs with CPUID "
                     "faulting (the 'cpuid_fault' flag, also in KVM guests); "
                     "workers/cpuid_mask.c, compiled with cc. Our rows: "
                     "--paths. TF's (tf_fp32, tf_int8): oneDNN limited to the "
@@ -238,7 +240,8 @@ def family_of(impl):
 
 
 # --peer_isa's default for --fp32_max_isa: TF's own columns are peers too.
-PEER_ISA_ONEDNN = {"avx2": "AVX2", "avx512vnni": "AVX512_CORE_VNNI"}
+PEER_ISA_ONEDNN = {"avx2": "AVX2", "avxvnni": "AVX2_VNNI",
+                   "avx512vnni": "AVX512_CORE_VNNI"}
 CPUID_MASK_SRC = os.path.join(os.path.dirname(WORKER_PY), "cpuid_mask.c")
 CPUID_MASK_STATES = {
     0: "the library was not loaded (LD_PRELOAD ignored?)",

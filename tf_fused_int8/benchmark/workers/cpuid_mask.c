@@ -1,6 +1,6 @@
 /* cpuid_mask.c: show a benchmark peer a CPU with fewer int8 instructions than this one.
  *
- * The benchmark's --peer_isa=avx2 / avx512vnni preloads this library (LD_PRELOAD) into every
+ * The benchmark's --peer_isa=avx2 / avxvnni / avx512vnni preloads this library (LD_PRELOAD) into every
  * peer's worker process with TF_FUSED_INT8_CPUID_MASK set to that name. Its constructor makes
  * the CPUID instruction fault in this process (Linux arch_prctl(ARCH_SET_CPUID, 0), on CPUs that
  * report "cpuid_fault"; the setting is per thread and inherited by threads started later) and
@@ -9,6 +9,8 @@
  *
  *   avx2:       no AVX-512 of any kind, no AVX-VNNI / AVX-VNNI-INT8 / AVX-IFMA, no AMX, no AVX10:
  *               the int8 instructions of AMD Zen 1-3 and Intel Haswell-Skylake client.
+ *   avxvnni:    as avx2, but AVX-VNNI (VEX VPDPBUSD on ymm) kept: Intel Alder Lake to Arrow
+ *               Lake client cores without AVX-512 (their AVX-VNNI-INT8 and AVX-IFMA hidden too).
  *   avx512vnni: no AMX, no AVX512-FP16 and no AVX10 (Intel Ice Lake / Cascade Lake, AMD
  *               Zen 4-5: AVX-512 VNNI is their widest int8 instruction).
  *
@@ -57,6 +59,7 @@ static const uint32_t kAmxEdx = BIT(22) | BIT(24) | BIT(25);
  * EDX: AVX-VNNI-INT8 4, AVX-NE-CONVERT 5, AMX-COMPLEX 8, AVX-VNNI-INT16 10, AVX10 19. */
 static const uint32_t kAvx2Leaf71Eax = BIT(4) | BIT(5) | BIT(21) | BIT(23);
 static const uint32_t kAvx2Leaf71Edx = BIT(4) | BIT(5) | BIT(8) | BIT(10) | BIT(19);
+static const uint32_t kAvxVnniLeaf71Eax = BIT(5) | BIT(21) | BIT(23); /* AVX-VNNI kept */
 static const uint32_t kNoAmxLeaf71Eax = BIT(21);
 static const uint32_t kNoAmxLeaf71Edx = BIT(8) | BIT(19);
 
@@ -109,6 +112,9 @@ __attribute__((constructor)) static void Init(void) {
   if (strcmp(name, "avx2") == 0) {
     g_masks[0] = (LeafMask){7, 0, {0, kAvx512Ebx, kAvx512Ecx, kAvx512Edx | kAmxEdx}};
     g_masks[1] = (LeafMask){7, 1, {kAvx2Leaf71Eax, 0, 0, kAvx2Leaf71Edx}};
+  } else if (strcmp(name, "avxvnni") == 0) {
+    g_masks[0] = (LeafMask){7, 0, {0, kAvx512Ebx, kAvx512Ecx, kAvx512Edx | kAmxEdx}};
+    g_masks[1] = (LeafMask){7, 1, {kAvxVnniLeaf71Eax, 0, 0, kAvx2Leaf71Edx}};
   } else if (strcmp(name, "avx512vnni") == 0) {
     g_masks[0] = (LeafMask){7, 0, {0, 0, 0, kAmxEdx | BIT(23)}};
     g_masks[1] = (LeafMask){7, 1, {kNoAmxLeaf71Eax, 0, 0, kNoAmxLeaf71Edx}};
