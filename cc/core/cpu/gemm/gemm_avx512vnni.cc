@@ -494,6 +494,84 @@ inline bool WindowTile(const ConvGeometry& g, const int8_t* input,
 // the first block's micro-tiles, each slice's rows prefetched one micro-tile
 // ahead; the next (panel, block) is prefetched into L2 likewise. On-the-fly
 // weights: each (panel, block) is packed into panel_buffer just before use.
+// The next (panel, block)'s lines for micro-tile mt of a (panel, block):
+// next_lines / tiles lines a tile, the remainder one each to the first
+// tiles (pf_done counts those given out), one per k-group inside the
+// tile's K loop (MicroTile), any beyond its groups here. At batch 1 the
+// weights come from L3 or DRAM (a model's 25 MB), and one burst per tile
+// before it was hidden worse. One Zen 5 thread, bench_core, 48 filters
+// cycled, burst -> in the loop: 14x14x256 3x3 -> 256 296 -> 248 us,
+// 7x7x512 3x3 -> 512 345 -> 314 us, 7x7x2048 -> 512 161 -> 118 us; 8
+// filters at batch 8 (compute bound) within 0-3%, either way. ResNet50
+// batch 1 through the sequence op (step profiler, alternated): the steps
+// 6-7% faster on one thread, 4-9% on two; batch 8 2%; MobileNetV2 0-5%.
+inline void SetTilePrefetch(const int8_t* next, int64_t per_tile, int64_t extra,
+                            int64_t mt, int64_t* done, TileContext* tc) {
+  tc->pf = nullptr;
+  tc->pf_lines = 0;
+  if (next == nullptr) return;
+  const int64_t lines = per_tile + (mt < extra ? 1 : 0);
+  tc->pf = next + 64 * *done;
+  *done += lines;
+  tc->pf_lines = Min(lines, tc->groups);
+  PrefetchL2(tc->pf + 64 * tc->pf_lines, lines - tc->pf_lines);
+}
+
+// The side input kSideAheadRows rows past panel rows [r, r + h) of block
+// b (n0, width), into the next block's rows past the panel's end.
+inline void PrefetchSideAhead(const GemmTileArgs& t, const EpilogueArgs& ep, int64_t r,
+                              int64_t h, int64_t b, int64_t nblocks, int64_t n0,
+                              int64_t width) {
+  const int64_t co = t.out_c;
+  const int64_t s0 = r + kSideAheadRows, s1 = s0 + h;
+  if (s0 < t.rows) {
+    PrefetchSideRows(ep.side, t.p0, s0, Min(s1, t.rows), co, n0, width);
+  }
+  if (s1 > t.rows && b + 1 < nblocks) {
+    PrefetchSideRows(ep.side, t.p0, Max(s0, t.rows) - t.rows, s1 - t.rows, co,
+                     n0 + kBlock, Min(kBlock, co - n0 - kBlock));
+  }
+}
+
+// The micro-tiles of one (panel, block) of a pointwise layer that reads its
+// rows from the input in place (GemmTileZmm's `direct`) with nothing to
+// verify or prefetch besides the next weights: GemmTileZmm's tile loop
+// without its gather, window and verify branches, in a function of its own
+// (in the big loop most of its values lived on the stack; perf put 15% of
+// 112x112x16 -> 96 in that loop, outside the micro-tiles). One Zen 5
+// thread, bench_core, three rounds alternated, with the division-free
+// prefetch split before -> after: 112x112x16 -> 96 93-99 -> 89-91 us,
+// 112x112x32 -> 16 29-31 -> 27-30 us, 56x56x24 -> 144 and 28x28x32 -> 192
+// 0-5%, 56x56x64 -> 256 0-7% (the division-free split alone: 112x112x16
+// -> 96 96-101 -> 93-97 us).
+__attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const EpilogueArgs& ep,
+                                           TileContext tc, int nz, int64_t g0, int64_t b,
+                                           int64_t nblocks, int64_t n0, int64_t width,
+                                           int64_t tiles, int64_t base, int64_t extra,
+                                           const int8_t* next, int64_t next_lines) {
+  const int64_t co = t.out_c, in_c = t.geo->in_c;
+  const int64_t pf_per_tile = next_lines / tiles, pf_extra = next_lines % tiles;
+  int64_t pf_done = 0;
+  const bool side_ahead = tc.last && ep.side != nullptr;
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(t.input) + t.p0 * in_c + 4 * g0;
+  int8_t* out = t.output + t.p0 * co + n0;
+  const int8_t* side = ep.side ? ep.side + t.p0 * co + n0 : nullptr;
+  int32_t* partial = t.partial + b * kBlock;
+  tc.flip = true;
+  int64_t r = 0;
+  for (int64_t mt = 0; mt < tiles; ++mt) {
+    const int64_t h = base + (mt < extra ? 1 : 0);
+    SetTilePrefetch(next, pf_per_tile, pf_extra, mt, &pf_done, &tc);
+    if (side_ahead) PrefetchSideAhead(t, ep, r, h, b, nblocks, n0, width);
+    tc.a = a + r * in_c;
+    tc.partial = partial + r * tc.partial_ld;
+    tc.side = side ? side + r * co : nullptr;
+    tc.out = out + r * co;
+    RunMicroTile(nz, h, tc);
+    r += h;
+  }
+}
+
 bool GemmTileZmm(const GemmTileArgs& t) {
   const EpilogueArgs& ep = *t.ep;
   const int64_t co = t.out_c;
@@ -614,28 +692,17 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         }
       }
       const bool verifying = verify_panel && b == 0;
+      if (direct && !verifying && next_filter == nullptr) {
+        DirectTiles(t, ep, tc, nz, g0, b, nblocks, n0, width, tiles, base, extra, next,
+                    next_lines);
+        continue;
+      }
       int64_t r = 0;
+      const int64_t pf_per_tile = next_lines / tiles, pf_extra = next_lines % tiles;
+      int64_t pf_done = 0;
       PanelRows<ZmmU8Copy> rows(t, b == 0, single_block, 4 * g0, 4 * g1);
       for (int64_t mt = 0; mt < tiles; ++mt) {
-        // The next (panel, block)'s lines for this tile: one per k-group
-        // inside its K loop (MicroTile), any beyond its groups here. At
-        // batch 1 the weights come from L3 or DRAM (a model's 25 MB), and
-        // one burst per tile before it was hidden worse. One Zen 5 thread,
-        // bench_core, 48 filters cycled, burst -> in the loop: 14x14x256
-        // 3x3 -> 256 296 -> 248 us, 7x7x512 3x3 -> 512 345 -> 314 us,
-        // 7x7x2048 -> 512 161 -> 118 us; 8 filters at batch 8 (compute
-        // bound) within 0-3%, either way. ResNet50 batch 1 through the
-        // sequence op (step profiler, alternated): the steps 6-7% faster on
-        // one thread, 4-9% on two; batch 8 2%; MobileNetV2 0-5%.
-        tc.pf = nullptr;
-        tc.pf_lines = 0;
-        if (next != nullptr) {
-          const int64_t l0 = next_lines * mt / tiles;
-          const int64_t lines = next_lines * (mt + 1) / tiles - l0;
-          tc.pf = next + 64 * l0;
-          tc.pf_lines = Min(lines, tc.groups);
-          PrefetchL2(tc.pf + 64 * tc.pf_lines, lines - tc.pf_lines);
-        }
+        SetTilePrefetch(next, pf_per_tile, pf_extra, mt, &pf_done, &tc);
         if (next_filter != nullptr) {
           for (int64_t k = next_filter_rows * mt / tiles;
                k < next_filter_rows * (mt + 1) / tiles; ++k) {
@@ -680,16 +747,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
           }
         }
         if (tc.last && ep.side != nullptr) {
-          // The side input kSideAheadRows rows on (into the next block's
-          // rows past the panel's end).
-          const int64_t s0 = r + kSideAheadRows, s1 = s0 + h;
-          if (s0 < t.rows) {
-            PrefetchSideRows(ep.side, t.p0, s0, Min(s1, t.rows), co, n0, width);
-          }
-          if (s1 > t.rows && b + 1 < nblocks) {
-            PrefetchSideRows(ep.side, t.p0, Max(s0, t.rows) - t.rows, s1 - t.rows, co,
-                             n0 + kBlock, Min(kBlock, co - n0 - kBlock));
-          }
+          PrefetchSideAhead(t, ep, r, h, b, nblocks, n0, width);
         }
         tc.partial = t.partial + r * partial_ld + b * kBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
