@@ -338,10 +338,16 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       int64_t r = 0;
       PanelRows<YmmCopy<Policy::kInt16>> rows(t, b == 0, nblocks == 1, kpg * g0,
                                               kpg * g1);
+      // next_lines / tiles lines a tile, the remainder one each to the
+      // first tiles: no division per tile (a 6-row tile of a pointwise
+      // layer with a short K is ~100 cycles of work).
+      const int64_t pf_per_tile = next_lines / tiles, pf_extra = next_lines % tiles;
+      int64_t pf_done = 0;
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
-          const int64_t l0 = next_lines * mt / tiles;
-          PrefetchL2(next + 64 * l0, next_lines * (mt + 1) / tiles - l0);
+          const int64_t lines = pf_per_tile + (mt < pf_extra ? 1 : 0);
+          PrefetchL2(next + 64 * pf_done, lines);
+          pf_done += lines;
         }
         const int64_t v0 = k_begin + Min(vrows, mt * vslice);
         const int64_t v1 = k_begin + Min(vrows, (mt + 1) * vslice);
