@@ -481,19 +481,6 @@ inline bool WindowTile(const ConvGeometry& g, const int8_t* input,
   return true;
 }
 
-// Loop order: K panels (kc groups) outer, channel blocks inner, micro-tiles
-// innermost. Per panel the tile's A slice is gathered once (a few
-// micro-tiles at a time during the first block, GatherRows) and reused by
-// every block, except for micro-tiles that read their windows in place
-// (WindowTile) or a pointwise layer's rows (direct). The weight panel
-// (kc groups x 64 channels) stays in L1 while the micro-tiles stream past
-// it with 96-group panels (24 KiB, on-the-fly packing), in L2 with cached
-// weights' wide panels (kKcGroupsCached). Cached weights:
-// when verifying, panel q's filter rows are compared with the packed panels
-// of all the item's blocks (contiguous filter rows) in slices spread over
-// the first block's micro-tiles, each slice's rows prefetched one micro-tile
-// ahead; the next (panel, block) is prefetched into L2 likewise. On-the-fly
-// weights: each (panel, block) is packed into panel_buffer just before use.
 // The next (panel, block)'s lines for micro-tile mt of a (panel, block):
 // next_lines / tiles lines a tile, the remainder one each to the first
 // tiles (pf_done counts those given out), one per k-group inside the
@@ -572,6 +559,20 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
   }
 }
 
+// Loop order: K panels (kc groups) outer, channel blocks inner, micro-tiles
+// innermost. Per panel the tile's A slice is gathered once (a few
+// micro-tiles at a time during the first block, GatherRows) and reused by
+// every block, except for micro-tiles that read their windows in place
+// (WindowTile) or a pointwise layer's rows (direct). The weight panel
+// (kc groups x 64 channels) stays in L1 while the micro-tiles stream past
+// it with 96-group panels (24 KiB, on-the-fly packing), in L2 with cached
+// weights' wide panels (kKcGroupsCached). Cached weights:
+// when verifying, panel q's filter rows are compared with the packed panels
+// of all the item's blocks (contiguous filter rows) in slices spread over
+// the first block's micro-tiles, each slice's rows prefetched one micro-tile
+// ahead; the next (panel, block) is prefetched into L2 inside the micro-tiles
+// (SetTilePrefetch). On-the-fly
+// weights: each (panel, block) is packed into panel_buffer just before use.
 bool GemmTileZmm(const GemmTileArgs& t) {
   const EpilogueArgs& ep = *t.ep;
   const int64_t co = t.out_c;
