@@ -30,23 +30,6 @@ SHAPES = [
 ]
 
 
-@pytest.mark.skipif(not os.path.isfile(BENCH),
-                    reason="bazel-bin/bench_core not built (bazel build //:all)")
-@pytest.mark.parametrize("path", [p for p in op_harness.expected_paths()
-                                  if p != "reference"])
-@pytest.mark.parametrize("threads", ["1", "2"])
-def test_bench_core_output_equals_reference(path, threads):
-  env = dict(os.environ, BENCH_CORE_CHECK="1", BENCH_CORE_FILTERS="3",
-             BENCH_CORE_THREADS=threads, BENCH_CORE_INLINE="0")
-  for shape in SHAPES:
-    r = subprocess.run([BENCH] + shape.split() + [path, "0.05"], env=env,
-                       capture_output=True, text=True, timeout=120,
-                       check=False)
-    assert r.returncode == 0, (shape, path, r.stdout, r.stderr)
-    assert "us/call" in r.stdout, r.stdout
-    assert "check: equal to the reference kernel" in r.stdout, r.stdout
-
-
 # Pointwise layers with a side input (BENCH_CORE_SIDE=1), as ResNet's
 # residual adds: Co = 160 ends in a narrow block (the side prefetch of
 # gemm_avx512vnni.cc crosses into it), Co = 1024 has sixteen full ones.
@@ -62,13 +45,15 @@ SIDE_SHAPES = [
 @pytest.mark.parametrize("path", [p for p in op_harness.expected_paths()
                                   if p != "reference"])
 @pytest.mark.parametrize("threads", ["1", "2"])
-def test_bench_core_side_input_equals_reference(path, threads):
+@pytest.mark.parametrize("side", ["0", "1"])
+def test_bench_core_output_equals_reference(path, threads, side):
   env = dict(os.environ, BENCH_CORE_CHECK="1", BENCH_CORE_FILTERS="3",
-             BENCH_CORE_SIDE="1", BENCH_CORE_THREADS=threads,
-             BENCH_CORE_INLINE="0")
-  for shape in SIDE_SHAPES:
+             BENCH_CORE_THREADS=threads, BENCH_CORE_INLINE="0",
+             BENCH_CORE_SIDE=side)
+  for shape in SIDE_SHAPES if side == "1" else SHAPES:
     r = subprocess.run([BENCH] + shape.split() + [path, "0.05"], env=env,
                        capture_output=True, text=True, timeout=120,
                        check=False)
     assert r.returncode == 0, (shape, path, r.stdout, r.stderr)
+    assert "us/call" in r.stdout, r.stdout
     assert "check: equal to the reference kernel" in r.stdout, r.stdout
