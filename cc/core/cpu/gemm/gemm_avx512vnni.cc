@@ -545,8 +545,9 @@ __attribute__((always_inline)) inline void PrefetchOutputAhead(const GemmTileArg
 
 // The micro-tiles of one (panel, block) of a pointwise layer that reads its
 // rows from the input in place (GemmTileZmm's `direct`) with nothing to
-// verify or prefetch besides the next weights: GemmTileZmm's tile loop
-// without its gather, window and verify branches, in a function of its own
+// verify (cached weights): GemmTileZmm's tile loop without its gather,
+// window and verify branches, plus the output rows' prefetch
+// (PrefetchOutputAhead), in a function of its own
 // (in the big loop most of its values lived on the stack; perf put 15% of
 // 112x112x16 -> 96 in that loop, outside the micro-tiles). One Zen 5
 // thread, bench_core, three rounds alternated, with the division-free
