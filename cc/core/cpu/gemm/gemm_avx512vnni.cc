@@ -58,7 +58,7 @@ constexpr int kMrNarrow[5] = {0, 8, 12, 8, kMr};
 // How far ahead (panel rows) the epilogue's side input is prefetched.
 constexpr int64_t kSideAheadRows = 16;
 // How far ahead (panel rows) pointwise layers' output rows are prefetched
-// for writing (PrefetchOutputAhead).
+// (PrefetchOutputAhead).
 constexpr int64_t kOutputAheadRows = 16;
 
 // ---------------------------------------------------------------- packing
@@ -523,7 +523,8 @@ __attribute__((always_inline)) inline void PrefetchSideAhead(const GemmTileArgs&
   }
 }
 
-// Prefetches for writing the output rows [r0, r1) of a panel (clamped to
+// Prefetches the output rows [r0, r1) of a panel, before they are written
+// (a write hint, which without -mprfchw GCC emits as PREFETCHT0) (clamped to
 // its rows), whole rows of all Co channels: contiguous bytes in NHWC. A
 // pointwise layer's output that leaves L2 (MobileNetV2's 112x112x16 -> 96
 // at batch 8, 9.6 MB) had its stores wait for the lines to be read in: one
@@ -539,7 +540,7 @@ __attribute__((always_inline)) inline void PrefetchOutputAhead(const GemmTileArg
       reinterpret_cast<uintptr_t>(t.output + (t.p0 + r0) * co) & ~uintptr_t{63};
   const uintptr_t hi = reinterpret_cast<uintptr_t>(t.output + (t.p0 + r1) * co);
   for (uintptr_t p = lo; p < hi; p += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(p), 1, 3);  // PREFETCHW
+    __builtin_prefetch(reinterpret_cast<const void*>(p), 1, 3);
   }
 }
 
