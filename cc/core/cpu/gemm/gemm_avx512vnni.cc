@@ -58,7 +58,7 @@ constexpr int kMrNarrow[5] = {0, 8, 12, 8, kMr};
 // How far ahead (panel rows) the epilogue's side input is prefetched.
 constexpr int64_t kSideAheadRows = 16;
 // How far ahead (panel rows) pointwise layers' output rows are prefetched
-// (PrefetchOutputAhead).
+// (PrefetchOutputRows).
 constexpr int64_t kOutputAheadRows = 16;
 
 // ---------------------------------------------------------------- packing
@@ -523,32 +523,11 @@ __attribute__((always_inline)) inline void PrefetchSideAhead(const GemmTileArgs&
   }
 }
 
-// Prefetches the output rows [r0, r1) of a panel, before they are written
-// (a write hint, which without -mprfchw GCC emits as PREFETCHT0) (clamped to
-// its rows), whole rows of all Co channels: contiguous bytes in NHWC. A
-// pointwise layer's output that leaves L2 (MobileNetV2's 112x112x16 -> 96
-// at batch 8, 9.6 MB) had its stores wait for the lines to be read in: one
-// Zen 5 thread, bench_core, alternated, 16 rows ahead -> 1066-1168 ->
-// 759-798 us (at batch 1, 1.2 MB, 91-94 -> 92-96 us); 56x56x24 -> 144,
-// 112x112x32 -> 16 and 56x56x96 -> 24 at batch 8, whose outputs had cost
-// nothing over 8x batch 1, unchanged.
-__attribute__((always_inline)) inline void PrefetchOutputAhead(const GemmTileArgs& t, int64_t r0, int64_t r1) {
-  r1 = Min(r1, t.rows);
-  if (r0 >= r1) return;
-  const int64_t co = t.out_c;
-  const uintptr_t lo =
-      reinterpret_cast<uintptr_t>(t.output + (t.p0 + r0) * co) & ~uintptr_t{63};
-  const uintptr_t hi = reinterpret_cast<uintptr_t>(t.output + (t.p0 + r1) * co);
-  for (uintptr_t p = lo; p < hi; p += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(p), 1, 3);
-  }
-}
-
 // The micro-tiles of one (panel, block) of a pointwise layer that reads its
 // rows from the input in place (GemmTileZmm's `direct`) with nothing to
 // verify (cached weights): GemmTileZmm's tile loop without its gather,
 // window and verify branches, plus the output rows' prefetch
-// (PrefetchOutputAhead), in a function of its own
+// (PrefetchOutputRows), in a function of its own
 // (in the big loop most of its values lived on the stack; perf put 15% of
 // 112x112x16 -> 96 in that loop, outside the micro-tiles). One Zen 5
 // thread, bench_core, three rounds alternated, with the division-free
@@ -579,7 +558,7 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
     const int64_t h = base + (mt < extra ? 1 : 0);
     SetTilePrefetch(next, pf_per_tile, pf_extra, mt, &pf_done, &tc);
     if (side_ahead) PrefetchSideAhead(t, ep, r, h, b, nblocks, n0, width);
-    if (out_ahead) PrefetchOutputAhead(t, r + kOutputAheadRows, r + kOutputAheadRows + h);
+    if (out_ahead) PrefetchOutputRows(t, r + kOutputAheadRows, r + kOutputAheadRows + h);
     tc.a = a + r * in_c;
     tc.partial = partial + r * tc.partial_ld;
     tc.side = side ? side + r * co : nullptr;
