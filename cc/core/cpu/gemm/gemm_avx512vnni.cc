@@ -484,10 +484,9 @@ inline bool WindowTile(const ConvGeometry& g, const int8_t* input,
   return true;
 }
 
-// The next (panel, block)'s lines for micro-tile mt of a (panel, block):
-// next_lines / tiles lines a tile, the remainder one each to the first
-// tiles (pf_done counts those given out), one per k-group inside the
-// tile's K loop (MicroTile), any beyond its groups here. At batch 1 the
+// The next (panel, block)'s lines for micro-tile mt of a (panel, block)
+// (its TileLineShare), one per k-group inside the tile's K loop
+// (MicroTile), any beyond its groups here. At batch 1 the
 // weights come from L3 or DRAM (a model's 25 MB), and one burst per tile
 // before it was hidden worse. One Zen 5 thread, bench_core, 48 filters
 // cycled, burst -> in the loop: 14x14x256 3x3 -> 256 296 -> 248 us,
@@ -495,14 +494,14 @@ inline bool WindowTile(const ConvGeometry& g, const int8_t* input,
 // filters at batch 8 (compute bound) within 0-3%, either way. ResNet50
 // batch 1 through the sequence op (step profiler, alternated): the steps
 // 6-7% faster on one thread, 4-9% on two; batch 8 2%; MobileNetV2 0-5%.
-inline void SetTilePrefetch(const int8_t* next, int64_t per_tile, int64_t extra,
-                            int64_t mt, int64_t* done, TileContext* tc) {
+inline void SetTilePrefetch(const int8_t* next, TileLineShare* share, int64_t mt,
+                            TileContext* tc) {
   tc->pf = nullptr;
   tc->pf_lines = 0;
   if (next == nullptr) return;
-  const int64_t lines = per_tile + (mt < extra ? 1 : 0);
-  tc->pf = next + 64 * *done;
-  *done += lines;
+  int64_t first;
+  const int64_t lines = share->Take(mt, &first);
+  tc->pf = next + 64 * first;
   tc->pf_lines = Min(lines, tc->groups);
   PrefetchL2(tc->pf + 64 * tc->pf_lines, lines - tc->pf_lines);
 }
@@ -541,13 +540,10 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
                                            int64_t tiles, int64_t base, int64_t extra,
                                            const int8_t* next, int64_t next_lines) {
   const int64_t co = t.out_c, in_c = t.geo->in_c;
-  const int64_t pf_per_tile = next_lines / tiles, pf_extra = next_lines % tiles;
-  int64_t pf_done = 0;
+  TileLineShare share(next_lines, tiles);
   const bool side_ahead = tc.last && ep.side != nullptr;
-  // Whole output rows, once (the first block's pass, the last K panel),
-  // where this item has all the channels (with a channel split, another
-  // thread writes the rest of those lines).
-  const bool out_ahead = tc.last && b == 0 && t.block_begin == 0 && nblocks * kBlock >= co;
+  // Whole output rows, once (the first block's pass, the last K panel).
+  const bool out_ahead = tc.last && b == 0 && HoldsWholeRows(t, kBlock);
   const uint8_t* a = reinterpret_cast<const uint8_t*>(t.input) + t.p0 * in_c + 4 * g0;
   int8_t* out = t.output + t.p0 * co + n0;
   const int8_t* side = ep.side ? ep.side + t.p0 * co + n0 : nullptr;
@@ -556,7 +552,7 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
   int64_t r = 0;
   for (int64_t mt = 0; mt < tiles; ++mt) {
     const int64_t h = base + (mt < extra ? 1 : 0);
-    SetTilePrefetch(next, pf_per_tile, pf_extra, mt, &pf_done, &tc);
+    SetTilePrefetch(next, &share, mt, &tc);
     if (side_ahead) PrefetchSideAhead(t, ep, r, h, b, nblocks, n0, width);
     if (out_ahead) PrefetchOutputRows(t, r + kOutputAheadRows, r + kOutputAheadRows + h);
     tc.a = a + r * in_c;
@@ -708,11 +704,10 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         continue;
       }
       int64_t r = 0;
-      const int64_t pf_per_tile = next_lines / tiles, pf_extra = next_lines % tiles;
-      int64_t pf_done = 0;
+      TileLineShare share(next_lines, tiles);
       PanelRows<ZmmU8Copy> rows(t, b == 0, single_block, 4 * g0, 4 * g1);
       for (int64_t mt = 0; mt < tiles; ++mt) {
-        SetTilePrefetch(next, pf_per_tile, pf_extra, mt, &pf_done, &tc);
+        SetTilePrefetch(next, &share, mt, &tc);
         if (next_filter != nullptr) {
           for (int64_t k = next_filter_rows * mt / tiles;
                k < next_filter_rows * (mt + 1) / tiles; ++k) {

@@ -84,6 +84,32 @@ __attribute__((always_inline)) inline void PrefetchSideRows(const int8_t* side, 
   }
 }
 
+// A (panel, block)'s share of the next one's lines for each of its `tiles`
+// micro-tiles, taken in order: lines / tiles each, the remainder one each
+// to the first tiles, with no division per tile (a pointwise tile with a
+// short K is ~100 cycles of work).
+class TileLineShare {
+ public:
+  TileLineShare(int64_t lines, int64_t tiles) : per_(lines / tiles), extra_(lines % tiles) {}
+  // Micro-tile mt's lines: their count, the first one's index in *first.
+  int64_t Take(int64_t mt, int64_t* first) {
+    const int64_t n = per_ + (mt < extra_ ? 1 : 0);
+    *first = done_;
+    done_ += n;
+    return n;
+  }
+
+ private:
+  const int64_t per_, extra_;
+  int64_t done_ = 0;
+};
+
+// Whether the item of t holds all the output channels (blocks of `block`
+// channels): whole output rows are its own (PrefetchOutputRows).
+inline bool HoldsWholeRows(const GemmTileArgs& t, int64_t block) {
+  return t.block_begin == 0 && (t.block_end - t.block_begin) * block >= t.out_c;
+}
+
 // Prefetches output rows [r0, r1) of a panel (clamped to its rows) before
 // they are written: whole rows of all Co channels, contiguous bytes in NHWC
 // (a write hint, which without -mprfchw GCC emits as PREFETCHT0). Only for

@@ -342,21 +342,17 @@ bool GemmTileYmm(const GemmTileArgs& t) {
         tc.add = !first && tc.last ? offset : nullptr;
       }
       const bool verifying = verify_panel && b == 0;
-      const bool out_ahead = tc.last && b == 0 && t.block_begin == 0 &&
-                             nblocks * kYmmBlock >= co && IsDirectGemm(*t.geo);
+      const bool out_ahead =
+          tc.last && b == 0 && HoldsWholeRows(t, kYmmBlock) && IsDirectGemm(*t.geo);
       int64_t r = 0;
       PanelRows<YmmCopy<Policy::kInt16>> rows(t, b == 0, nblocks == 1, kpg * g0,
                                               kpg * g1);
-      // next_lines / tiles lines a tile, the remainder one each to the
-      // first tiles: no division per tile (a 6-row tile of a pointwise
-      // layer with a short K is ~100 cycles of work).
-      const int64_t pf_per_tile = next_lines / tiles, pf_extra = next_lines % tiles;
-      int64_t pf_done = 0;
+      TileLineShare share(next_lines, tiles);
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
-          const int64_t lines = pf_per_tile + (mt < pf_extra ? 1 : 0);
-          PrefetchL2(next + 64 * pf_done, lines);
-          pf_done += lines;
+          int64_t first;
+          const int64_t lines = share.Take(mt, &first);
+          PrefetchL2(next + 64 * first, lines);
         }
         const int64_t v0 = k_begin + Min(vrows, mt * vslice);
         const int64_t v1 = k_begin + Min(vrows, (mt + 1) * vslice);
