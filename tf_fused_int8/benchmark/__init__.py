@@ -13,6 +13,9 @@ What runs (each row: one layer or model, one batch size, one thread count):
                 this CPU, and each --paths path forced with
                 TF_FUSED_INT8_CPU_KERNEL (in the models suite: one row per
                 path, the same fused model forced during each call);
+  ours concrete (models suite) the same tf.function's concrete function
+                for the input's signature, called directly, as a SavedModel's
+                serving signature is called (auto path only);
   ours runner   (models suite) the same fused model through
                 tf_fused_int8.InferenceRunner: frozen, run in the calling
                 thread, numpy in and out (also with each --paths path

@@ -28,6 +28,7 @@ SUITES = ("resnet50", "mobilenet_v2", "mobilenet_v2_dw", "models")
 # impl -> worker family. "ours@PATH" rows belong to "ours" too.
 FAMILY = {
     "ours": "ours", "ours_eager": "ours", "ours_runner": "ours",
+    "ours_concrete": "ours",
     "tf_int8": "ours", "tf_fp32": "ours",
     "litert": "litert",
     "onnxruntime_u8": "onnxruntime", "onnxruntime_s8": "onnxruntime",
@@ -222,11 +223,15 @@ def selected_impls():
       if name not in impls:
         impls.append(name)
   if FLAGS.suite == "models":
+    # ours_concrete: the same tf.function's concrete function for the
+    # input's signature, called directly (models only, auto path);
     # ours_runner: the same model through InferenceRunner (models only),
     # also with each --paths path forced.
-    impls.insert(1, "ours_runner")
+    impls.insert(1, "ours_concrete")
+    impls.insert(2, "ours_runner")
     impls += [f"ours_runner@{p}" for p in FLAGS.paths]
-    impls = [i for i in impls if i in ("ours", "ours_runner", "tf_fp32",
+    impls = [i for i in impls if i in ("ours", "ours_concrete",
+                                       "ours_runner", "tf_fp32",
                                        "litert", "openvino_fp32",
                                        "openvino_int8")
              or i.startswith(("ours@", "ours_runner@"))]
@@ -617,6 +622,8 @@ def run_one_model(name, info, batch, impls, workers, threads):
     mode = "graph" if base in ("ours", "tf_fp32") else None
     if base == "ours_runner":
       base, mode = "ours", "runner"
+    elif base == "ours_concrete":
+      base, mode = "ours", "concrete"
     rows.append(dict(suite="models", layer=name, batch=batch, threads=threads,
                      impl=base, mode=mode, forced=path or None,
                      ms=s * 1e3 if s else None,

@@ -143,20 +143,22 @@ def models_table(rows, models):
   header += [f"vs {SHORT[i]}" for i in present]
   out = []
   for (model, batch, threads), group in groups.items():
-    # The auto-selected path in a tf.function first, then through
-    # InferenceRunner, then each --paths path forced (tf.function rows, then
-    # runner rows); a stable sort keeps the run's order within each.
+    # The auto-selected path in a tf.function first, then its concrete
+    # function, then through InferenceRunner, then each --paths path forced
+    # (tf.function rows, then runner rows); a stable sort keeps the run's
+    # order within each.
+    order = {"concrete": 1, "runner": 2}
     ours_rows = sorted((r for r in group if r["impl"] == "ours"),
                        key=lambda r: (bool(r["forced"]),
-                                      r.get("mode") == "runner"))
+                                      order.get(r.get("mode"), 0)))
     theirs = [_other(group, i) for i in present]
     for ours in ours_rows or [None]:
       ms = ours["ms"] if ours and not ours["error"] else None
       kernel = (ours or {}).get("cpu_kernel") or "-"
       if ours and ours["forced"]:
         kernel = "forced " + kernel
-      if ours and ours.get("mode") == "runner":
-        kernel = "runner " + kernel
+      if ours and ours.get("mode") in order:
+        kernel = ours["mode"] + " " + kernel
       cells = [model, str(batch), str(threads), kernel,
                _ms(ms) if not (ours and ours["error"]) else "err"]
       cells += [_ms(r and r["ms"]) if not (r and r["error"]) else "err"
@@ -165,7 +167,9 @@ def models_table(rows, models):
       out.append(cells)
   lines = [render(header, out),
            "vs X = X's time / ours (above 1: ours is faster); ours = "
-           "quantize_model + fuse_conv_sequences, in a tf.function; 'runner "
+           "quantize_model + fuse_conv_sequences, in a tf.function; 'concrete P' "
+           "= that tf.function's concrete function for the input's signature, "
+           "called directly (as a SavedModel signature is); 'runner "
            "P' = the same model through tf_fused_int8.InferenceRunner (frozen, "
            "run in the calling thread, numpy in and out); 'forced "
            "P' = the same model with TF_FUSED_INT8_CPU_KERNEL=P (--paths)."]

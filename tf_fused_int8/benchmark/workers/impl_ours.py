@@ -297,6 +297,14 @@ class Family(protocol.KeyedRuns):
     def build(path):
       f = tf.function(keras.models.load_model(path, compile=False))
       return lambda: f(x)
+    def build_concrete(path):
+      # The same tf.function's concrete function for this input's shape,
+      # called directly: what a SavedModel's serving signature is, and what
+      # a caller holding one pays per call (no Python matching of the
+      # arguments to a trace).
+      f = tf.function(keras.models.load_model(path, compile=False))
+      cf = f.get_concrete_function(tf.TensorSpec(x.shape, x.dtype))
+      return lambda: cf(x)
     def build_runner(path):
       # The same model through InferenceRunner: frozen, in the calling
       # thread; numpy in and out, as the TFLite interpreter is timed.
@@ -304,6 +312,7 @@ class Family(protocol.KeyedRuns):
       xn = x.numpy()
       return lambda: run(xn)
     builders = {"ours": lambda: build(model["int8_keras"]),
+                "ours_concrete": lambda: build_concrete(model["int8_keras"]),
                 "ours_runner": lambda: build_runner(model["int8_keras"]),
                 "tf_fp32": lambda: build(model["float_keras"])}
     for p in model.get("paths", ()):
