@@ -35,6 +35,8 @@ FAMILY = {
     "torch_x86": "torch", "torch_onednn": "torch",
     "openvino_fp32": "openvino", "openvino_int8": "openvino",
 }
+# The models suite's other ways of calling our model: impl -> its rows' mode.
+OURS_MODES = {"ours_concrete": "concrete", "ours_runner": "runner"}
 PEER_ALIASES = {
     "onnxruntime": ("onnxruntime_u8", "onnxruntime_s8"),
     "torch": ("torch_x86", "torch_onednn"),
@@ -620,10 +622,8 @@ def run_one_model(name, info, batch, impls, workers, threads):
     s = seconds.get(impl)
     base, _, path = impl.partition("@")
     mode = "graph" if base in ("ours", "tf_fp32") else None
-    if base == "ours_runner":
-      base, mode = "ours", "runner"
-    elif base == "ours_concrete":
-      base, mode = "ours", "concrete"
+    if base in OURS_MODES:
+      base, mode = "ours", OURS_MODES[base]
     rows.append(dict(suite="models", layer=name, batch=batch, threads=threads,
                      impl=base, mode=mode, forced=path or None,
                      ms=s * 1e3 if s else None,

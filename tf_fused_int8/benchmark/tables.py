@@ -134,6 +134,12 @@ def exactness_table(rows):
           "exact result)\n" + render(header, body))
 
 
+# Our rows of one (model, batch, threads), after the tf.function's: its
+# concrete function, then InferenceRunner (each row's "mode"; the label that
+# prefixes its kernel).
+OURS_MODE_ORDER = {"concrete": 1, "runner": 2}
+
+
 def models_table(rows, models):
   groups = _groups(rows)
   present = [i for i in ("tf_fp32", "litert", "openvino_fp32", "openvino_int8")
@@ -147,17 +153,16 @@ def models_table(rows, models):
     # function, then through InferenceRunner, then each --paths path forced
     # (tf.function rows, then runner rows); a stable sort keeps the run's
     # order within each.
-    order = {"concrete": 1, "runner": 2}
     ours_rows = sorted((r for r in group if r["impl"] == "ours"),
                        key=lambda r: (bool(r["forced"]),
-                                      order.get(r.get("mode"), 0)))
+                                      OURS_MODE_ORDER.get(r.get("mode"), 0)))
     theirs = [_other(group, i) for i in present]
     for ours in ours_rows or [None]:
       ms = ours["ms"] if ours and not ours["error"] else None
       kernel = (ours or {}).get("cpu_kernel") or "-"
       if ours and ours["forced"]:
         kernel = "forced " + kernel
-      if ours and ours.get("mode") in order:
+      if ours and ours.get("mode") in OURS_MODE_ORDER:
         kernel = ours["mode"] + " " + kernel
       cells = [model, str(batch), str(threads), kernel,
                _ms(ms) if not (ours and ours["error"]) else "err"]
