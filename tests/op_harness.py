@@ -32,11 +32,24 @@ def pinned_hits():
   return out[4]
 
 
+def depthwise_pinned_hits():
+  """The depthwise prepared-weights cache's pinned hits: calls that used a
+  preparation of variables' buffers without comparing them (depthwise.h)."""
+  out = (ctypes.c_int64 * 7)()
+  _lib().tf_fused_int8_depthwise_cache_stats(out)
+  return out[4]
+
+
+def kernel_path():
+  """The CPU kernel path a call runs now (TF_FUSED_INT8_CPU_KERNEL or the
+  best this CPU has)."""
+  return _lib().tf_fused_int8_kernel_path().decode()
+
+
 def uses_packed_weights():
   """Whether the path this process runs caches packed weights (not the
   portable and reference kernels, e.g. forced by TF_FUSED_INT8_CPU_KERNEL)."""
-  return _lib().tf_fused_int8_kernel_path().decode() not in ("portable",
-                                                            "reference")
+  return kernel_path() not in ("portable", "reference")
 
 
 @contextlib.contextmanager

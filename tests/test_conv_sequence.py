@@ -256,6 +256,49 @@ def test_weights_are_laid_out_as_documented():
     seq.set_conv_weights(0, [new[0] + 0.5] + new[1:3])
 
 
+def test_updates_of_the_weight_vectors_are_seen():
+  """The op pins both weight vectors (the variables' buffers): the
+  depthwise steps then use their prepared weights without comparing them
+  with the vectors, and every write to a vector (sliced, in place) must
+  still be seen: TF copies a variable's buffer before writing while the
+  caches hold it."""
+  rng = np.random.default_rng(21)
+  chain = _block_chain(rng)
+  convs = chain[0]
+  seq = _built(chain, (2, 7, 7, 8))
+  x = tf.constant(rng.integers(-128, 128, (2, 7, 7, 8)).astype(np.int8))
+  fn = tf.function(seq)
+
+  def check(what):
+    # The layers' own weights follow the vectors, for the numpy chain.
+    for k, conv in enumerate(convs):
+      conv.set_weights(seq.conv_weights(k))
+    op_harness.assert_same_bits(fn(x).numpy(), numpy_chain(x.numpy(), *chain), what)
+
+  check("first")
+  hits = op_harness.depthwise_pinned_hits()
+  check("again")
+  assert (op_harness.depthwise_pinned_hits() > hits
+          or op_harness.kernel_path() == "reference"), (
+      "the depthwise step did not use its preparation pinned")
+  for k in (1, 4):  # the two depthwise steps
+    l = seq._layout[k]  # pylint: disable=protected-access
+    co = convs[k].bias.shape[0]
+    # A sliced assignment of the bias (in place in the vector's buffer).
+    seq.epilogue[l["bias"]:l["bias"] + co].assign(
+        rng.normal(0, 3, co).astype(np.float32))
+    check(f"step {k}: bias slice")
+    # assign_add of the scale (in place).
+    delta = np.zeros(seq.epilogue.shape, np.float32)
+    delta[l["scale"]:l["scale"] + l["scale_size"]] = 5e-5
+    seq.epilogue.assign_add(delta)
+    check(f"step {k}: scale assign_add")
+    # One filter byte (in place in the filters' vector).
+    i = l["filter"] + int(rng.integers(0, convs[k].kernel.numpy().size))
+    seq.filters[i:i + 1].assign([-int(seq.filters[i].numpy()) // 2])
+    check(f"step {k}: filter byte")
+
+
 def test_the_two_ops_differ_only_in_resource_inputs():
   op_harness.assert_ops_differ_only_in_resource_inputs(
       "FusedInt8ConvSequence", "ResourceFusedInt8ConvSequence",

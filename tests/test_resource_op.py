@@ -209,6 +209,42 @@ def test_variable_updates_are_seen(shape):
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "assign again")
 
 
+def test_depthwise_variable_updates_are_seen():
+  """A depthwise filter with its bias and scale in variables: all three
+  pinned, the prepared weights are used without comparing them, and every
+  write to any of them (in place, sliced, sparse) is still seen."""
+  rng = np.random.default_rng(5)
+  c = 32
+  x = rng.integers(-128, 128, (1, 9, 9, c)).astype(np.int8)
+  vf = tf.Variable(rng.integers(-128, 128, (3, 3, 1, c)).astype(np.int8))
+  vb = tf.Variable(rng.normal(0, 20, c).astype(np.float32))
+  vs = tf.Variable(np.full(c, 1e-2, np.float32))
+  fn = tf.function(lambda a: _conv(a, vf, vb, vs))
+
+  def check(what):
+    op_harness.assert_same_bits(fn(x).numpy(),
+                                _want(x, vf.numpy(), vb.numpy(), vs.numpy()), what)
+
+  check("first")
+  hits = op_harness.depthwise_pinned_hits()
+  check("again")
+  assert (op_harness.depthwise_pinned_hits() > hits
+          or op_harness.kernel_path() == "reference"), (
+      "the depthwise weights were not used pinned")
+  vb.assign_add(np.full(c, 3.0, np.float32))
+  check("bias assign_add")
+  vs.assign_sub(np.full(c, 2.5e-3, np.float32))
+  check("scale assign_sub")
+  vb[4:6].assign([100.0, -100.0])
+  check("bias slice assign")
+  vf.assign_add(np.ones((3, 3, 1, c), np.int8))
+  check("filter assign_add")
+  vs.scatter_nd_update([[7]], np.array([0.5], np.float32))  # copy-on-read mode
+  check("scale scatter")
+  vs.assign(np.full(c, 2e-2, np.float32))
+  check("scale assign in copy-on-read mode")
+
+
 def test_assign_then_convolve_in_one_function():
   """Automatic control dependencies order the read after the assignment."""
   rng = np.random.default_rng(4)

@@ -103,6 +103,11 @@ struct FusedConvArgs {
   // A cached packing of a pinned filter keeps the pin, and later calls that
   // pass a pin for it skip the check against the filter (packed_weights.h).
   std::shared_ptr<const void> filter_pin;
+  // Optional, the same promise for bias and conv_input_scale. The depthwise
+  // kernels prepare all three once (depthwise.h's cache): a call that pins
+  // both uses a prepared entry that was pinned too without comparing its
+  // operands with them.
+  std::shared_ptr<const void> epilogue_pin;
 
   // Side input takes part only when given and its scale is non-zero.
   bool HasSideInput() const {

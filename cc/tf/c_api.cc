@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/peak/peak.h"
 #include "cc/core/fused_conv.h"
@@ -59,6 +60,17 @@ __attribute__((visibility("default"))) void tf_fused_int8_packed_weights_stats(
     int64_t* out) {
   const tf_fused_int8::cpu::PackedWeightsCacheStats s =
       tf_fused_int8::cpu::PackedWeightsCache::Global().Stats();
+  const int64_t v[] = {s.hits, s.misses, s.stale, s.evictions,
+                       s.pinned_hits, s.entries, s.bytes};
+  for (int i = 0; i < 7; ++i) out[i] = v[i];
+}
+
+// The depthwise prepared-weights cache's counters, for tests (ctypes):
+// out[0..6] = hits, misses, stale, evictions, pinned_hits, entries, bytes.
+__attribute__((visibility("default"))) void tf_fused_int8_depthwise_cache_stats(
+    int64_t* out) {
+  const tf_fused_int8::cpu::DepthwiseCacheStats s =
+      tf_fused_int8::cpu::GetDepthwiseCacheStats();
   const int64_t v[] = {s.hits, s.misses, s.stale, s.evictions,
                        s.pinned_hits, s.entries, s.bytes};
   for (int i = 0; i < 7; ++i) out[i] = v[i];

@@ -265,7 +265,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     Tensor filters, epilogue;
-    bool filters_shared = false, unused = false;
+    bool filters_shared = false, epilogue_shared = false;
     OP_REQUIRES_OK(ctx, WeightVector(ctx, kResource, 1, "filters", tensorflow::DT_INT8,
                                      "int8", filter_total_,
                                      "every step's filter of filter_shapes, each at a "
@@ -275,11 +275,13 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                                      "float32", epilogue_total_,
                                      "per step: bias, conv_input_scale, "
                                      "side_input_scale, each at a multiple of 16",
-                                     &epilogue, &unused));
-    // As ResourceFusedInt8ConvCpuOp: the variable's own buffer pins the
-    // packed weights (each step's filter is a slice of it).
-    std::shared_ptr<const void> pin;
-    if (filters_shared) pin = std::make_shared<const Tensor>(filters);
+                                     &epilogue, &epilogue_shared));
+    // As ResourceFusedInt8ConvCpuOp: the variables' own buffers pin the
+    // packed and prepared weights (each step's filter, bias and scale are
+    // slices of them).
+    WeightPins pin;
+    if (filters_shared) pin.filter = std::make_shared<const Tensor>(filters);
+    if (epilogue_shared) pin.epilogue = std::make_shared<const Tensor>(epilogue);
 
     const Tensor& input = ctx->input(0);
     const int64_t slices = BatchSlices(ctx, input);
@@ -371,7 +373,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   // *out. record: time the steps (time_steps_), described with batch
   // `batch` (-1: the input's).
   absl::Status RunSteps(OpKernelContext* ctx, const Tensor& filters,
-                        const Tensor& epilogue, const std::shared_ptr<const void>& pin,
+                        const Tensor& epilogue, const WeightPins& pin,
                         const Tensor& input, const CpuConvOptions& options, bool record,
                         Tensor* out, int64_t batch = -1) const {
     // sources[0] = conv_input, sources[k] = step k - 1's output.

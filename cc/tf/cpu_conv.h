@@ -27,14 +27,20 @@ struct CpuConvOptions {
   bool plain_temp = false;
 };
 
+// FusedConvArgs::filter_pin and epilogue_pin for an NHWC call (each may be
+// null): what keeps the resource variables' buffers that the filter, and
+// the bias and conv_input_scale, are read from.
+struct WeightPins {
+  std::shared_ptr<const void> filter, epilogue;
+};
+
 // Validates `in` (ValidateConvInputs) and runs the convolution on the CPU
 // into a new tensor: the op's output 0 when `temp` is null, else *temp
-// (allocate_temp, conv_input's dtype). filter_pin: FusedConvArgs::filter_pin
-// for an NHWC call (may be null). NCHW_VECT_C is converted to NHWC and back.
+// (allocate_temp, conv_input's dtype). NCHW_VECT_C is converted to NHWC and
+// back (the pins are not used then: the converted filter is a fresh buffer).
 absl::Status RunFusedConvCpu(tensorflow::OpKernelContext* ctx,
                              const ConvAttrs& attrs, const ConvInputs& in,
-                             std::shared_ptr<const void> filter_pin,
-                             tensorflow::Tensor* temp,
+                             const WeightPins& pins, tensorflow::Tensor* temp,
                              const CpuConvOptions& options = CpuConvOptions());
 
 // Calls of the sequence ops (conv_sequence_kernel.cc) run as batch slices

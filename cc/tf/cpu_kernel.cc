@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cc/core/conv_params.h"
 #include "cc/core/fused_conv.h"
@@ -52,8 +53,7 @@ int8_t* MutableInt8Data(Tensor* t) {
 }  // namespace
 
 absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
-                             const ConvInputs& in,
-                             std::shared_ptr<const void> filter_pin,
+                             const ConvInputs& in, const WeightPins& pins,
                              Tensor* temp, const CpuConvOptions& options) {
   ValidatedConv v;
   TF_RETURN_IF_ERROR(ValidateConvInputs(in, attrs, &v));
@@ -90,7 +90,8 @@ absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
   if (!attrs.vect) {
     args.input = Int8Data(*in.input);
     args.filter = Int8Data(*in.filter);
-    args.filter_pin = std::move(filter_pin);
+    args.filter_pin = pins.filter;
+    args.epilogue_pin = pins.epilogue;
     args.side_input = v.has_side_input ? Int8Data(*in.side_input) : nullptr;
     args.output = MutableInt8Data(output);
   } else {
@@ -175,7 +176,7 @@ class FusedInt8ConvCpuOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, ConvInputsFromContext(ctx),
-                                        nullptr, nullptr));
+                                        WeightPins(), nullptr));
   }
 
  private:
@@ -190,10 +191,11 @@ class ResourceFusedInt8ConvCpuOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     Tensor filter, bias, scale;
-    bool filter_shared = false, unused = false;
+    bool filter_shared = false, bias_shared = false, scale_shared = false;
     OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 1, "filter", &filter, &filter_shared));
-    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 2, "bias", &bias, &unused));
-    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 4, "conv_input_scale", &scale, &unused));
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 2, "bias", &bias, &bias_shared));
+    OP_REQUIRES_OK(ctx, ReadVariableInput(ctx, 4, "conv_input_scale", &scale,
+                                          &scale_shared));
     ConvInputs in;
     in.input = &ctx->input(0);
     in.filter = &filter;
@@ -207,9 +209,15 @@ class ResourceFusedInt8ConvCpuOp : public OpKernel {
     // through copy-on-read mode), so these bytes stay as they are and the
     // cached packing needs no check. Not a copy-on-read copy: a fresh buffer
     // each call, it would only fill the cache.
-    std::shared_ptr<const void> pin;
-    if (filter_shared && !attrs_.vect) pin = std::make_shared<const Tensor>(filter);
-    OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, in, std::move(pin), nullptr));
+    // The bias's and the scale's buffers likewise (WeightPins::epilogue).
+    WeightPins pins;
+    if (!attrs_.vect) {
+      if (filter_shared) pins.filter = std::make_shared<const Tensor>(filter);
+      if (bias_shared && scale_shared) {
+        pins.epilogue = std::make_shared<const std::pair<Tensor, Tensor>>(bias, scale);
+      }
+    }
+    OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, in, pins, nullptr));
   }
 
  private:

@@ -1290,6 +1290,99 @@ void TestDepthwiseChangedOperands() {
               long(after.hits - before.hits));
 }
 
+// Pinned depthwise operands (FusedConvArgs::filter_pin and epilogue_pin): a
+// call pinning both on an entry pinned the same way uses it without
+// comparing; every other mix compares (a filter pin alone vouches for no
+// bias or scale), so a changed operand is never served stale; an unpinned
+// entry that a pinned call finds equal takes its pins; the entry keeps its
+// pins alive until it is dropped.
+void TestDepthwisePinnedOperands() {
+  SetWeightMode(0);
+  std::mt19937 rng(57);
+  int runs = 0;
+  for (KernelPath p : g_paths) {
+    Buffers b;
+    FusedConvArgs a = LayerCase(1, 9, 9, 96, 3, 96, 1, false, &rng, &b, /*groups=*/96);
+    a.per_channel_scale = true;
+    std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
+    auto check = [&](const char* what) {
+      a.output = got.data();
+      EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
+      FusedConvArgs r = a;
+      r.output = want.data();
+      RunReference(r);
+      EXPECT(got == want, "pinned depthwise: %s, path %s", what, KernelPathName(p));
+    };
+    auto pinned_hits = [] { return cpu::GetDepthwiseCacheStats().pinned_hits; };
+    auto stale = [] { return cpu::GetDepthwiseCacheStats().stale; };
+    cpu::ClearDepthwiseCacheForTesting();
+    bool* dropped = new bool(false);  // observed below, then leaked (tiny)
+    std::shared_ptr<const void> filter_pin(
+        dropped, [](const bool* d) { *const_cast<bool*>(d) = true; });
+    const std::shared_ptr<const void> epilogue_pin = std::make_shared<int>(0);
+    // 1. Unpinned entry; a pinned call after the bias changed compares.
+    check("unpinned first");
+    b.bias[3] += 5.0f;
+    a.filter_pin = filter_pin;
+    a.epilogue_pin = epilogue_pin;
+    int64_t s0 = stale();
+    check("pinned after unpinned, bias changed");
+    const bool uses_cache = stale() > s0;  // the portable path prepares nothing
+    // 2. Pinned entry, pinned call: used unchecked.
+    int64_t h0 = pinned_hits();
+    check("pinned hit");
+    EXPECT(!uses_cache || pinned_hits() == h0 + 1,
+           "pinned call on a pinned entry not a pinned hit (path %s)", KernelPathName(p));
+    // 3. Pinned entry, a call pinning the filter only, after the scale
+    // changed (no promise for it): compared, prepared again.
+    a.epilogue_pin = nullptr;
+    b.scale[7] *= 1.25f;
+    s0 = stale();
+    h0 = pinned_hits();
+    check("filter pinned only, scale changed");
+    EXPECT(!uses_cache || (stale() == s0 + 1 && pinned_hits() == h0),
+           "a filter pin alone trusted for the scale (path %s)", KernelPathName(p));
+    // 4. An unpinned entry found equal by a pinned call takes its pins.
+    a.epilogue_pin = epilogue_pin;
+    check("pinned, entry unpinned and equal");
+    h0 = pinned_hits();
+    check("pinned after the entry took the pins");
+    EXPECT(!uses_cache || pinned_hits() == h0 + 1,
+           "an equal unpinned entry did not take the call's pins (path %s)",
+           KernelPathName(p));
+    // 5. A pinned call whose bias is another buffer (other bytes): not the
+    // one the entry's pins vouch for, so compared and prepared again.
+    std::vector<float> other_bias = b.bias;
+    other_bias[1] -= 9.0f;
+    const float* own_bias = a.bias;
+    a.bias = other_bias.data();
+    s0 = stale();
+    check("pinned, bias moved to another buffer");
+    EXPECT(!uses_cache || stale() == s0 + 1,
+           "a bias at another address was trusted (path %s)", KernelPathName(p));
+    a.bias = own_bias;
+    check("pinned, bias back");
+    // 6. Pinned entry, unpinned call after the filter changed: compared.
+    a.filter_pin = nullptr;
+    a.epilogue_pin = nullptr;
+    b.filter[b.filter.size() - 1] ^= 0x5a;
+    check("unpinned after pinned, filter changed");
+    // 7. The entry keeps its pins alive; dropping it releases them.
+    a.filter_pin = filter_pin;
+    a.epilogue_pin = epilogue_pin;
+    check("pinned again");
+    a.filter_pin = nullptr;
+    a.epilogue_pin = nullptr;
+    filter_pin = nullptr;
+    EXPECT(!*dropped || !uses_cache, "the depthwise cache dropped a pin it still uses");
+    cpu::ClearDepthwiseCacheForTesting();
+    EXPECT(*dropped, "the depthwise cache kept a pin after it was cleared");
+    ++runs;
+  }
+  cpu::ClearDepthwiseCacheForTesting();
+  std::printf("depthwise pinned operands: %d paths\n", runs);
+}
+
 // One-pixel depthwise rows (depthwise_rows.h PixelBlocks: an output column
 // whose window lies inside the image across, computed 128 or 64 channels at
 // a time): global averages (window = input, 1x1 output) of ResNet-50's and
@@ -2634,6 +2727,7 @@ int main() {
   TestWinogradEligibility();
   TestChangedFilterIsRepacked();
   TestDepthwiseChangedOperands();
+  TestDepthwisePinnedOperands();
   TestCacheBound();
   TestPinnedFilters();
   TestPaddedInput();

@@ -19,11 +19,12 @@
 //   one always is; 0 splits every call).
 //   BENCH_CORE_CHECK=1 compares the last call's output with the reference
 //   kernel's after timing (exit 1 if any byte differs).
-//   BENCH_CORE_PIN=1 pins the filters, as the TF resource op does with a
-//   Keras layer's variables: the cached packing is used with no check (the
-//   time a model's layer takes; unpinned, large filters are checked panel by
-//   panel while computing: 7x7x512 3x3 -> 512 on one Zen 5 thread ran 289 us
-//   pinned, 389 us unpinned).
+//   BENCH_CORE_PIN=1 pins the filters (and bias and scale), as the TF
+//   resource op does with a Keras layer's variables: the cached packing and
+//   the depthwise preparation are used with no check (the time a model's
+//   layer takes; unpinned, large filters are checked panel by panel while
+//   computing: 7x7x512 3x3 -> 512 on one Zen 5 thread ran 289 us pinned, 389
+//   us unpinned).
 //   BENCH_CORE_LUT=1 adds an output lookup table (FusedConvArgs::output_lut).
 //   BENCH_CORE_SIDE=1 adds a side input of the output's shape (scale 0.5),
 //   one per filter (as ResNet's residual adds: each read once per call).
@@ -199,13 +200,17 @@ int main(int argc, char** argv) {
     a.side_input = sides[0].data();
     a.side_input_scale = 0.5f;
   }
-  // BENCH_CORE_PIN=1: pin the filters (as the TF resource op pins a
-  // variable's buffer: the cached packing is used with no check).
+  // BENCH_CORE_PIN=1: pin the filters, bias and scale (as the TF resource
+  // ops pin their variables' buffers: the cached packing and the depthwise
+  // preparation are used with no check).
   const char* pin_env = std::getenv("BENCH_CORE_PIN");
   const bool pin = pin_env != nullptr && std::atoi(pin_env) == 1;
   std::shared_ptr<const void> pin_token(static_cast<const void*>(&ws),
                                         [](const void*) {});
-  if (pin) a.filter_pin = pin_token;
+  if (pin) {
+    a.filter_pin = pin_token;
+    a.epilogue_pin = pin_token;
+  }
   // BENCH_CORE_DW_CACHE=0: depthwise calls prepare their weights on every
   // call (as before the prepared-weights cache, depthwise.h).
   const char* dw_cache_env = std::getenv("BENCH_CORE_DW_CACHE");

@@ -143,11 +143,15 @@ constexpr int64_t kDepthwiseCacheMaxEntries = 256;
 constexpr int64_t kDepthwiseCacheMaxBytes = int64_t{64} << 20;
 
 struct DepthwiseCacheStats {
-  // stale: hits whose operands had changed (prepared again).
-  int64_t hits = 0, misses = 0, stale = 0, evictions = 0;
+  // stale: hits whose operands had changed (prepared again); pinned_hits:
+  // the hits used without comparing the operands (a pinned call on a pinned
+  // entry: FusedConvArgs::epilogue_pin).
+  int64_t hits = 0, misses = 0, stale = 0, evictions = 0, pinned_hits = 0;
   int64_t entries = 0, bytes = 0;
 };
 DepthwiseCacheStats GetDepthwiseCacheStats();
+// Tests only: drops every entry (and the pins they hold).
+void ClearDepthwiseCacheForTesting();
 // Tests only: false prepares the weights on every call (no cache).
 void SetDepthwiseCacheForTesting(bool enabled);
 

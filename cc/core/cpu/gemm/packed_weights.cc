@@ -121,6 +121,14 @@ struct Key {
     return filter == o.filter && kh == o.kh && kw == o.kw && ci == o.ci &&
            co == o.co && format == o.format;
   }
+  struct Hash {
+    size_t operator()(const Key& k) const {
+      size_t h = HashMix(0, reinterpret_cast<uintptr_t>(k.filter));
+      h = HashMix(h, static_cast<uint64_t>(k.kh) << 32 | static_cast<uint64_t>(k.kw));
+      h = HashMix(h, static_cast<uint64_t>(k.ci) << 32 ^ static_cast<uint64_t>(k.co));
+      return HashMix(h, static_cast<uint64_t>(k.format));
+    }
+  };
 };
 
 Key MakeKey(const int8_t* filter, const ConvGeometry& g,
@@ -136,7 +144,7 @@ struct PackedWeightsCache::Impl {
     std::shared_ptr<const void> pin;  // see the header comment
   };
   mutable std::mutex mu;
-  BoundedLru<Key, Entry> lru{kMaxEntries, kMaxBytes};
+  BoundedLru<Key, Entry, Key::Hash> lru{kMaxEntries, kMaxBytes};
   PackedWeightsCacheStats stats;
 
   // Requires mu.
