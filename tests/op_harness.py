@@ -40,6 +40,16 @@ def depthwise_pinned_hits():
   return out[4]
 
 
+def assert_depthwise_used_pinned(call):
+  """call() (a repeated call of depthwise layers whose weights are
+  variables) used their prepared weights pinned, unchecked (no depthwise
+  cache on the reference path)."""
+  hits = depthwise_pinned_hits()
+  call()
+  assert depthwise_pinned_hits() > hits or kernel_path() == "reference", (
+      "the depthwise weights were not used pinned")
+
+
 def kernel_path():
   """The CPU kernel path a call runs now (TF_FUSED_INT8_CPU_KERNEL or the
   best this CPU has)."""

@@ -276,11 +276,7 @@ def test_updates_of_the_weight_vectors_are_seen():
     op_harness.assert_same_bits(fn(x).numpy(), numpy_chain(x.numpy(), *chain), what)
 
   check("first")
-  hits = op_harness.depthwise_pinned_hits()
-  check("again")
-  assert (op_harness.depthwise_pinned_hits() > hits
-          or op_harness.kernel_path() == "reference"), (
-      "the depthwise step did not use its preparation pinned")
+  op_harness.assert_depthwise_used_pinned(lambda: check("again"))
   for k in (1, 4):  # the two depthwise steps
     l = seq._layout[k]  # pylint: disable=protected-access
     co = convs[k].bias.shape[0]

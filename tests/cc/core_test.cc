@@ -1155,6 +1155,19 @@ void TestWinogradEligibility() {
   std::printf("winograd eligibility: checked\n");
 }
 
+// Runs `a` on path p (two threads) into *got and the reference into *want;
+// true when they are the same bytes (the cache tests' check after each
+// change).
+bool RunMatchesReference(const FusedConvArgs& a, KernelPath p, std::vector<int8_t>* got,
+                         std::vector<int8_t>* want) {
+  FusedConvArgs r = a;
+  r.output = got->data();
+  EXPECT(RunFusedConv(r, RunAs(p), ThreadParallelFor(2)).empty(), "run");
+  r.output = want->data();
+  RunReference(r);
+  return *got == *want;
+}
+
 // A filter changed in place (same pointer, same shape) must never be served
 // from the packed-weights cache: every path, shapes with one and many
 // verification panels, small filters (checked against their copy) and
@@ -1306,12 +1319,8 @@ void TestDepthwisePinnedOperands() {
     a.per_channel_scale = true;
     std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
     auto check = [&](const char* what) {
-      a.output = got.data();
-      EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
-      FusedConvArgs r = a;
-      r.output = want.data();
-      RunReference(r);
-      EXPECT(got == want, "pinned depthwise: %s, path %s", what, KernelPathName(p));
+      EXPECT(RunMatchesReference(a, p, &got, &want), "pinned depthwise: %s, path %s",
+             what, KernelPathName(p));
     };
     auto pinned_hits = [] { return cpu::GetDepthwiseCacheStats().pinned_hits; };
     auto stale = [] { return cpu::GetDepthwiseCacheStats().stale; };
@@ -1605,13 +1614,8 @@ void TestPinnedFilters() {
       FusedConvArgs a = LayerCase(1, l.h, l.h, l.ci, l.k, l.co, 1, false, &rng, &b);
       std::vector<int8_t> got(a.geo.OutputElements()), want(got.size());
       auto check = [&](const char* what) {
-        a.output = got.data();
-        EXPECT(RunFusedConv(a, RunAs(p), ThreadParallelFor(2)).empty(), "run");
-        FusedConvArgs r = a;
-        r.output = want.data();
-        RunReference(r);
-        EXPECT(got == want, "pinned filters: %s, path %s co=%ld", what,
-               KernelPathName(p), long(l.co));
+        EXPECT(RunMatchesReference(a, p, &got, &want), "pinned filters: %s, path %s co=%ld",
+               what, KernelPathName(p), long(l.co));
       };
       cache.Clear();
       // 1. Unpinned entry, then a pinned call after the bytes changed: the
