@@ -257,24 +257,14 @@ class PreparedCache {
       // with: later pinned calls use it unchecked.
       if (pinned) {
         if (Entry* e = lru_.Find(key)) {
-          if (e->weights == found.weights) {
-            e->filter_pin = a.filter_pin;
-            e->epilogue_pin = a.epilogue_pin;
-            e->bias = a.bias;
-            e->scale = a.conv_input_scale;
-          }
+          if (e->weights == found.weights) e->PinTo(a);
         }
       }
       return found.weights;
     }
     Entry fresh;
     fresh.weights = Prepare(a, base, prep);
-    if (pinned) {
-      fresh.filter_pin = a.filter_pin;
-      fresh.epilogue_pin = a.epilogue_pin;
-      fresh.bias = a.bias;
-      fresh.scale = a.conv_input_scale;
-    }
+    if (pinned) fresh.PinTo(a);
     std::lock_guard<std::mutex> lock(mu_);
     ++(found.weights != nullptr ? stats_.stale : stats_.misses);
     const int64_t bytes = fresh.weights->bytes;
@@ -304,6 +294,13 @@ class PreparedCache {
     std::shared_ptr<const void> filter_pin, epilogue_pin;
     const float* bias = nullptr;
     const float* scale = nullptr;
+    // Takes a's pins and the addresses they vouch for.
+    void PinTo(const FusedConvArgs& a) {
+      filter_pin = a.filter_pin;
+      epilogue_pin = a.epilogue_pin;
+      bias = a.bias;
+      scale = a.conv_input_scale;
+    }
   };
   struct Key {
     const int8_t* filter;
