@@ -232,11 +232,9 @@ def selected_impls():
     impls.insert(1, "ours_concrete")
     impls.insert(2, "ours_runner")
     impls += [f"ours_runner@{p}" for p in FLAGS.paths]
-    impls = [i for i in impls if i in ("ours", "ours_concrete",
-                                       "ours_runner", "tf_fp32",
-                                       "litert", "openvino_fp32",
-                                       "openvino_int8")
-             or i.startswith(("ours@", "ours_runner@"))]
+    impls = [i for i in impls if i in ("ours", "tf_fp32", "litert",
+                                       "openvino_fp32", "openvino_int8")
+             or i in OURS_MODES or i.startswith(("ours@", "ours_runner@"))]
   else:
     impls = [i for i in impls if not i.startswith("openvino")]
   return impls
