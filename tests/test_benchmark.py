@@ -177,14 +177,18 @@ def test_cli_with_the_peers_venv(tmp_path):
       assert row["exact_text"].startswith("off by "), row
 
 
-def test_cli_depthwise_suite_and_grouped_specs():
+def test_cli_depthwise_suite_and_grouped_specs(tmp_path):
   """--suite=mobilenet_v2_dw with tiny custom depthwise/grouped layers: TF
   has no int8 kernel for them (tf-int8 "-"), fp32 is TF's float depthwise
   conv, and the check compares with TF's float depthwise accumulators put
-  through the contract epilogue ("exact"), or "n/a" for the grouped layer."""
+  through the contract epilogue ("exact"), or "n/a" for the grouped layer.
+  Under --peak the depthwise rows are also set against the memory limit
+  (%mem) and a copy of their own bytes (%copy); the grouped row is not."""
+  out = tmp_path / "rows.json"
   r = _run_cli("--suite=mobilenet_v2_dw",
                "--layers=9x10x32:3x3x32:1:g32,11x9x24:3x3x48:2:g24,7x7x8:3x3x8:1:g2",
-               *QUICK, "--probes=false")
+               *QUICK, "--probes=false", "--peak", "--peak_time=0.02",
+               f"--json={out}")
   assert r.returncode == 0, r.stderr[-3000:]
   rows = _table_rows(r.stdout, ("9x10x32", "11x9x24", "7x7x8"))
   assert len(rows) == 3, r.stdout
@@ -195,6 +199,29 @@ def test_cli_depthwise_suite_and_grouped_specs():
     assert row.split()[-1] == "exact", row
   assert " g2 " in by_name["7x7x8"]
   assert by_name["7x7x8"].split()[-1] == "n/a"  # no counterpart to check
+
+  with open(out) as f:
+    json_rows = json.load(f)
+  memory = [x for x in json_rows if x["layer"] == "copy_memory"]
+  assert [x["threads"] for x in memory] == [1], memory
+  ours = {x["layer"].split()[0]: x for x in json_rows
+          if x["impl"] == "ours" and x["mode"] == "graph"}
+  assert set(ours) == {"9x10x32", "11x9x24", "7x7x8"}, sorted(ours)
+  assert all(ours["7x7x8"][k] is None for k in ("gbps", "mem_pct", "copy_pct"))
+  if "avx2" not in _cpu_flags():
+    assert memory[0]["gbps"] is None and memory[0]["error"], memory
+    return
+  assert memory[0]["gbps"] > 0.1, memory
+  header = next(l for l in r.stdout.splitlines() if l.startswith("layer "))
+  assert "%mem" in header and "%copy" in header, header
+  moved = {"9x10x32": 9 * 10 * 32 * 2, "11x9x24": 11 * 9 * 24 + 6 * 5 * 48}
+  for name, nbytes in moved.items():
+    row = ours[name]
+    np.testing.assert_allclose(row["gbps"], nbytes / (row["ms"] / 1e3) / 1e9,
+                               rtol=1e-6)
+    np.testing.assert_allclose(row["mem_pct"],
+                               100 * row["gbps"] / memory[0]["gbps"], rtol=1e-6)
+    assert row["copy_pct"] > 0, row
 
 
 def test_fp32_max_isa_limits_tfs_onednn_in_our_worker():

@@ -42,6 +42,15 @@ __attribute__((visibility("default"))) double tf_fused_int8_peak_gops(
   return tf_fused_int8::cpu::MeasurePeakGops(name, threads, min_seconds);
 }
 
+// GB/s (bytes read + written) of the copy loop on `threads` threads moving
+// src_bytes into dst_bytes (peak.h: MeasureCopyGBps); -1: a size out of
+// range, -2: no copy loop on this build or CPU.
+__attribute__((visibility("default"))) double tf_fused_int8_copy_gbps(
+    int64_t src_bytes, int64_t dst_bytes, int threads, double min_seconds) {
+  return tf_fused_int8::cpu::MeasureCopyGBps(src_bytes, dst_bytes, threads,
+                                             min_seconds);
+}
+
 // The CPU kernel path a call would run now: TF_FUSED_INT8_CPU_KERNEL if
 // set, else the fastest one this CPU supports; "error: ..." when the
 // variable names an unknown or unsupported path.

@@ -23,6 +23,7 @@
 #include <limits>
 #include <memory>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/lut/lut.h"
+#include "cc/core/cpu/peak/peak.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
 #include "cc/core/layer_norm.h"
@@ -2694,6 +2696,53 @@ void TestAvgPool() {
 }  // namespace
 }  // namespace tf_fused_int8
 
+// The benchmark's memory limit (peak.h): the copy loop reads every source
+// chunk in proportion to the destination chunks and stores what it read (a
+// scalar model of its four XOR accumulators), and MeasureCopyGBps turns bad
+// sizes away.
+void TestCopyLoop() {
+  using namespace tf_fused_int8;  // NOLINT
+  EXPECT(cpu::MeasureCopyGBps(0, 256, 1, 0.001) == -1.0, "empty source");
+  EXPECT(cpu::MeasureCopyGBps(256, (int64_t{4} << 30) + 1, 1, 0.001) == -1.0,
+         "huge destination");
+#if defined(__x86_64__)
+  if (!KernelPathSupported(KernelPath::kAvx2)) {
+    EXPECT(cpu::MeasureCopyGBps(256, 256, 1, 0.001) == -2.0, "no AVX2");
+    return;
+  }
+  std::mt19937 rng(5);
+  const int64_t shapes[][2] = {{4, 2}, {2, 4}, {3, 3}, {7, 3}, {1, 5}, {9, 1}};
+  for (const auto& sh : shapes) {
+    const int64_t ns = sh[0], nd = sh[1];
+    std::unique_ptr<uint8_t, decltype(&std::free)> src(
+        static_cast<uint8_t*>(std::aligned_alloc(64, 256 * ns)), &std::free);
+    std::unique_ptr<uint8_t, decltype(&std::free)> dst(
+        static_cast<uint8_t*>(std::aligned_alloc(64, 256 * nd)), &std::free);
+    for (int64_t i = 0; i < 256 * ns; ++i) src.get()[i] = static_cast<uint8_t>(rng());
+    cpu::CopyChunksYmm(src.get(), ns, dst.get(), nd);
+    uint8_t acc[4][32] = {};
+    int64_t read = 0;
+    bool ok = true;
+    for (int64_t j = 0; j < nd; ++j) {
+      for (; read < (j + 1) * ns / nd; ++read) {
+        for (int v = 0; v < 8; ++v) {
+          for (int b = 0; b < 32; ++b) acc[v % 4][b] ^= src.get()[256 * read + 32 * v + b];
+        }
+      }
+      for (int v = 0; v < 8; ++v) {
+        ok &= std::memcmp(dst.get() + 256 * j + 32 * v, acc[v % 4], 32) == 0;
+      }
+    }
+    EXPECT(ok && read == ns, "copy loop %lld -> %lld chunks", static_cast<long long>(ns),
+           static_cast<long long>(nd));
+  }
+  for (int threads : {1, 2}) {
+    const double gbps = cpu::MeasureCopyGBps(100000, 25000, threads, 0.002);
+    EXPECT(gbps > 0.1 && gbps < 1e5, "copy GB/s %g on %d threads", gbps, threads);
+  }
+#endif
+}
+
 int main() {
   using namespace tf_fused_int8;  // NOLINT
   std::printf("best CPU kernel: %s\n", KernelPathName(BestKernelPath()));
@@ -2705,6 +2754,7 @@ int main() {
   TestLayerNorm();
   TestMaxPool();
   TestAvgPool();
+  TestCopyLoop();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
       std::printf("%d failures\n", testing::ExpectFailures());

@@ -53,6 +53,12 @@ PATH_PEAK = {"avx2": "vpmaddwd_ymm", "avx2_direct": "vpmaddwd_ymm",
 # Depthwise rows use the int16 pair instructions (exact VPMADDWD/VPDPWSSD).
 DEPTHWISE_PEAK = {"avx2": "vpmaddwd_ymm", "avxvnni": "vpmaddwd_ymm",
                   "avx512vnni": "vpdpwssd_zmm"}
+# The memory limit (--peak): the copy loop (cc/core/cpu/peak/peak.h) reading
+# and writing this many bytes (all threads together) each way, far beyond
+# the caches. Depthwise rows are set against it (%mem) and against the same
+# loop moving the layer's own input and output bytes (%copy).
+MEMORY_COPY_BYTES = 256 << 20
+MEMORY_LIMIT = "copy_memory"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -374,7 +380,33 @@ def measure_peaks(workers, threads):
                      gops=g if g > 0 else None, exact=None, cpu_kernel=None,
                      peak_pct=None,
                      error=None if g > 0 else "not on this CPU"))
+  gbps = ours.call("copy", sizes=[[MEMORY_COPY_BYTES, MEMORY_COPY_BYTES]],
+                   threads=threads, min_time=FLAGS.peak_time)["gbps"][0]
+  rows.append(dict(suite="peak", layer=MEMORY_LIMIT, batch=None,
+                   threads=threads, impl="peak_" + MEMORY_LIMIT, ms=None,
+                   gops=None, gbps=gbps if gbps > 0 else None, exact=None,
+                   cpu_kernel=None, peak_pct=None,
+                   error=None if gbps > 0 else "not on this CPU"))
   return rows
+
+
+def layer_bytes(case):
+  """(input bytes, output bytes) of a layer: int8, the batch included."""
+  ho, wo = case.output_hw()
+  return (case.batch * case.height * case.width * case.in_channels,
+          case.batch * ho * wo * case.out_channels)
+
+
+def copy_limits(case, workers, threads, peaks):
+  """For a depthwise layer under --peak: {"memory": GB/s, "same": GB/s}, the
+  copy loop far beyond the caches and moving the layer's own bytes; {}
+  otherwise."""
+  if not (FLAGS.peak and cases_lib.is_depthwise(case)):
+    return {}
+  src, dst = layer_bytes(case)
+  same = workers["ours"].call("copy", sizes=[[src, dst]], threads=threads,
+                              min_time=FLAGS.peak_time)["gbps"][0]
+  return {"memory": peaks.get(MEMORY_LIMIT), "same": same if same > 0 else None}
 
 
 # ----------------------------------------------------------- layer suites
@@ -443,7 +475,8 @@ def run_layers(impls, work_dir, notes):
       if FLAGS.peak:
         peak_rows = measure_peaks(workers, threads)
         rows += peak_rows
-        peaks = {r["layer"]: r["gops"] for r in peak_rows if r["gops"]}
+        peaks = {r["layer"]: r.get("gbps") or r["gops"] for r in peak_rows
+                 if r.get("gbps") or r["gops"]}
       for batch in (int(b) for b in FLAGS.batches):
         for case in cases_lib.layer_cases(FLAGS.layers, batch, FLAGS.suite):
           rows += run_one_layer(case, impls, workers, threads, auto_kernel,
@@ -496,6 +529,8 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
       worker.call("release", key=key)
     except WorkerError:
       pass
+  limits = copy_limits(case, workers, threads, peaks)
+  moved = sum(layer_bytes(case))
   rows = []
   macs = case.macs()
   for impl in impls:
@@ -516,6 +551,7 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
     exact, text = verdicts.get(impl, (None, None))
     gops = 2 * macs / s / 1e9 if s else None
     peak = peak_for(kernel, spec, peaks) if is_ours else None
+    gbps = moved / s / 1e9 if (s and limits and is_ours) else None
     rows.append(dict(
         suite=FLAGS.suite, layer=spec["name"], batch=case.batch,
         threads=threads, impl="ours" if is_ours else impl,
@@ -523,6 +559,11 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
         forced=path or None, ms=s * 1e3 if s else None, gops=gops,
         exact=exact, exact_text=text, cpu_kernel=kernel,
         peak_pct=100.0 * gops / peak if (gops and peak) else None,
+        gbps=gbps,
+        mem_pct=(100.0 * gbps / limits["memory"]
+                 if gbps and limits.get("memory") else None),
+        copy_pct=(100.0 * gbps / limits["same"]
+                  if gbps and limits.get("same") else None),
         check=check if impl == "ours" else None, macs=macs,
         call_overhead_ms=overhead * 1e3 if overhead else None,
         error=errors.get(impl)))

@@ -66,8 +66,12 @@ def best_peers(group):
 def layer_table(rows, paths):
   groups = _groups(rows)
   present = [i for i in OTHER_ORDER if any(r["impl"] == i for r in rows)]
-  header = ["layer", "batch", "thr", "kernel", "ours ms", "ours GOPS", "%peak",
-            "eager ms"]
+  # Memory columns where a row has them (depthwise layers under --peak).
+  memory = any(r.get("mem_pct") or r.get("copy_pct") for r in rows)
+  header = ["layer", "batch", "thr", "kernel", "ours ms", "ours GOPS", "%peak"]
+  if memory:
+    header += ["ours GB/s", "%mem", "%copy"]
+  header += ["eager ms"]
   header += [f"{p} GOPS" for p in paths]
   header += [f"{SHORT[i]} GOPS" for i in present]
   header += ["best peer", "vs best", "best exact", "vs exact"]
@@ -83,8 +87,12 @@ def layer_table(rows, paths):
     cells = [layer, str(batch), str(threads),
              (ours or {}).get("cpu_kernel") or "-",
              _ms(ours and ours["ms"]), _num(g),
-             _num(ours and ours["peak_pct"], "{:.0f}%"),
-             _ms(eager and eager["ms"])]
+             _num(ours and ours["peak_pct"], "{:.0f}%")]
+    if memory:
+      cells += [_num(ours and ours.get("gbps"), "{:.1f}"),
+                _num(ours and ours.get("mem_pct"), "{:.0f}%"),
+                _num(ours and ours.get("copy_pct"), "{:.0f}%")]
+    cells += [_ms(eager and eager["ms"])]
     for r in forced:
       cells.append(_num(r and r["gops"]))
     for impl in present:
@@ -109,6 +117,12 @@ def layer_table(rows, paths):
             "forced path P's); %peak = ours vs "
             "the --peak limit of the path that ran; check = ours vs TF's int8 "
             "kernel bit for bit.")
+  if memory:
+    legend += (" Depthwise rows under --peak: GB/s = (input + output bytes) "
+               "/ ours time; %mem = that against the memory limit (a copy "
+               "far beyond the caches), %copy = against the same copy loop "
+               "moving this layer's own input and output bytes, on as many "
+               "threads (from the cache level where they live).")
   return render(header, out) + "\n" + legend
 
 
@@ -189,18 +203,31 @@ def models_table(rows, models):
 
 
 def peak_table(rows):
-  loops = {}
+  loops, memory = {}, {}
   for r in rows:
     if r["suite"] == "peak":
-      loops.setdefault(r["layer"], {})[r["threads"]] = r
-  if not loops:
+      kind = memory if "gbps" in r else loops
+      kind.setdefault(r["layer"], {})[r["threads"]] = r
+  if not loops and not memory:
     return ""
-  threads = sorted({t for v in loops.values() for t in v})
-  header = ["instruction limit"] + [f"{t} thr GOPS" for t in threads]
-  body = [[name] + [(_num(v[t]["gops"]) if v.get(t) and v[t]["gops"] else
-                     "n/a") for t in threads] for name, v in loops.items()]
-  return ("peak (register-only loops of one instruction, 2 ops per "
-          "multiply-accumulate; n/a = not on this CPU)\n" + render(header, body))
+  threads = sorted({t for v in list(loops.values()) + list(memory.values())
+                    for t in v})
+  parts = []
+  if loops:
+    header = ["instruction limit"] + [f"{t} thr GOPS" for t in threads]
+    body = [[name] + [(_num(v[t]["gops"]) if v.get(t) and v[t]["gops"] else
+                       "n/a") for t in threads] for name, v in loops.items()]
+    parts.append("peak (register-only loops of one instruction, 2 ops per "
+                 "multiply-accumulate; n/a = not on this CPU)\n" +
+                 render(header, body))
+  if memory:
+    header = ["memory limit"] + [f"{t} thr GB/s" for t in threads]
+    body = [[name] + [(_num(v[t]["gbps"]) if v.get(t) and v[t]["gbps"] else
+                       "n/a") for t in threads] for name, v in memory.items()]
+    parts.append("memory (a loop of ymm loads and plain stores reading "
+                 "256 MiB and writing 256 MiB; GB/s = bytes read + written "
+                 "per second)\n" + render(header, body))
+  return "\n\n".join(parts)
 
 
 def errors_list(rows):

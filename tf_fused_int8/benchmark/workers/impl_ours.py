@@ -89,6 +89,9 @@ class Family(protocol.KeyedRuns):
     self.lib.tf_fused_int8_peak_gops.argtypes = [ctypes.c_char_p, ctypes.c_int,
                                                  ctypes.c_double]
     self.lib.tf_fused_int8_peak_loops.restype = ctypes.c_char_p
+    self.lib.tf_fused_int8_copy_gbps.restype = ctypes.c_double
+    self.lib.tf_fused_int8_copy_gbps.argtypes = [
+        ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_double]
     self.lib.tf_fused_int8_kernel_path.restype = ctypes.c_char_p
     self.runs = {}
 
@@ -334,6 +337,13 @@ def _peak(family, msg):
   return {"gops": gops}
 
 
+def _copy(family, msg):
+  """GB/s (read + written) of the copy loop for each [src, dst] in sizes."""
+  return {"gbps": [family.lib.tf_fused_int8_copy_gbps(
+      int(src), int(dst), int(msg["threads"]), float(msg["min_time"]))
+                   for src, dst in msg["sizes"]]}
+
+
 def _prepare_models(family, msg):
   del family  # TF is set up; the work is in the package
   from tf_fused_int8.benchmark import models  # pylint: disable=g-import-not-at-top
@@ -346,5 +356,6 @@ def _kernel_path(family, msg):
   return {"cpu_kernel": family.kernel_path()}
 
 
-EXTRA_COMMANDS = {"peak": _peak, "prepare_models": _prepare_models,
+EXTRA_COMMANDS = {"peak": _peak, "copy": _copy,
+                  "prepare_models": _prepare_models,
                   "kernel_path": _kernel_path}

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -44,27 +46,32 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
-// Wall time of `threads` threads each running loop.run(iters), started
+// Wall time of `threads` threads each running body(thread index), started
 // together (they spin on a flag so that thread creation is not timed).
-double TimeThreads(const PeakLoop& loop, int threads, int64_t iters) {
+template <typename Body>
+double TimeThreads(int threads, const Body& body) {
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) {
-    pool.emplace_back([&] {
+    pool.emplace_back([&, t] {
       ready.fetch_add(1);
       while (!go.load(std::memory_order_acquire)) {
       }
-      loop.run(iters);
+      body(t);
     });
   }
   while (ready.load() != threads - 1) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   go.store(true, std::memory_order_release);
-  loop.run(iters);
+  body(0);
   for (std::thread& th : pool) th.join();
   return Seconds(t0);
+}
+
+double TimeThreads(const PeakLoop& loop, int threads, int64_t iters) {
+  return TimeThreads(threads, [&](int) { loop.run(iters); });
 }
 
 }  // namespace
@@ -98,6 +105,59 @@ double MeasurePeakGops(const char* name, int threads, double min_seconds) {
     best = std::max(best, loop->ops_per_block * iters * threads / dt / 1e9);
   }
   return best;
+}
+
+double MeasureCopyGBps(int64_t src_bytes, int64_t dst_bytes, int threads,
+                       double min_seconds) {
+  constexpr int64_t kMaxBytes = int64_t{4} << 30;
+  if (src_bytes < 1 || dst_bytes < 1 || src_bytes > kMaxBytes ||
+      dst_bytes > kMaxBytes) {
+    return -1.0;
+  }
+#if defined(__x86_64__)
+  if (!HasAvx2()) return -2.0;
+  threads = std::max(1, std::min(threads, 256));
+  min_seconds = std::max(1e-3, std::min(min_seconds, 10.0));
+  constexpr int64_t kChunk = 256;
+  const int64_t share = kChunk * threads;
+  const int64_t src_chunks = (src_bytes + share - 1) / share;  // a thread's
+  const int64_t dst_chunks = (dst_bytes + share - 1) / share;
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  const size_t src_size = static_cast<size_t>(src_chunks * share);
+  const size_t dst_size = static_cast<size_t>(dst_chunks * share);
+  std::unique_ptr<uint8_t, Free> src(
+      static_cast<uint8_t*>(std::aligned_alloc(64, src_size)));
+  std::unique_ptr<uint8_t, Free> dst(
+      static_cast<uint8_t*>(std::aligned_alloc(64, dst_size)));
+  if (src == nullptr || dst == nullptr) return -1.0;
+  std::memset(src.get(), 1, src_size);
+  std::memset(dst.get(), 0, dst_size);
+  int64_t reps = 1;
+  const auto body = [&](int t) {
+    const uint8_t* s = src.get() + t * src_chunks * kChunk;
+    uint8_t* d = dst.get() + t * dst_chunks * kChunk;
+    for (int64_t r = 0; r < reps; ++r) CopyChunksYmm(s, src_chunks, d, dst_chunks);
+  };
+  TimeThreads(threads, body);  // untimed: pages touched, caches filled
+  for (;;) {
+    const double dt = TimeThreads(threads, body);
+    if (dt >= min_seconds / 4 || reps >= (int64_t{1} << 40)) break;
+    reps = std::max(reps * 2, static_cast<int64_t>(
+                                  reps * (min_seconds / 3) / std::max(dt, 1e-9)));
+  }
+  const double bytes = static_cast<double>(src_size + dst_size) * reps;
+  double best = 0.0;
+  for (int r = 0; r < 5; ++r) {
+    best = std::max(best, bytes / TimeThreads(threads, body) / 1e9);
+  }
+  return best;
+#else
+  (void)threads;
+  (void)min_seconds;
+  return -2.0;
+#endif
 }
 
 }  // namespace cpu

@@ -18,6 +18,14 @@
 //   tdpbssd_loads TDPBSSD x 4 after 4 TILELOADDs from L1 (the amx micro-tile's K step; not a
 //                 register-only loop: the limit of that micro-tile, see peak_amx.cc)
 // The loops live in peak_<isa>.cc, built with that instruction set's flags.
+//
+// The memory limit (MeasureCopyGBps) is a loop of another kind: it reads one
+// buffer and writes another with ymm loads and plain stores, as the
+// depthwise kernels read their input and write their output, and reports
+// the bytes read plus the bytes written per second. The benchmark's --peak
+// times it with each depthwise layer's own input and output sizes, so that a
+// layer is set against moving its own bytes from wherever they live (L2 at
+// batch 1, L3 or DRAM at larger batches).
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_H_
 
@@ -43,6 +51,16 @@ const PeakLoop* PeakLoops(int* count);
 // instruction (the loop is never run then).
 double MeasurePeakGops(const char* name, int threads, double min_seconds);
 
+// Bytes read plus bytes written per second (GB/s, all threads together)
+// of `threads` threads that each read their share of a src_bytes buffer and
+// write their share of a dst_bytes buffer (contiguous shares, reads and
+// writes interleaved in proportion), repeated for about min_seconds; the
+// best of five timed runs after one untimed run. Both sizes are rounded up
+// to 256 bytes a thread. Returns -1 for a size below 1 or above 4 GiB, -2
+// where this build or CPU has no copy loop (it needs AVX2).
+double MeasureCopyGBps(int64_t src_bytes, int64_t dst_bytes, int threads,
+                       double min_seconds);
+
 // Loop bodies (defined in the ISA translation units; call only when the
 // matching supported() is true).
 void PeakVpmaddwdYmm(int64_t iters);
@@ -53,6 +71,12 @@ void PeakVpdpwssdZmm(int64_t iters);
 void PeakFmaZmm(int64_t iters);
 void PeakTdpbssd(int64_t iters);
 void PeakTdpbssdLoads(int64_t iters);
+// Reads src_chunks and writes dst_chunks chunks of 256 bytes (64-byte
+// aligned), interleaved: before writing dst chunk j it has read the src
+// chunks below (j + 1) * src_chunks / dst_chunks. What it stores depends on
+// what it read, so no load can be dropped.
+void CopyChunksYmm(const uint8_t* src, int64_t src_chunks, uint8_t* dst,
+                   int64_t dst_chunks);
 
 }  // namespace cpu
 }  // namespace tf_fused_int8
