@@ -126,6 +126,14 @@ using Rows16 = DepthwiseRowKernel<Zmm16>;
 // ------------------------------------------------ 3x3 interior, u8 VPDPBUSD
 
 constexpr int64_t kBlock = 64;
+// Runs of at least this many full stride-1 pairs go through PairsS1 (a
+// pair loads and byte-unpacks two columns a filter row instead of four).
+// bench_core, one Zen 5 thread, pinned filters, old and new binaries
+// alternated twice: 56x56x128 53-55 -> 42-45 us, 56x56x144 65-67 -> 53-54
+// us (batch 8 525-530 -> 432-435 us), 28x28x192 20.0 -> 16.7 us, 14x14x576
+// 15.2 -> 13.7 us, 14x14x384 9.7 -> 8.8 us, 7x7x960 6.8 -> 6.7 us (two
+// pairs a row), 112x112x32 (the half block, Multi) unchanged.
+constexpr int64_t kMinPairsS1 = 2;
 
 // The four interleaved dword vectors of four 64-channel pixel vectors (x ^
 // 0x80 applied): u[j] lane L dword i = bytes (r0, r1, r2, r3) of channel
@@ -486,6 +494,52 @@ struct Interior3x3 {
     }
   }
 
+  // Stride 1, `pairs` full pairs from ox whose columns ix0 .. ix0 + 2 *
+  // pairs + 1 all lie inside the image, all three filter rows valid. Pair
+  // ox's D is Interleave4 of columns ix0 .. ix0 + 3; the next pair's starts
+  // two columns on, so its first byte unpacks (of columns ix0 + 2, ix0 + 3)
+  // are this pair's second ones: kept from one pair to the next, a pair
+  // loads and byte-unpacks two columns a filter row instead of four.
+  __attribute__((always_inline)) void PairsS1(int64_t ox, int64_t pairs) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int8_t* base = image + (iy0 * g.in_w + ox - g.pad_left) * cc + c0;
+    const int64_t row = g.in_w * cc;
+    __m512i lo[3], hi[3];  // per filter row: the pair's first two columns
+#pragma GCC unroll 3
+    for (int ky = 0; ky < 3; ++ky) {
+      const int8_t* p = base + ky * row;
+      const __m512i r0 = Load(p), r1 = Load(p + cc);
+      lo[ky] = _mm512_unpacklo_epi8(r0, r1);
+      hi[ky] = _mm512_unpackhi_epi8(r0, r1);
+    }
+    for (int64_t i = 0; i < pairs; ++i, ox += 2, base += 2 * cc) {
+      __m512i acc0[4], acc1[4];
+      StartAccumulators<true>(acc0, acc1);
+#pragma GCC unroll 3
+      for (int ky = 0; ky < 3; ++ky) {
+        const int8_t* p = base + ky * row + 2 * cc;
+        const __m512i r2 = Load(p), r3 = Load(p + cc);
+        const __m512i t2 = _mm512_unpacklo_epi8(r2, r3);
+        const __m512i t3 = _mm512_unpackhi_epi8(r2, r3);
+        __m512i u[4];  // as Interleave4(x0, x1, x2, x3)
+        u[0] = _mm512_unpacklo_epi16(lo[ky], t2);
+        u[1] = _mm512_unpackhi_epi16(lo[ky], t2);
+        u[2] = _mm512_unpacklo_epi16(hi[ky], t3);
+        u[3] = _mm512_unpackhi_epi16(hi[ky], t3);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
+          acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[j], blk->b[ky][j]);
+        }
+        lo[ky] = t2;
+        hi[ky] = t3;
+      }
+      Store(acc0[0], acc0[1], acc0[2], acc0[3], ox);
+      Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
+    }
+  }
+
   // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
   // ix0 + (two ? kS + 2 : 2)) leaves the image takes the checked loads.
   template <int kS>
@@ -507,6 +561,15 @@ struct Interior3x3 {
         // such pairs a row, ran 6% slower with runs of 2).
         if (pairs >= 3) {
           PairsS2(ox, pairs);
+          ox += 2 * pairs - 2;
+          continue;
+        }
+      }
+      if (kS == 1 && ky0 == 0 && ky1 == 3 && ix0 >= 0 && ix0 + 3 < g.in_w) {
+        // Full pairs whose columns up to ix0 + 2 * pairs + 1 are in the image.
+        const int64_t pairs = Min((g.in_w - 4 - ix0) / 2 + 1, (ox_end - ox) / 2);
+        if (pairs >= kMinPairsS1) {
+          PairsS1(ox, pairs);
           ox += 2 * pairs - 2;
           continue;
         }

@@ -30,12 +30,17 @@
 // Against that AVX2 kernel on every channel (bench_core, one Zen 5 thread,
 // avxvnni forced, 7 rounds alternated, median time ratio): 112x112x32 0.52,
 // 56x56x144 0.59 (batch 8 0.53), 112x112x96 / 2 0.68, 56x56x144 / 2 0.62,
-// 28x28x192 0.51, 14x14x384 0.46, 7x7x960 0.41. Not ported from the
-// avx512vnni file (measure first): its half / quarter blocks for the
-// channels past the full blocks, and the stride-2 runs that reuse a pair's
-// D as the next pair's E (PairsS2).
+// 28x28x192 0.51, 14x14x384 0.46, 7x7x960 0.41. Stride-1 runs of full
+// pairs keep the byte unpacks of the pair's last two columns for the next
+// pair (PairsS1, as in the avx512vnni file): one Zen 5 thread, avxvnni
+// forced, bench_core, old and new alternated twice: 56x56x144 81 -> 73 us,
+// 112x112x32 64 -> 55 us, 28x28x192 25.0 -> 22.8 us, 14x14x576 18.8-19.2
+// -> 18.5-18.7 us. Not ported from the avx512vnni file (measure first): its
+// half / quarter blocks for the channels past the full blocks, and the
+// stride-2 runs that reuse a pair's D as the next pair's E (PairsS2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -254,6 +259,51 @@ struct Interior3x3 {
     if constexpr (kTwo) Store(acc1, ox + 1);
   }
 
+  // Stride 1, `pairs` full pairs from ox whose columns ix0 .. ix0 + 2 *
+  // pairs + 1 all lie inside the image, all three filter rows valid: the
+  // next pair's first byte unpacks are this pair's second ones, kept (as
+  // depthwise_avx512vnni.cc's PairsS1): two loads and four byte unpacks
+  // fewer a filter row.
+  __attribute__((always_inline)) void PairsS1(int64_t ox, int64_t pairs) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int8_t* base = image + (iy0 * g.in_w + ox - g.pad_left) * cc + c0;
+    const int64_t row = g.in_w * cc;
+    __m256i lo[3], hi[3];  // per filter row: the pair's first two columns
+#pragma GCC unroll 3
+    for (int ky = 0; ky < 3; ++ky) {
+      const int8_t* p = base + ky * row;
+      const __m256i r0 = Load(p), r1 = Load(p + cc);
+      lo[ky] = _mm256_unpacklo_epi8(r0, r1);
+      hi[ky] = _mm256_unpackhi_epi8(r0, r1);
+    }
+    for (int64_t i = 0; i < pairs; ++i, ox += 2, base += 2 * cc) {
+      __m256i acc0[4], acc1[4];
+      StartAccumulators<true>(acc0, acc1);
+#pragma GCC unroll 3
+      for (int ky = 0; ky < 3; ++ky) {
+        const int8_t* p = base + ky * row + 2 * cc;
+        const __m256i r2 = Load(p), r3 = Load(p + cc);
+        const __m256i t2 = _mm256_unpacklo_epi8(r2, r3);
+        const __m256i t3 = _mm256_unpackhi_epi8(r2, r3);
+        __m256i u[4];  // as Interleave4(x0, x1, x2, x3)
+        u[0] = _mm256_unpacklo_epi16(lo[ky], t2);
+        u[1] = _mm256_unpackhi_epi16(lo[ky], t2);
+        u[2] = _mm256_unpacklo_epi16(hi[ky], t3);
+        u[3] = _mm256_unpackhi_epi16(hi[ky], t3);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc0[j] = _mm256_dpbusd_avx_epi32(acc0[j], u[j], blk->a[ky][j]);
+          acc1[j] = _mm256_dpbusd_avx_epi32(acc1[j], u[j], blk->b[ky][j]);
+        }
+        lo[ky] = t2;
+        hi[ky] = t3;
+      }
+      Store(acc0, ox);
+      Store(acc1, ox + 1);
+    }
+  }
+
   // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
   // ix0 + (two ? kS + 2 : 2)) leaves the image takes the checked loads.
   template <int kS>
@@ -264,6 +314,15 @@ struct Interior3x3 {
       const bool two = ox + 1 < ox_end;
       const int64_t ix0 = ox * kS - g.pad_left;
       const int64_t last = ix0 + (two ? kS + 2 : 2);
+      if (kS == 1 && full_rows && ix0 >= 0 && ix0 + 3 < g.in_w) {
+        // Full pairs whose columns up to ix0 + 2 * pairs + 1 are in the image.
+        const int64_t pairs = std::min((g.in_w - 4 - ix0) / 2 + 1, (ox_end - ox) / 2);
+        if (pairs >= 2) {
+          PairsS1(ox, pairs);
+          ox += 2 * pairs - 2;
+          continue;
+        }
+      }
       if (ix0 >= 0 && last < g.in_w) {
         if (!two) {
           Pair<kS, false, false, false>(ox);
