@@ -134,6 +134,14 @@ constexpr int64_t kBlock = 64;
 // 15.2 -> 13.7 us, 14x14x384 9.7 -> 8.8 us, 7x7x960 6.8 -> 6.7 us (two
 // pairs a row), 112x112x32 (the half block, Multi) unchanged.
 constexpr int64_t kMinPairsS1 = 2;
+// Half blocks at stride 1 whose parts have at least this many pixels (two
+// pairs) run MultiRunS1. bench_core, one Zen 5 thread, pinned filters,
+// against Multi, alternated twice: 112x112x32 58-61 -> 52 us at batch 1,
+// 482-551 -> 402-428 us at batch 8; 56x56x160 65-68 -> 63 us. The quarter
+// block (56x56x144's last 16 channels), whose columns take four loads and
+// three inserts each, was unchanged by it (52-53 -> 53-54 us), so it keeps
+// Multi.
+constexpr int64_t kMinPartPixels = 4;
 
 // The four interleaved dword vectors of four 64-channel pixel vectors (x ^
 // 0x80 applied): u[j] lane L dword i = bytes (r0, r1, r2, r3) of channel
@@ -410,11 +418,24 @@ struct Interior3x3 {
         if (kS == 2) acc1[j] = _mm512_dpbusd_epi32(acc1[j], e[j], blk->e[ky][j]);
       }
     }
+    StoreParts<kG>(acc0, acc1, ox, 2 * cc);
+  }
+
+  // Multi's and MultiRunS1's epilogue: part k of acc0 is pixel ox + k *
+  // part_ld / cc, of acc1 the pixel after it (part_ld: bytes from one part's
+  // pixels to the next's).
+  template <int kG>
+  __attribute__((always_inline)) void StoreParts(const __m512i acc0[4], const __m512i acc1[4],
+                                                 int64_t ox, int64_t part_ld) const {
+    const int64_t cc = d->channels;
+    auto join = [&](const int8_t* p) {  // part k from p + k * part_ld
+      return kG == 2 ? JoinHalves(p, p + part_ld) : JoinQuarters(p, part_ld);
+    };
     const int64_t o = ox * cc + c0;
     __m512i side0, side1;
-    if (side_row != nullptr) {  // pixels ox + 2k and ox + 2k + 1
-      side0 = join(side_row + o, 2 * cc);
-      side1 = join(side_row + o + cc, 2 * cc);
+    if (side_row != nullptr) {
+      side0 = join(side_row + o);
+      side1 = join(side_row + o + cc);
     }
     const bool side = side_row != nullptr;
     const __m512i b0 = Epilogue64Bytes(acc0[0], acc0[1], acc0[2], acc0[3], blk->scale,
@@ -425,9 +446,9 @@ struct Interior3x3 {
     if (kG == 2) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_castsi512_si256(b0));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + cc), _mm512_castsi512_si256(b1));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 2 * cc),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + part_ld),
                           _mm512_extracti64x4_epi64(b0, 1));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 3 * cc),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + part_ld + cc),
                           _mm512_extracti64x4_epi64(b1, 1));
     } else {
       auto store = [](int8_t* at, __m128i v) {
@@ -435,12 +456,68 @@ struct Interior3x3 {
       };
       store(q, _mm512_castsi512_si128(b0));
       store(q + cc, _mm512_castsi512_si128(b1));
-      store(q + 2 * cc, _mm512_extracti32x4_epi32(b0, 1));
-      store(q + 3 * cc, _mm512_extracti32x4_epi32(b1, 1));
-      store(q + 4 * cc, _mm512_extracti32x4_epi32(b0, 2));
-      store(q + 5 * cc, _mm512_extracti32x4_epi32(b1, 2));
-      store(q + 6 * cc, _mm512_extracti32x4_epi32(b0, 3));
-      store(q + 7 * cc, _mm512_extracti32x4_epi32(b1, 3));
+      store(q + part_ld, _mm512_extracti32x4_epi32(b0, 1));
+      store(q + part_ld + cc, _mm512_extracti32x4_epi32(b1, 1));
+      store(q + 2 * part_ld, _mm512_extracti32x4_epi32(b0, 2));
+      store(q + 2 * part_ld + cc, _mm512_extracti32x4_epi32(b1, 2));
+      store(q + 3 * part_ld, _mm512_extracti32x4_epi32(b0, 3));
+      store(q + 3 * part_ld + cc, _mm512_extracti32x4_epi32(b1, 3));
+    }
+  }
+
+  // Stride 1, all three filter rows inside, the half block (kG = 2; the
+  // quarter, kG = 4, works too but measured no faster: kMinPartPixels) over
+  // [ox, ox_end) (a multiple of 2 * kG pixels, every window inside the
+  // image): part k of each zmm walks its own stretch of
+  // part = (ox_end - ox) / kG pixels from ox + k * part, a pair at a time,
+  // so that, as in PairsS1, a pair's last two columns are the next pair's
+  // first two and their byte unpacks are kept: two column vectors (joined
+  // from kG parts) and two byte unpacks a filter row instead of Multi's
+  // four and four.
+  template <int kG>
+  __attribute__((always_inline)) void MultiRunS1(int64_t ox, int64_t ox_end) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int64_t part_ld = (ox_end - ox) / kG * cc;
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    auto cols = [&](const int8_t* p) {  // part k from p + k * part_ld, x ^ 0x80
+      return _mm512_xor_si512(kG == 2 ? JoinHalves(p, p + part_ld) : JoinQuarters(p, part_ld),
+                              flip);
+    };
+    const int64_t row = g.in_w * cc;
+    const int8_t* base = image + (iy0 * g.in_w + ox - g.pad_left) * cc + c0;
+    __m512i lo[3], hi[3];  // per filter row: the pairs' first two columns
+#pragma GCC unroll 3
+    for (int ky = 0; ky < 3; ++ky) {
+      const int8_t* p = base + ky * row;
+      const __m512i r0 = cols(p), r1 = cols(p + cc);
+      lo[ky] = _mm512_unpacklo_epi8(r0, r1);
+      hi[ky] = _mm512_unpackhi_epi8(r0, r1);
+    }
+    const int64_t steps = (ox_end - ox) / kG / 2;
+    for (int64_t i = 0; i < steps; ++i, ox += 2, base += 2 * cc) {
+      __m512i acc0[4], acc1[4];
+      StartAccumulators<true>(acc0, acc1);
+#pragma GCC unroll 3
+      for (int ky = 0; ky < 3; ++ky) {
+        const int8_t* p = base + ky * row + 2 * cc;
+        const __m512i r2 = cols(p), r3 = cols(p + cc);
+        const __m512i t2 = _mm512_unpacklo_epi8(r2, r3);
+        const __m512i t3 = _mm512_unpackhi_epi8(r2, r3);
+        __m512i u[4];  // as Interleave4(x0, x1, x2, x3)
+        u[0] = _mm512_unpacklo_epi16(lo[ky], t2);
+        u[1] = _mm512_unpackhi_epi16(lo[ky], t2);
+        u[2] = _mm512_unpacklo_epi16(hi[ky], t3);
+        u[3] = _mm512_unpackhi_epi16(hi[ky], t3);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
+          acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[j], blk->b[ky][j]);
+        }
+        lo[ky] = t2;
+        hi[ky] = t3;
+      }
+      StoreParts<kG>(acc0, acc1, ox, part_ld);
     }
   }
 
@@ -448,6 +525,10 @@ struct Interior3x3 {
   // in [ox, ox_end) (ox_end - ox a multiple of 2 * kG).
   template <int kS, int kG>
   void RunMulti(int64_t ox, int64_t ox_end) const {
+    if (kS == 1 && kG == 2 && ky0 == 0 && ky1 == 3 && ox_end - ox >= kMinPartPixels * kG) {
+      MultiRunS1<kG>(ox, ox_end);
+      return;
+    }
     if (ky0 == 0 && ky1 == 3) {
       for (; ox < ox_end; ox += 2 * kG) Multi<kS, true, kG>(ox);
     } else {
