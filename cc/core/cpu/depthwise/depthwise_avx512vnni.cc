@@ -501,21 +501,7 @@ struct Interior3x3 {
 #pragma GCC unroll 3
       for (int ky = 0; ky < 3; ++ky) {
         const int8_t* p = base + ky * row + 2 * cc;
-        const __m512i r2 = cols(p), r3 = cols(p + cc);
-        const __m512i t2 = _mm512_unpacklo_epi8(r2, r3);
-        const __m512i t3 = _mm512_unpackhi_epi8(r2, r3);
-        __m512i u[4];  // as Interleave4(x0, x1, x2, x3)
-        u[0] = _mm512_unpacklo_epi16(lo[ky], t2);
-        u[1] = _mm512_unpackhi_epi16(lo[ky], t2);
-        u[2] = _mm512_unpacklo_epi16(hi[ky], t3);
-        u[3] = _mm512_unpackhi_epi16(hi[ky], t3);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
-          acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[j], blk->b[ky][j]);
-        }
-        lo[ky] = t2;
-        hi[ky] = t3;
+        KeptStep(ky, cols(p), cols(p + cc), &lo[ky], &hi[ky], acc0, acc1);
       }
       StoreParts<kG>(acc0, acc1, ox, part_ld);
     }
@@ -575,6 +561,30 @@ struct Interior3x3 {
     }
   }
 
+  // One filter row ky of a pair whose first two columns' byte unpacks were
+  // kept (*lo, *hi; PairsS1, MultiRunS1): with columns 2 and 3 (r2, r3, x ^
+  // 0x80) they make the pair's D (as Interleave4(x0, x1, x2, x3)), both
+  // pixels take their VPDPBUSD, and columns 2 and 3's unpacks are kept for
+  // the next pair.
+  __attribute__((always_inline)) void KeptStep(int ky, __m512i r2, __m512i r3, __m512i* lo,
+                                               __m512i* hi, __m512i acc0[4],
+                                               __m512i acc1[4]) const {
+    const __m512i t2 = _mm512_unpacklo_epi8(r2, r3);
+    const __m512i t3 = _mm512_unpackhi_epi8(r2, r3);
+    __m512i u[4];
+    u[0] = _mm512_unpacklo_epi16(*lo, t2);
+    u[1] = _mm512_unpackhi_epi16(*lo, t2);
+    u[2] = _mm512_unpacklo_epi16(*hi, t3);
+    u[3] = _mm512_unpackhi_epi16(*hi, t3);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
+      acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[j], blk->b[ky][j]);
+    }
+    *lo = t2;
+    *hi = t3;
+  }
+
   // Stride 1, `pairs` full pairs from ox whose columns ix0 .. ix0 + 2 *
   // pairs + 1 all lie inside the image, all three filter rows valid. Pair
   // ox's D is Interleave4 of columns ix0 .. ix0 + 3; the next pair's starts
@@ -600,21 +610,7 @@ struct Interior3x3 {
 #pragma GCC unroll 3
       for (int ky = 0; ky < 3; ++ky) {
         const int8_t* p = base + ky * row + 2 * cc;
-        const __m512i r2 = Load(p), r3 = Load(p + cc);
-        const __m512i t2 = _mm512_unpacklo_epi8(r2, r3);
-        const __m512i t3 = _mm512_unpackhi_epi8(r2, r3);
-        __m512i u[4];  // as Interleave4(x0, x1, x2, x3)
-        u[0] = _mm512_unpacklo_epi16(lo[ky], t2);
-        u[1] = _mm512_unpackhi_epi16(lo[ky], t2);
-        u[2] = _mm512_unpacklo_epi16(hi[ky], t3);
-        u[3] = _mm512_unpackhi_epi16(hi[ky], t3);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          acc0[j] = _mm512_dpbusd_epi32(acc0[j], u[j], blk->a[ky][j]);
-          acc1[j] = _mm512_dpbusd_epi32(acc1[j], u[j], blk->b[ky][j]);
-        }
-        lo[ky] = t2;
-        hi[ky] = t3;
+        KeptStep(ky, Load(p), Load(p + cc), &lo[ky], &hi[ky], acc0, acc1);
       }
       Store(acc0[0], acc0[1], acc0[2], acc0[3], ox);
       Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
