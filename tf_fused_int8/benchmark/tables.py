@@ -212,21 +212,23 @@ def peak_table(rows):
     return ""
   threads = sorted({t for v in list(loops.values()) + list(memory.values())
                     for t in v})
+
+  def table(title, first, unit, key, limits):
+    header = [first] + [f"{t} thr {unit}" for t in threads]
+    body = [[name] + [(_num(v[t][key]) if v.get(t) and v[t][key] else "n/a")
+                      for t in threads] for name, v in limits.items()]
+    return title + "\n" + render(header, body)
+
   parts = []
   if loops:
-    header = ["instruction limit"] + [f"{t} thr GOPS" for t in threads]
-    body = [[name] + [(_num(v[t]["gops"]) if v.get(t) and v[t]["gops"] else
-                       "n/a") for t in threads] for name, v in loops.items()]
-    parts.append("peak (register-only loops of one instruction, 2 ops per "
-                 "multiply-accumulate; n/a = not on this CPU)\n" +
-                 render(header, body))
+    parts.append(table("peak (register-only loops of one instruction, 2 ops "
+                       "per multiply-accumulate; n/a = not on this CPU)",
+                       "instruction limit", "GOPS", "gops", loops))
   if memory:
-    header = ["memory limit"] + [f"{t} thr GB/s" for t in threads]
-    body = [[name] + [(_num(v[t]["gbps"]) if v.get(t) and v[t]["gbps"] else
-                       "n/a") for t in threads] for name, v in memory.items()]
-    parts.append("memory (a loop of ymm loads and plain stores reading "
-                 "256 MiB and writing 256 MiB; GB/s = bytes read + written "
-                 "per second)\n" + render(header, body))
+    parts.append(table("memory (a loop of ymm loads and plain stores reading "
+                       "256 MiB and writing 256 MiB; GB/s = bytes read + "
+                       "written per second)", "memory limit", "GB/s", "gbps",
+                       memory))
   return "\n\n".join(parts)
 
 

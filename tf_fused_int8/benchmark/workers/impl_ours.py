@@ -297,21 +297,23 @@ class Family(protocol.KeyedRuns):
     tf = self.tf
     x = tf.constant(np.load(model["input"])[:batch])
 
+    def load(path):
+      return keras.models.load_model(path, compile=False)
     def build(path):
-      f = tf.function(keras.models.load_model(path, compile=False))
+      f = tf.function(load(path))
       return lambda: f(x)
     def build_concrete(path):
       # The same tf.function's concrete function for this input's shape,
       # called directly: what a SavedModel's serving signature is, and what
       # a caller holding one pays per call (no Python matching of the
       # arguments to a trace).
-      f = tf.function(keras.models.load_model(path, compile=False))
-      cf = f.get_concrete_function(tf.TensorSpec(x.shape, x.dtype))
+      cf = tf.function(load(path)).get_concrete_function(
+          tf.TensorSpec(x.shape, x.dtype))
       return lambda: cf(x)
     def build_runner(path):
       # The same model through InferenceRunner: frozen, in the calling
       # thread; numpy in and out, as the TFLite interpreter is timed.
-      run = self.tfi.InferenceRunner(keras.models.load_model(path, compile=False))
+      run = self.tfi.InferenceRunner(load(path))
       xn = x.numpy()
       return lambda: run(xn)
     builders = {"ours": lambda: build(model["int8_keras"]),
