@@ -51,6 +51,56 @@ inline int8_t EpilogueScalar(int32_t acc, float scale, float bias,
   return static_cast<int8_t>(std::nearbyint(y));  // default mode: half-even
 }
 
+// Whether a vector epilogue must clamp y to hi before converting it to
+// int32. The x86 ones clamp with MINPS and convert with CVTPS2DQ, which
+// turns a y at or above 2^31 (+Inf included) into INT32_MIN, so without the
+// clamp such a y would end as lo instead of hi. The clamp changes nothing
+// else: a NaN y stays NaN through it (lo either way), a y <= hi passes, and
+// with hi = 127 a y in (127, 2^31) rounds to at least 127, which the int8
+// saturation makes 127 = hi. So a kernel may leave it out when hi == 127 and
+// every y is below 2^31, which holds when
+//   bound = max|acc| * max|scale| + 128 * |side_scale| (with a side input)
+//           + max|bias| < 2^30
+// (max|...| over the channels it computes, NaNs ignored: a NaN operand
+// makes y NaN, the same either way). Proof: float32(acc), the product, the
+// fma and the sum each round to nearest, a relative error of at most 2^-24
+// each, so |y| <= bound * (1 + 2^-24)^4 < 2^30 * 1.000001 < 2^31; |side| <=
+// 128. An infinite scale, bias or side scale makes the bound infinite (clamp
+// kept); so does a NaN side scale (the comparison fails). The clamp is one
+// MINPS per 16 outputs; the avx512vnni GEMM and depthwise kernels leave it
+// out where they may (epilogue_avx512.h). MobileNetV2 int8, batch 1, one
+// Zen 5 thread, the step profiler, old and new builds alternated three
+// times: the 53 steps 1163 -> 1115 us (pair ratios 0.95-0.97), the
+// epilogue-heavy layers 5-10% faster (112x112x16 -> 96 0.90-0.93, 56x56x24
+// -> 144 0.90-0.94, the stem 0.93-0.96, 112x112x32 depthwise 0.93-0.95);
+// bench_core, medians of 7 alternated: 112x112x16 -> 96 90.5 -> 85.2 us,
+// 112x112x32 depthwise 55.3 -> 52.3.
+inline bool UpperClampNeeded(int32_t hi, double max_abs_acc,
+                             float max_abs_scale, float max_abs_bias,
+                             bool has_side, float side_scale) {
+  if (hi != 127) return true;
+  const double bound =
+      max_abs_acc * static_cast<double>(max_abs_scale) +
+      (has_side ? 128.0 * std::fabs(static_cast<double>(side_scale)) : 0.0) +
+      static_cast<double>(max_abs_bias);
+  return !(bound < 1073741824.0);  // 2^30
+}
+
+// The largest |x[i * stride]| of n values, NaNs ignored (0 when n == 0 or
+// every value is NaN); +-Inf gives Inf.
+inline float AbsMaxIgnoringNaN(const float* x, int64_t n, int64_t stride = 1) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(x[i * stride]);
+    m = v > m ? v : m;  // false for NaN
+  }
+  return m;
+}
+
+// The largest |acc| of a convolution with reduction depth k (int8 x int8
+// products of at most 128 * 128 each).
+inline double MaxAbsAcc(int64_t k) { return static_cast<double>(k) * 16384.0; }
+
 // The output lookup table's step: lut[out + 128], or out when lut is null.
 inline int8_t LutScalar(const int8_t* lut, int8_t out) {
   return lut == nullptr ? out : lut[static_cast<int32_t>(out) + 128];

@@ -12,7 +12,12 @@
 //   y = fmadd(float(side), side_scale, y)   (one rounding, like std::fma)
 //   y = y + bias
 //   y = min(hi, y)      VMINPS with y as the SECOND operand: a NaN y stays
-//                       NaN (MINPS returns the second operand on NaN)
+//                       NaN (MINPS returns the second operand on NaN); left
+//                       out by the kClampHi = false instantiations, which a
+//                       caller may run only where UpperClampNeeded
+//                       (epilogue.h) is false (Epilogue512Consts::clamp_hi
+//                       carries that): then the cases below give the same
+//                       bytes without it
 //   i = cvtps_epi32(y)  round to nearest even (default MXCSR); NaN and
 //                       y < -2^31 (incl. -Inf) give INT32_MIN
 //   b = int8 saturate(i) (PACKSSDW + PACKSSWB: saturating, exact composition)
@@ -50,6 +55,13 @@ struct Epilogue512Consts {
   __m512 side_scale;
   __m512i lo;  // int8 lower bound in every byte
   __m512i side_shuffle[4];
+  // Whether min(hi, y) must come before the conversion (the top of this
+  // file): false only where UpperClampNeeded is false for the channels the
+  // consts serve. The epilogues below take it as the template argument
+  // kClampHi (a compile-time choice: a test per epilogue in the micro-tiles
+  // kept about half of the gain, bench_core, one Zen 5 thread); the
+  // kernels dispatch on it once per block or row.
+  bool clamp_hi = true;
 };
 
 inline Epilogue512Consts MakeEpilogue512Consts(float side_scale, int8_t lo,
@@ -66,21 +78,26 @@ inline Epilogue512Consts MakeEpilogue512Consts(float side_scale, int8_t lo,
   return k;
 }
 
-// y for one zmm of accumulators (channels in interleaved order).
+// y for one zmm of accumulators (channels in interleaved order), before
+// the upper clamp (ClampHi512).
 inline __m512 EpilogueFloat512(__m512i acc, __m512 scale, __m512 bias,
-                               const __m512i* side_i32, __m512 side_scale,
-                               __m512 hi) {
+                               const __m512i* side_i32, __m512 side_scale) {
   __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
   if (side_i32 != nullptr) {
     y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*side_i32), side_scale, y);
   }
-  y = _mm512_add_ps(y, bias);
-  return _mm512_min_ps(hi, y);  // NaN stays NaN
+  return _mm512_add_ps(y, bias);
+}
+
+// min(hi, y): NaN stays NaN.
+inline __m512 ClampHi512(__m512 y, const Epilogue512Consts& k) {
+  return _mm512_min_ps(k.hi, y);
 }
 
 // The epilogue of 64 channels (a0..a3 in the interleaved order) as 64 int8
 // bytes in natural channel order. scale/bias: 64 floats each, interleaved
 // order. side: 64 side input bytes in natural order, or nullptr.
+template <bool kClampHi = true>
 __attribute__((always_inline)) inline __m512i Epilogue64Bytes(
     __m512i a0, __m512i a1, __m512i a2, __m512i a3, const float* scale,
     const float* bias, const __m512i* side, const Epilogue512Consts& k) {
@@ -91,15 +108,21 @@ __attribute__((always_inline)) inline __m512i Epilogue64Bytes(
     __m512i s1 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[1]), 24);
     __m512i s2 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[2]), 24);
     __m512i s3 = _mm512_srai_epi32(_mm512_shuffle_epi8(s, k.side_shuffle[3]), 24);
-    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), &s0, k.side_scale, k.hi);
-    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), &s1, k.side_scale, k.hi);
-    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), &s2, k.side_scale, k.hi);
-    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), &s3, k.side_scale, k.hi);
+    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), &s0, k.side_scale);
+    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), &s1, k.side_scale);
+    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), &s2, k.side_scale);
+    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), &s3, k.side_scale);
   } else {
-    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), nullptr, k.side_scale, k.hi);
-    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), nullptr, k.side_scale, k.hi);
-    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), nullptr, k.side_scale, k.hi);
-    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), nullptr, k.side_scale, k.hi);
+    y0 = EpilogueFloat512(a0, _mm512_load_ps(scale), _mm512_load_ps(bias), nullptr, k.side_scale);
+    y1 = EpilogueFloat512(a1, _mm512_load_ps(scale + 16), _mm512_load_ps(bias + 16), nullptr, k.side_scale);
+    y2 = EpilogueFloat512(a2, _mm512_load_ps(scale + 32), _mm512_load_ps(bias + 32), nullptr, k.side_scale);
+    y3 = EpilogueFloat512(a3, _mm512_load_ps(scale + 48), _mm512_load_ps(bias + 48), nullptr, k.side_scale);
+  }
+  if (kClampHi) {
+    y0 = ClampHi512(y0, k);
+    y1 = ClampHi512(y1, k);
+    y2 = ClampHi512(y2, k);
+    y3 = ClampHi512(y3, k);
   }
   const __m512i i01 = _mm512_packs_epi32(_mm512_cvtps_epi32(y0), _mm512_cvtps_epi32(y1));
   const __m512i i23 = _mm512_packs_epi32(_mm512_cvtps_epi32(y2), _mm512_cvtps_epi32(y3));
@@ -110,6 +133,7 @@ __attribute__((always_inline)) inline __m512i Epilogue64Bytes(
 // interleaved order) and stores the bytes selected by `mask` (natural
 // channel order) to out. scale/bias: 64 floats each, interleaved order.
 // side: the pixel's side input row (natural order), or nullptr.
+template <bool kClampHi = true>
 __attribute__((always_inline)) inline void Epilogue64(
     __m512i a0, __m512i a1, __m512i a2, __m512i a3, const float* scale,
     const float* bias, const int8_t* side, const Epilogue512Consts& k,
@@ -117,9 +141,9 @@ __attribute__((always_inline)) inline void Epilogue64(
   __m512i b;
   if (side != nullptr) {
     const __m512i s = _mm512_maskz_loadu_epi8(mask, side);
-    b = Epilogue64Bytes(a0, a1, a2, a3, scale, bias, &s, k);
+    b = Epilogue64Bytes<kClampHi>(a0, a1, a2, a3, scale, bias, &s, k);
   } else {
-    b = Epilogue64Bytes(a0, a1, a2, a3, scale, bias, nullptr, k);
+    b = Epilogue64Bytes<kClampHi>(a0, a1, a2, a3, scale, bias, nullptr, k);
   }
   _mm512_mask_storeu_epi8(out, mask, b);
 }
@@ -130,6 +154,7 @@ __attribute__((always_inline)) inline void Epilogue64(
 // VPMOVSDB saturates int32 to int8 exactly like the PACKSSDW + PACKSSWB
 // pair above, so the case analysis at the top of this file applies as is.
 // Stores the bytes selected by `mask`.
+template <bool kClampHi = true>
 inline void Epilogue16Natural(__m512i acc, const float* scale,
                               const float* bias, const int8_t* side,
                               const Epilogue512Consts& k, __mmask16 mask,
@@ -138,11 +163,12 @@ inline void Epilogue16Natural(__m512i acc, const float* scale,
   if (side != nullptr) {
     const __m512i s = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, side));
     y = EpilogueFloat512(acc, _mm512_loadu_ps(scale), _mm512_loadu_ps(bias), &s,
-                         k.side_scale, k.hi);
+                         k.side_scale);
   } else {
     y = EpilogueFloat512(acc, _mm512_loadu_ps(scale), _mm512_loadu_ps(bias),
-                         nullptr, k.side_scale, k.hi);
+                         nullptr, k.side_scale);
   }
+  if (kClampHi) y = ClampHi512(y, k);
   const __m128i b = _mm_max_epi8(_mm512_maskz_cvtsepi32_epi8(mask, _mm512_cvtps_epi32(y)),
                                  _mm512_castsi512_si128(k.lo));
   _mm_mask_storeu_epi8(out, mask, b);
@@ -156,6 +182,7 @@ inline void Epilogue16Natural(__m512i acc, const float* scale,
 // PMAXSB; row r's 16 bytes (under `mask`) go to out + r * ldo. side: row
 // 0's side bytes (rows ldo apart) or nullptr. About 8 instructions a row
 // instead of 13 (MobileNetV2's 32 -> 16 and -> 24 pointwise layers).
+template <bool kClampHi = true>
 __attribute__((always_inline)) inline void Epilogue16x4Natural(
     __m512i a0, __m512i a1, __m512i a2, __m512i a3, const float* scale,
     const float* bias, const int8_t* side, int64_t ldo,
@@ -168,10 +195,14 @@ __attribute__((always_inline)) inline void Epilogue16x4Natural(
     if (side != nullptr) {
       const __m512i s =
           _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, side + r * ldo));
-      y[r] = EpilogueFloat512(a[r], sc, bi, &s, k.side_scale, k.hi);
+      y[r] = EpilogueFloat512(a[r], sc, bi, &s, k.side_scale);
     } else {
-      y[r] = EpilogueFloat512(a[r], sc, bi, nullptr, k.side_scale, k.hi);
+      y[r] = EpilogueFloat512(a[r], sc, bi, nullptr, k.side_scale);
     }
+  }
+  if (kClampHi) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) y[r] = ClampHi512(y[r], k);
   }
   const __m512i p01 = _mm512_packs_epi32(_mm512_cvtps_epi32(y[0]), _mm512_cvtps_epi32(y[1]));
   const __m512i p23 = _mm512_packs_epi32(_mm512_cvtps_epi32(y[2]), _mm512_cvtps_epi32(y[3]));

@@ -802,6 +802,79 @@ void TestEpilogueSpecialValues() {
   std::printf("epilogue special values: %d runs checked\n", runs);
 }
 
+// The upper clamp that the avx512vnni epilogues leave out where
+// UpperClampNeeded (epilogue.h) shows every y below 2^31: operands that put
+// y at and around 2^30 and 2^31 through each term of the bound (the
+// product at the largest |acc|, the bias, the side input), with the large
+// term on every channel or on one channel of a block, for a pointwise GEMM
+// (a full 64-channel block and a narrow one), a 3x3 stem-like GEMM
+// (gathered windows, K = 27 padded to 28) and a 3x3 depthwise layer (full
+// block, then the 16-channel kernel). All activations and weights -128 make
+// |acc| exactly the bound's K * 2^14 (the depthwise interior: 9 taps);
+// weights 127 make it negative. Without the clamp a y >= 2^31 converts to
+// INT32_MIN and ends as lo, where the reference gives 127. Relu and None,
+// and output_max 100 (the clamp is needed whatever the bound).
+void TestUpperClampBound() {
+  struct Layer {
+    const char* name;
+    int64_t h, w, ci, k, co, stride, groups;
+  };
+  const Layer layers[] = {{"pointwise", 2, 5, 64, 1, 80, 1, 1},
+                          {"stem", 7, 7, 3, 3, 32, 2, 1},
+                          {"depthwise", 5, 7, 80, 3, 80, 1, 80}};
+  int runs = 0;
+  for (const Layer& l : layers) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1; g.in_h = l.h; g.in_w = l.w; g.in_c = l.ci;
+    g.filter_h = g.filter_w = l.k; g.out_c = l.co;
+    g.stride_h = g.stride_w = l.stride;
+    g.groups = l.groups;
+    EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "%s geometry", l.name);
+    // The largest |acc|: K * 2^14, K the reduction depth (the stem's 27 is
+    // packed as 28, whose bound the kernel uses: 2^30 / (28 * 2^14) then
+    // leaves room for the true 27; the scales below straddle both).
+    const double kmax = static_cast<double>(g.ReductionDepth()) * 16384.0;
+    std::vector<int8_t> input(g.InputElements(), -128), filter(g.FilterElements()),
+        side_in(g.OutputElements(), -128);
+    std::vector<float> scale(g.out_c), bias(g.out_c);
+    a.input = input.data();
+    a.filter = filter.data();
+    a.bias = bias.data();
+    a.conv_input_scale = scale.data();
+    a.per_channel_scale = true;
+    const float p30 = std::ldexp(1.0f, 30), p31 = std::ldexp(1.0f, 31);
+    for (int8_t wv : {int8_t{-128}, int8_t{127}}) {
+      std::fill(filter.begin(), filter.end(), wv);
+      // wv = 127 makes acc negative: a negative scale makes y positive.
+      const float sign = wv < 0 ? 1.0f : -1.0f;
+      for (float target : {p30 * 0.75f, std::nextafter(p30, 0.0f), p30, p30 * 1.5f,
+                           std::nextafter(p31, 0.0f), p31, p31 * 1.5f, p31 * 4.0f}) {
+        for (int term = 0; term < 3; ++term) {  // product, bias, side input
+          for (int spread = 0; spread < 2; ++spread) {  // every channel / one
+            for (int bounds = 0; bounds < 3; ++bounds) {
+              const float small = static_cast<float>(1.0 / kmax);
+              for (int64_t c = 0; c < g.out_c; ++c) {
+                const bool big = spread == 0 || c % 64 == 63 || c == g.out_c - 1;
+                scale[c] = sign * (term == 0 && big ? static_cast<float>(target / kmax)
+                                                    : small);
+                bias[c] = term == 1 && big ? target : 0.5f;
+              }
+              a.side_input = term == 2 ? side_in.data() : nullptr;
+              a.side_input_scale = term == 2 ? -target / 128.0f : 0.0f;
+              a.activation = bounds == 1 ? Activation::kRelu : Activation::kNone;
+              a.output_min = -128;
+              a.output_max = bounds == 2 ? 100 : 127;
+              runs += CheckAllPaths(a, l.name);
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("upper clamp bound: %d runs checked\n", runs);
+}
+
 // Operands at the edges of what the kernels must get right, on geometries
 // whose K and Co are not multiples of 4, 8 or 16 (the group depths of the
 // VNNI / SDOT / SMMLA paths and their 16- and 64-channel blocks): all -128
@@ -2769,6 +2842,7 @@ int main() {
   TestLutBodies();
   TestOutputLut();
   TestEpilogueSpecialValues();
+  TestUpperClampBound();
   TestExtremeOperands();
   TestSideInputFma();
   TestLayerShapes();

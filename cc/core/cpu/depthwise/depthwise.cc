@@ -131,6 +131,8 @@ struct PreparedWeights {
   std::vector<float> bias_in;   // [channels]
   // What the row kernels read.
   std::vector<float> scale, bias;  // [padded_c] (scale broadcast when scalar)
+  // Their largest magnitudes, NaNs ignored (UpperClampNeeded, epilogue.h).
+  float max_abs_scale = 0.0f, max_abs_bias = 0.0f;
   std::unique_ptr<int32_t[]> wide;  // [wide_taps, padded_c]
   int64_t tap_stride = 0;           // DepthwiseRowArgs::tap_stride
   std::unique_ptr<void, decltype(&std::free)> prepared{nullptr, &std::free};
@@ -168,6 +170,8 @@ std::shared_ptr<const PreparedWeights> Prepare(const FusedConvArgs& a,
     w->scale[c] = a.conv_input_scale[a.per_channel_scale ? c : 0];
     w->bias[c] = a.bias[c];
   }
+  w->max_abs_scale = AbsMaxIgnoringNaN(w->scale.data(), c_count);
+  w->max_abs_bias = AbsMaxIgnoringNaN(w->bias.data(), c_count);
   DepthwiseRowArgs d = base;
   d.scale = w->scale.data();
   d.bias = w->bias.data();
@@ -388,6 +392,10 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
           : Prepare(a, base, prep);
   base.scale = w->scale.data();
   base.bias = w->bias.data();
+  // |acc| <= taps * 2^14 per output channel (one input channel's taps).
+  base.clamp_hi = UpperClampNeeded(base.hi, MaxAbsAcc(taps), w->max_abs_scale,
+                                   w->max_abs_bias, base.side != nullptr,
+                                   base.side_scale);
   base.wide = w->wide.get();
   base.tap_stride = w->tap_stride;
   base.prepared = w->prepared.get();

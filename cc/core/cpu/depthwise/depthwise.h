@@ -83,6 +83,10 @@ struct DirectRowArgs {
   // (kx_range is [0, Kw) for every ox in [full_begin, full_end)).
   int64_t full_begin, full_end;
   int64_t row_begin, row_end;  // output rows r = n * Ho + oy
+  // Whether the epilogue must clamp y to hi before converting it; false
+  // only where UpperClampNeeded (epilogue.h) is false for the call
+  // (RunDepthwise). The avx512vnni kernels read it; the others clamp always.
+  bool clamp_hi = true;
 };
 
 // Fills d's fields from the call and its window ranges (rows left empty).

@@ -95,12 +95,18 @@ struct Zmm16 {
   }
   static W LoadW(const int32_t* w) { return _mm512_loadu_si512(w); }
   static void Mac(Acc* a, X x, W w) { *a = _mm512_dpwssd_epi32(*a, x, w); }
-  static Consts MakeConsts(float side_scale, int8_t lo, int8_t hi) {
-    return MakeEpilogue512Consts(side_scale, lo, hi);
+  static Consts MakeConsts(const DirectRowArgs& d) {
+    Consts k = MakeEpilogue512Consts(d.side_scale, d.lo, d.hi);
+    k.clamp_hi = d.clamp_hi;
+    return k;
   }
   static void Store(Acc a, const float* scale, const float* bias,
                     const int8_t* side, const Consts& k, Tail mask, int8_t* out) {
-    Epilogue16Natural(a, scale, bias, side, k, mask, out);
+    if (k.clamp_hi) {
+      Epilogue16Natural<true>(a, scale, bias, side, k, mask, out);
+    } else {
+      Epilogue16Natural<false>(a, scale, bias, side, k, mask, out);
+    }
   }
   // Four pixels, ld bytes apart (DepthwiseRowKernel::StoreRun): one
   // Epilogue16x4Natural instead of four Epilogue16Natural. One Zen 5
@@ -109,8 +115,13 @@ struct Zmm16 {
   static void Store4(const Acc* a, const float* scale, const float* bias,
                      const int8_t* side, int64_t ld, const Consts& k, Tail mask,
                      int8_t* out) {
-    Epilogue16x4Natural(a[0], a[1], a[2], a[3], scale, bias, side, ld, k, mask,
-                        out);
+    if (k.clamp_hi) {
+      Epilogue16x4Natural<true>(a[0], a[1], a[2], a[3], scale, bias, side, ld, k,
+                                mask, out);
+    } else {
+      Epilogue16x4Natural<false>(a[0], a[1], a[2], a[3], scale, bias, side, ld, k,
+                                 mask, out);
+    }
   }
   // Interior block widths: 8 pixels for 3-wide stride 1 (10 loads and 24
   // VPDPWSSD per filter row, 8 chains) and 7-wide stride 1 (14 loads and 56
@@ -272,6 +283,9 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
   }
 }
 
+// kClampHi: the epilogue's upper clamp (Epilogue512Consts::clamp_hi),
+// chosen once per call (Rows3x3).
+template <bool kClampHi>
 struct Interior3x3 {
   const DepthwiseRowArgs* d;
   const Block3x3* blk;
@@ -293,9 +307,9 @@ struct Interior3x3 {
   __attribute__((always_inline)) void Store(__m512i a0, __m512i a1, __m512i a2,
                                             __m512i a3, int64_t ox) const {
     const int64_t o = ox * d->channels + c0;
-    Epilogue64(a0, a1, a2, a3, blk->scale, blk->bias,
-               side_row != nullptr ? side_row + o : nullptr, *k,
-               ~__mmask64{0}, out_row + o);
+    Epilogue64<kClampHi>(a0, a1, a2, a3, blk->scale, blk->bias,
+                         side_row != nullptr ? side_row + o : nullptr, *k,
+                         ~__mmask64{0}, out_row + o);
   }
 
   // Both pixels' accumulators start at the +128 correction of the valid
@@ -438,10 +452,12 @@ struct Interior3x3 {
       side1 = join(side_row + o + cc);
     }
     const bool side = side_row != nullptr;
-    const __m512i b0 = Epilogue64Bytes(acc0[0], acc0[1], acc0[2], acc0[3], blk->scale,
-                                       blk->bias, side ? &side0 : nullptr, *k);
-    const __m512i b1 = Epilogue64Bytes(acc1[0], acc1[1], acc1[2], acc1[3], blk->scale,
-                                       blk->bias, side ? &side1 : nullptr, *k);
+    const __m512i b0 = Epilogue64Bytes<kClampHi>(acc0[0], acc0[1], acc0[2], acc0[3],
+                                                 blk->scale, blk->bias,
+                                                 side ? &side0 : nullptr, *k);
+    const __m512i b1 = Epilogue64Bytes<kClampHi>(acc1[0], acc1[1], acc1[2], acc1[3],
+                                                 blk->scale, blk->bias,
+                                                 side ? &side1 : nullptr, *k);
     int8_t* q = out_row + o;
     if (kG == 2) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_castsi512_si256(b0));
@@ -675,6 +691,7 @@ bool Use3x3Interior(const DepthwiseRowArgs& d) {
          (g.stride_w == 1 || g.stride_w == 2);
 }
 
+template <bool kClampHi>
 void Rows3x3(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels;
@@ -687,10 +704,10 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     PrepareBlocks(d, local.data());
     blocks = local.data();
   }
-  const Epilogue512Consts k = MakeEpilogue512Consts(d.side_scale, d.lo, d.hi);
+  const Epilogue512Consts k = Zmm16::MakeConsts(d);
   Rows16::RunFn run_full, run_part;
   Rows16::PickInterior(g, &run_full, &run_part);
-  Interior3x3 in;
+  Interior3x3<kClampHi> in;
   in.d = &d;
   in.k = &k;
   for (int j = 0; j < 4; ++j) {
@@ -729,9 +746,9 @@ void Rows3x3(const DepthwiseRowArgs& d) {
       set_row(r);
       // Every column, borders too (checked loads there).
       if (g.stride_w == 1) {
-        in.Run<1>(0, g.out_w);
+        in.template Run<1>(0, g.out_w);
       } else {
-        in.Run<2>(0, g.out_w);
+        in.template Run<2>(0, g.out_w);
       }
     }
   }
@@ -759,9 +776,9 @@ void Rows3x3(const DepthwiseRowArgs& d) {
       }
       if (groups > 0) {
         if (s == 1) {
-          in.RunMulti<1, kG>(q0, q1);
+          in.template RunMulti<1, kG>(q0, q1);
         } else {
-          in.RunMulti<2, kG>(q0, q1);
+          in.template RunMulti<2, kG>(q0, q1);
         }
         if (q1 < g.out_w) {
           Rows16::Row(d, k, run_full, run_part, r, q1, g.out_w, c0, c0 + width);
@@ -803,7 +820,11 @@ extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill,
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
   if (Use3x3Interior(d)) {
-    Rows3x3(d);
+    if (d.clamp_hi) {
+      Rows3x3<true>(d);
+    } else {
+      Rows3x3<false>(d);
+    }
   } else {
     Rows16::Rows(d);
   }

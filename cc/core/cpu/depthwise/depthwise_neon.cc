@@ -67,8 +67,8 @@ struct Neon16 {
     a->v[2] = vmlal_s16(a->v[2], vget_low_s16(x.hi), vget_low_s16(w.hi));
     a->v[3] = vmlal_high_s16(a->v[3], x.hi, w.hi);
   }
-  static Consts MakeConsts(float side_scale, int8_t lo, int8_t hi) {
-    return MakeEpilogueNeonConsts(side_scale, lo, hi);
+  static Consts MakeConsts(const DirectRowArgs& d) {
+    return MakeEpilogueNeonConsts(d.side_scale, d.lo, d.hi);
   }
   static void Store(const Acc& a, const float* scale, const float* bias,
                     const int8_t* side, const Consts& k, Tail count, int8_t* out) {

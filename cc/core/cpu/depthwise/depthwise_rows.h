@@ -29,7 +29,9 @@
 //                                  16 valid, no masking)
 //   W LoadW(const int32_t*)        16 widened weights (depthwise.h)
 //   void Mac(Acc*, X, W)           acc += x * w, exact
-//   Consts MakeConsts(side_scale, lo, hi)
+//   Consts MakeConsts(d)           the epilogue's constants from the row
+//                                  args (side_scale, lo, hi; clamp_hi
+//                                  where the ISA's epilogue uses it)
 //   void Store(Acc, scale, bias, side or nullptr, Consts, Tail, out)
 //   template <int kKw, int kSw> constexpr int Pixels()   interior block
 //   optional: X LoadPair<kFull>(pa, pb, tail)   two rows at once (HasLoadPair)
@@ -396,7 +398,7 @@ struct DepthwiseRowKernel {
   }
 
   static void Rows(const DepthwiseRowArgs& d) {
-    const Consts k = V::MakeConsts(d.side_scale, d.lo, d.hi);
+    const Consts k = V::MakeConsts(d);
     RunFn run_full, run_part;
     PickInterior(*d.geo, &run_full, &run_part);
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {

@@ -78,8 +78,8 @@ struct Ymm2x8 {
     a->lo = _mm256_add_epi32(a->lo, _mm256_madd_epi16(x.lo, w.lo));
     a->hi = _mm256_add_epi32(a->hi, _mm256_madd_epi16(x.hi, w.hi));
   }
-  static Consts MakeConsts(float side_scale, int8_t lo, int8_t hi) {
-    return MakeEpilogue256Consts(side_scale, lo, hi);
+  static Consts MakeConsts(const DirectRowArgs& d) {
+    return MakeEpilogue256Consts(d.side_scale, d.lo, d.hi);
   }
   static void Store(const Acc& a, const float* scale, const float* bias,
                     const int8_t* side, const Consts& k, Tail count, int8_t* out) {

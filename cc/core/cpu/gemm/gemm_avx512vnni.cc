@@ -19,10 +19,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/epilogue.h"
 #include "cc/core/epilogue_avx512.h"
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
@@ -240,6 +242,8 @@ struct ZmmU8Copy : ZmmS8Copy {  // its loads; these stores
 struct alignas(64) BlockConsts {
   float scale[kBlock];  // the block's lane order (interleaved or natural)
   float bias[kBlock];
+  // Over the block's channels, NaNs ignored (for UpperClampNeeded).
+  float max_abs_scale, max_abs_bias;
 };
 
 // The scales and biases of the block at channel n0 in its lane order
@@ -252,6 +256,9 @@ inline void FillBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
     bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
     bc->bias[p] = in ? ep.bias[c] : 0.0f;
   }
+  // Lanes past Co hold zeros, which do not change the maxima.
+  bc->max_abs_scale = AbsMaxIgnoringNaN(bc->scale, kBlock);
+  bc->max_abs_bias = AbsMaxIgnoringNaN(bc->bias, kBlock);
 }
 
 struct TileContext {
@@ -356,45 +363,55 @@ inline void MicroTile(const TileContext& t) {
     seg_end = Min(t.groups, g + t.seg_groups);
   }
   if (t.last) {
-    if constexpr (NZ == 4) {
+    // The epilogue with or without the upper clamp (Epilogue512Consts::
+    // clamp_hi), chosen once per micro-tile.
+    auto epilogue = [&](auto clamp_hi) {
+      constexpr bool kClampHi = decltype(clamp_hi)::value;
+      if constexpr (NZ == 4) {
 #pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i) {
-        Epilogue64(acc[i][0], acc[i][1], acc[i][2], acc[i][3], t.bc->scale,
-                   t.bc->bias, t.side ? t.side + i * t.ldo : nullptr, *t.ec,
-                   t.mask, t.out + i * t.ldo);
+        for (int i = 0; i < MR; ++i) {
+          Epilogue64<kClampHi>(acc[i][0], acc[i][1], acc[i][2], acc[i][3],
+                               t.bc->scale, t.bc->bias,
+                               t.side ? t.side + i * t.ldo : nullptr, *t.ec,
+                               t.mask, t.out + i * t.ldo);
+        }
+      } else {
+        // Narrow blocks: four rows per epilogue (Epilogue16x4Natural), the
+        // rest one by one. One Zen 5 thread, bench_core, alternated:
+        // 112x112x32 -> 16 b1 43 -> 32 us, b8 351 -> 274 us; 56x56x96 -> 24
+        // -8%; 112x112x16 -> 96 and the 3x3x3 -> 32 stem about -10%.
+        constexpr int kQuads = MR / 4;
+        const int8_t* side = t.side;
+        int8_t* out = t.out;
+        const int64_t ldo = t.ldo;
+#pragma GCC unroll 4
+        for (int q = 0; q < kQuads; ++q) {
+#pragma GCC unroll 4
+          for (int j = 0; j < NZ; ++j) {
+            Epilogue16x4Natural<kClampHi>(
+                acc[4 * q][j], acc[4 * q + 1][j], acc[4 * q + 2][j],
+                acc[4 * q + 3][j], t.bc->scale + 16 * j, t.bc->bias + 16 * j,
+                side ? side + 4 * q * ldo + 16 * j : nullptr, ldo, *t.ec,
+                static_cast<__mmask16>(t.mask >> (16 * j)),
+                out + 4 * q * ldo + 16 * j);
+          }
+        }
+#pragma GCC unroll 4
+        for (int i = 4 * kQuads; i < MR; ++i) {
+#pragma GCC unroll 4
+          for (int j = 0; j < NZ; ++j) {
+            Epilogue16Natural<kClampHi>(
+                acc[i][j], t.bc->scale + 16 * j, t.bc->bias + 16 * j,
+                side ? side + i * ldo + 16 * j : nullptr, *t.ec,
+                static_cast<__mmask16>(t.mask >> (16 * j)), out + i * ldo + 16 * j);
+          }
+        }
       }
+    };
+    if (t.ec->clamp_hi) {
+      epilogue(std::true_type{});
     } else {
-      // Narrow blocks: four rows per epilogue (Epilogue16x4Natural), the
-      // rest one by one. One Zen 5 thread, bench_core, alternated:
-      // 112x112x32 -> 16 b1 43 -> 32 us, b8 351 -> 274 us; 56x56x96 -> 24
-      // -8%; 112x112x16 -> 96 and the 3x3x3 -> 32 stem about -10%.
-      constexpr int kQuads = MR / 4;
-      const int8_t* side = t.side;
-      int8_t* out = t.out;
-      const int64_t ldo = t.ldo;
-#pragma GCC unroll 4
-      for (int q = 0; q < kQuads; ++q) {
-#pragma GCC unroll 4
-        for (int j = 0; j < NZ; ++j) {
-          Epilogue16x4Natural(
-              acc[4 * q][j], acc[4 * q + 1][j], acc[4 * q + 2][j],
-              acc[4 * q + 3][j], t.bc->scale + 16 * j, t.bc->bias + 16 * j,
-              side ? side + 4 * q * ldo + 16 * j : nullptr, ldo, *t.ec,
-              static_cast<__mmask16>(t.mask >> (16 * j)),
-              out + 4 * q * ldo + 16 * j);
-        }
-      }
-#pragma GCC unroll 4
-      for (int i = 4 * kQuads; i < MR; ++i) {
-#pragma GCC unroll 4
-        for (int j = 0; j < NZ; ++j) {
-          Epilogue16Natural(acc[i][j], t.bc->scale + 16 * j,
-                            t.bc->bias + 16 * j,
-                            side ? side + i * ldo + 16 * j : nullptr, *t.ec,
-                            static_cast<__mmask16>(t.mask >> (16 * j)),
-                            out + i * ldo + 16 * j);
-        }
-      }
+      epilogue(std::false_type{});
     }
   } else {
 #pragma GCC unroll 16
@@ -590,7 +607,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   const int64_t c_end = Min(co, t.block_end * kBlock);
   const int64_t partial_ld = nblocks * kBlock;
   const bool single_block = nblocks == 1;
-  const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
+  // clamp_hi is set per block below (UpperClampNeeded).
+  Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
   BlockConsts bc;
   alignas(64) int32_t offset[kBlock];  // -128 * sum(w), on the fly
@@ -650,7 +668,13 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       const int64_t base = t.rows / tiles, extra = t.rows % tiles;
       const int64_t vslice = ((vrows + tiles - 1) / tiles + 3) / 4 * 4;
       // Read only by the last panel's epilogue.
-      if (tc.last) FillBlockConsts(ep, n0, co, nz == 4, &bc);
+      if (tc.last) {
+        FillBlockConsts(ep, n0, co, nz == 4, &bc);
+        // |acc| <= K * 2^14 with K at most the packed depth (zero groups
+        // past the filter's K add nothing).
+        ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * 4), bc.max_abs_scale,
+                                       bc.max_abs_bias, ep.side != nullptr, ep.side_scale);
+      }
       tc.mask = ByteMask(width);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
