@@ -8,8 +8,9 @@
 //
 // The operation sequence and its case-by-case equality with EpilogueScalar
 // are those of epilogue_avx512.h: mul, fmadd (side), add, min(hi, y) with y
-// second (NaN stays NaN), cvtps_epi32 (RNE; NaN -> INT32_MIN), saturating
-// packs to int8, max with lo. PACKSSDW works per 128-bit lane, so the int16
+// second (NaN stays NaN; left out by the kClampHi = false instantiations,
+// which a caller may run only where UpperClampNeeded, epilogue.h, is false),
+// cvtps_epi32 (RNE; NaN -> INT32_MIN), saturating packs to int8, max with lo. PACKSSDW works per 128-bit lane, so the int16
 // quadwords are put back in order with one VPERMQ before PACKSSWB.
 #ifndef TF_FUSED_INT8_CC_CORE_EPILOGUE_AVX2_H_
 #define TF_FUSED_INT8_CC_CORE_EPILOGUE_AVX2_H_
@@ -27,6 +28,11 @@ struct Epilogue256Consts {
   __m256 side_scale;
   __m128i lo;  // int8 lower bound in every byte
   __m256i lo2;  // the same in all 32 bytes (Epilogue16x2)
+  // Whether min(hi, y) must come before the conversion: false only where
+  // UpperClampNeeded is false for the channels the consts serve. The
+  // epilogues take it as the template argument kClampHi; the kernels
+  // dispatch on it once per block or row (epilogue_avx512.h).
+  bool clamp_hi = true;
 };
 
 inline Epilogue256Consts MakeEpilogue256Consts(float side_scale, int8_t lo,
@@ -64,6 +70,7 @@ inline void Store16(__m128i b, int count, int8_t* out) {
   }
 }
 
+template <bool kClampHi = true>
 inline __m256 EpilogueFloat256(__m256i acc, __m256 scale, __m256 bias,
                                const __m256i* side_i32, __m256 side_scale,
                                __m256 c127) {
@@ -72,12 +79,13 @@ inline __m256 EpilogueFloat256(__m256i acc, __m256 scale, __m256 bias,
     y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(*side_i32), side_scale, y);
   }
   y = _mm256_add_ps(y, bias);
-  return _mm256_min_ps(c127, y);  // NaN stays NaN
+  return kClampHi ? _mm256_min_ps(c127, y) : y;  // NaN stays NaN
 }
 
 // One output pixel's 16 channels (a0: channels 0-7, a1: 8-15). scale/bias:
 // 16 floats each. side: the pixel's 16 side bytes or nullptr. Stores
 // `count` (1..16) bytes to out.
+template <bool kClampHi = true>
 inline void Epilogue16(__m256i a0, __m256i a1, const float* scale,
                        const float* bias, const int8_t* side,
                        const Epilogue256Consts& k, int count, int8_t* out) {
@@ -85,11 +93,11 @@ inline void Epilogue16(__m256i a0, __m256i a1, const float* scale,
   if (side != nullptr) {
     __m256i s0, s1;
     LoadSide16(side, count, &s0, &s1);
-    y0 = EpilogueFloat256(a0, _mm256_loadu_ps(scale), _mm256_loadu_ps(bias), &s0, k.side_scale, k.c127);
-    y1 = EpilogueFloat256(a1, _mm256_loadu_ps(scale + 8), _mm256_loadu_ps(bias + 8), &s1, k.side_scale, k.c127);
+    y0 = EpilogueFloat256<kClampHi>(a0, _mm256_loadu_ps(scale), _mm256_loadu_ps(bias), &s0, k.side_scale, k.c127);
+    y1 = EpilogueFloat256<kClampHi>(a1, _mm256_loadu_ps(scale + 8), _mm256_loadu_ps(bias + 8), &s1, k.side_scale, k.c127);
   } else {
-    y0 = EpilogueFloat256(a0, _mm256_loadu_ps(scale), _mm256_loadu_ps(bias), nullptr, k.side_scale, k.c127);
-    y1 = EpilogueFloat256(a1, _mm256_loadu_ps(scale + 8), _mm256_loadu_ps(bias + 8), nullptr, k.side_scale, k.c127);
+    y0 = EpilogueFloat256<kClampHi>(a0, _mm256_loadu_ps(scale), _mm256_loadu_ps(bias), nullptr, k.side_scale, k.c127);
+    y1 = EpilogueFloat256<kClampHi>(a1, _mm256_loadu_ps(scale + 8), _mm256_loadu_ps(bias + 8), nullptr, k.side_scale, k.c127);
   }
   // [c0-3, c8-11 | c4-7, c12-15] -> [c0-3, c4-7 | c8-11, c12-15]
   const __m256i w = _mm256_permute4x64_epi64(
@@ -107,6 +115,7 @@ inline void Epilogue16(__m256i a0, __m256i a1, const float* scale,
 // so every byte is Epilogue16's. side_a / side_b: each pixel's side bytes,
 // or both nullptr. About 14 instructions a pixel instead of 16 (the GEMM's
 // micro-tiles and the depthwise kernel's runs of pixels).
+template <bool kClampHi = true>
 inline void Epilogue16x2(__m256i a0, __m256i a1, __m256i b0, __m256i b1, const float* scale,
                          const float* bias, const int8_t* side_a, const int8_t* side_b,
                          const Epilogue256Consts& k, int count, int8_t* out_a,
@@ -118,15 +127,15 @@ inline void Epilogue16x2(__m256i a0, __m256i a1, __m256i b0, __m256i b1, const f
     __m256i sa0, sa1, sb0, sb1;
     LoadSide16(side_a, count, &sa0, &sa1);
     LoadSide16(side_b, count, &sb0, &sb1);
-    ya0 = EpilogueFloat256(a0, sc0, bi0, &sa0, k.side_scale, k.c127);
-    ya1 = EpilogueFloat256(a1, sc1, bi1, &sa1, k.side_scale, k.c127);
-    yb0 = EpilogueFloat256(b0, sc0, bi0, &sb0, k.side_scale, k.c127);
-    yb1 = EpilogueFloat256(b1, sc1, bi1, &sb1, k.side_scale, k.c127);
+    ya0 = EpilogueFloat256<kClampHi>(a0, sc0, bi0, &sa0, k.side_scale, k.c127);
+    ya1 = EpilogueFloat256<kClampHi>(a1, sc1, bi1, &sa1, k.side_scale, k.c127);
+    yb0 = EpilogueFloat256<kClampHi>(b0, sc0, bi0, &sb0, k.side_scale, k.c127);
+    yb1 = EpilogueFloat256<kClampHi>(b1, sc1, bi1, &sb1, k.side_scale, k.c127);
   } else {
-    ya0 = EpilogueFloat256(a0, sc0, bi0, nullptr, k.side_scale, k.c127);
-    ya1 = EpilogueFloat256(a1, sc1, bi1, nullptr, k.side_scale, k.c127);
-    yb0 = EpilogueFloat256(b0, sc0, bi0, nullptr, k.side_scale, k.c127);
-    yb1 = EpilogueFloat256(b1, sc1, bi1, nullptr, k.side_scale, k.c127);
+    ya0 = EpilogueFloat256<kClampHi>(a0, sc0, bi0, nullptr, k.side_scale, k.c127);
+    ya1 = EpilogueFloat256<kClampHi>(a1, sc1, bi1, nullptr, k.side_scale, k.c127);
+    yb0 = EpilogueFloat256<kClampHi>(b0, sc0, bi0, nullptr, k.side_scale, k.c127);
+    yb1 = EpilogueFloat256<kClampHi>(b1, sc1, bi1, nullptr, k.side_scale, k.c127);
   }
   // int16: pa = [A0-3, A8-11 | A4-7, A12-15], pb likewise; bytes: lane 0 =
   // dwords A0-3, A8-11, B0-3, B8-11, lane 1 = A4-7, A12-15, B4-7, B12-15.

@@ -85,7 +85,7 @@ struct DirectRowArgs {
   int64_t row_begin, row_end;  // output rows r = n * Ho + oy
   // Whether the epilogue must clamp y to hi before converting it; false
   // only where UpperClampNeeded (epilogue.h) is false for the call
-  // (RunDepthwise). The avx512vnni kernels read it; the others clamp always.
+  // (RunDepthwise). The x86 kernels read it; the NEON one clamps always.
   bool clamp_hi = true;
 };
 

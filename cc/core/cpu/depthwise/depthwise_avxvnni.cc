@@ -143,6 +143,7 @@ struct Epilogue32 {
     }
   }
 
+  template <bool kClampHi>
   __attribute__((always_inline)) void Store(const __m256i u[4], const BlockYmm& blk,
                                             const int8_t* side, const Epilogue256Consts& k,
                                             int8_t* out) const {
@@ -156,9 +157,9 @@ struct Epilogue32 {
       __m256 f;
       if (side != nullptr) {
         const __m256i sj = _mm256_srai_epi32(_mm256_shuffle_epi8(s, side_shuffle[j]), 24);
-        f = EpilogueFloat256(u[j], scale, bias, &sj, k.side_scale, k.c127);
+        f = EpilogueFloat256<kClampHi>(u[j], scale, bias, &sj, k.side_scale, k.c127);
       } else {
-        f = EpilogueFloat256(u[j], scale, bias, nullptr, k.side_scale, k.c127);
+        f = EpilogueFloat256<kClampHi>(u[j], scale, bias, nullptr, k.side_scale, k.c127);
       }
       y[j] = _mm256_cvtps_epi32(f);
     }
@@ -168,6 +169,9 @@ struct Epilogue32 {
   }
 };
 
+// kClampHi: the epilogue's upper clamp (Epilogue256Consts::clamp_hi),
+// chosen once per call (Rows3x3).
+template <bool kClampHi>
 struct Interior3x3 {
   const DepthwiseRowArgs* d;
   const BlockYmm* blk;
@@ -187,7 +191,8 @@ struct Interior3x3 {
 
   __attribute__((always_inline)) void Store(const __m256i acc[4], int64_t ox) const {
     const int64_t o = ox * d->channels + c0;
-    ep->Store(acc, *blk, side_row != nullptr ? side_row + o : nullptr, *k, out_row + o);
+    ep->template Store<kClampHi>(acc, *blk, side_row != nullptr ? side_row + o : nullptr,
+                                 *k, out_row + o);
   }
 
   // Both pixels' accumulators start at the +128 correction of the valid
@@ -361,18 +366,10 @@ int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
   return Use3x3Blocks(d) ? d.channels / kBlock * kBlock : 0;
 }
 
-}  // namespace
-
-extern const DepthwisePrep kDepthwisePrepAvxVnni = {PrepBytes, PrepFill, PrepWideFrom};
-
-void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
-  // The AVX2 kernel reads its pair weights at the start of the preparation.
-  DepthwiseRowArgs rest = d;
-  rest.prepared = d.prepared != nullptr && PairBytes(d) > 0 ? d.prepared : nullptr;
-  if (!Use3x3Blocks(d)) {
-    Rows16::Rows(rest);
-    return;
-  }
+// The 3x3 blocks (Use3x3Blocks), with or without the epilogue's upper clamp
+// (DirectRowArgs::clamp_hi); rest: d for the one-tap kernel's channels.
+template <bool kClampHi>
+void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels;
   const int64_t nblocks = cc / kBlock;
@@ -387,7 +384,7 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
     PrepareBlocks(d, local.data());
     blocks = local.data();
   }
-  const Epilogue256Consts k = MakeEpilogue256Consts(d.side_scale, d.lo, d.hi);
+  const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
   const int64_t c_rest = nblocks * kBlock;
   if (c_rest < cc) {
     Rows16::RunFn run_full, run_part;
@@ -397,7 +394,7 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
     }
   }
   const Epilogue32 ep;
-  Interior3x3 in;
+  Interior3x3<kClampHi> in;
   in.d = &d;
   in.k = &k;
   in.ep = &ep;
@@ -420,11 +417,30 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
       in.out_row = d.output + r * g.out_w * cc;
       in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
       if (g.stride_w == 1) {
-        in.Run<1>(0, g.out_w);
+        in.template Run<1>(0, g.out_w);
       } else {
-        in.Run<2>(0, g.out_w);
+        in.template Run<2>(0, g.out_w);
       }
     }
+  }
+}
+
+}  // namespace
+
+extern const DepthwisePrep kDepthwisePrepAvxVnni = {PrepBytes, PrepFill, PrepWideFrom};
+
+void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
+  // The AVX2 kernel reads its pair weights at the start of the preparation.
+  DepthwiseRowArgs rest = d;
+  rest.prepared = d.prepared != nullptr && PairBytes(d) > 0 ? d.prepared : nullptr;
+  if (!Use3x3Blocks(d)) {
+    Rows16::Rows(rest);
+    return;
+  }
+  if (d.clamp_hi) {
+    Rows3x3<true>(d, rest);
+  } else {
+    Rows3x3<false>(d, rest);
   }
 }
 

@@ -79,11 +79,17 @@ struct Ymm2x8 {
     a->hi = _mm256_add_epi32(a->hi, _mm256_madd_epi16(x.hi, w.hi));
   }
   static Consts MakeConsts(const DirectRowArgs& d) {
-    return MakeEpilogue256Consts(d.side_scale, d.lo, d.hi);
+    Consts k = MakeEpilogue256Consts(d.side_scale, d.lo, d.hi);
+    k.clamp_hi = d.clamp_hi;
+    return k;
   }
   static void Store(const Acc& a, const float* scale, const float* bias,
                     const int8_t* side, const Consts& k, Tail count, int8_t* out) {
-    Epilogue16(a.lo, a.hi, scale, bias, side, k, static_cast<int>(count), out);
+    if (k.clamp_hi) {
+      Epilogue16<true>(a.lo, a.hi, scale, bias, side, k, static_cast<int>(count), out);
+    } else {
+      Epilogue16<false>(a.lo, a.hi, scale, bias, side, k, static_cast<int>(count), out);
+    }
   }
   // Two pixels, ld bytes apart (DepthwiseRowKernel::StoreRun): one
   // Epilogue16x2 instead of two Epilogue16. bench_core, one Zen 5 thread,
@@ -93,9 +99,14 @@ struct Ymm2x8 {
   static void Store2(const Acc* a, const float* scale, const float* bias,
                      const int8_t* side, int64_t ld, const Consts& k, Tail count,
                      int8_t* out) {
-    Epilogue16x2(a[0].lo, a[0].hi, a[1].lo, a[1].hi, scale, bias, side,
-                 side != nullptr ? side + ld : nullptr, k, static_cast<int>(count), out,
-                 out + ld);
+    const int8_t* side_b = side != nullptr ? side + ld : nullptr;
+    if (k.clamp_hi) {
+      Epilogue16x2<true>(a[0].lo, a[0].hi, a[1].lo, a[1].hi, scale, bias, side, side_b, k,
+                         static_cast<int>(count), out, out + ld);
+    } else {
+      Epilogue16x2<false>(a[0].lo, a[0].hi, a[1].lo, a[1].hi, scale, bias, side, side_b, k,
+                          static_cast<int>(count), out, out + ld);
+    }
   }
   // Interior block widths: 8 pixels for 3-wide stride 1 (16 accumulators,
   // more than the 16 ymm registers hold beside the weights, measured faster

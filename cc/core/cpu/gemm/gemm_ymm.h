@@ -17,9 +17,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/epilogue.h"
 #include "cc/core/epilogue_avx2.h"
 
 namespace tf_fused_int8 {
@@ -215,18 +217,29 @@ inline void YmmMicroTile(const YmmTileContext& t) {
     // row alone. bench_core, one Zen 5 thread, 15 rounds alternated, median
     // time ratio against one Epilogue16 a row: avx2 112x112x16 -> 96 0.93,
     // 56x56x24 -> 144 0.95, 14x14x384 -> 64 0.98, 56x56x64 -> 256 0.98;
-    // avxvnni 112x112x16 -> 96 0.86, 56x56x24 -> 144 0.91.
+    // avxvnni 112x112x16 -> 96 0.86, 56x56x24 -> 144 0.91. With or without
+    // the upper clamp (Epilogue256Consts::clamp_hi), chosen once per
+    // micro-tile.
+    auto epilogue = [&](auto clamp_hi) {
+      constexpr bool kClampHi = decltype(clamp_hi)::value;
 #pragma GCC unroll 8
-    for (int i = 0; i + 1 < MR; i += 2) {
-      Epilogue16x2(acc[i][0], acc[i][1], acc[i + 1][0], acc[i + 1][1], t.bc->scale, t.bc->bias,
-                   t.side ? t.side + i * t.ldo : nullptr,
-                   t.side ? t.side + (i + 1) * t.ldo : nullptr, *t.ec, t.count,
-                   t.out + i * t.ldo, t.out + (i + 1) * t.ldo);
-    }
-    if (MR % 2 == 1) {
-      Epilogue16(acc[MR - 1][0], acc[MR - 1][1], t.bc->scale, t.bc->bias,
-                 t.side ? t.side + (MR - 1) * t.ldo : nullptr, *t.ec, t.count,
-                 t.out + (MR - 1) * t.ldo);
+      for (int i = 0; i + 1 < MR; i += 2) {
+        Epilogue16x2<kClampHi>(acc[i][0], acc[i][1], acc[i + 1][0], acc[i + 1][1],
+                               t.bc->scale, t.bc->bias,
+                               t.side ? t.side + i * t.ldo : nullptr,
+                               t.side ? t.side + (i + 1) * t.ldo : nullptr, *t.ec,
+                               t.count, t.out + i * t.ldo, t.out + (i + 1) * t.ldo);
+      }
+      if (MR % 2 == 1) {
+        Epilogue16<kClampHi>(acc[MR - 1][0], acc[MR - 1][1], t.bc->scale, t.bc->bias,
+                             t.side ? t.side + (MR - 1) * t.ldo : nullptr, *t.ec,
+                             t.count, t.out + (MR - 1) * t.ldo);
+      }
+    };
+    if (t.ec->clamp_hi) {
+      epilogue(std::true_type{});
+    } else {
+      epilogue(std::false_type{});
     }
   } else {
 #pragma GCC unroll 8
@@ -269,7 +282,8 @@ bool GemmTileYmm(const GemmTileArgs& t) {
   const int64_t c_begin = t.block_begin * kYmmBlock;
   const int64_t c_end = Min(co, t.block_end * kYmmBlock);
   const int64_t partial_ld = nblocks * kYmmBlock;
-  const Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
+  // clamp_hi is set per block below (UpperClampNeeded).
+  Epilogue256Consts ec = MakeEpilogue256Consts(ep.side_scale, ep.lo, ep.hi);
   bool stale = false;
   const int64_t tiles = (t.rows + kYmmMr - 1) / kYmmMr;
   const int64_t base = t.rows / tiles, extra = t.rows % tiles;
@@ -301,6 +315,9 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       const int64_t n0 = nb * kYmmBlock;
       const int64_t valid = Min(kYmmBlock, co - n0);
       FillBlock16Consts(ep, n0, co, &bc);
+      // |acc| <= K * 2^14, K at most the packed depth (groups * kpg).
+      ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * kpg), bc.max_abs_scale,
+                                     bc.max_abs_bias, ep.side != nullptr, ep.side_scale);
       tc.count = static_cast<int>(valid);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
