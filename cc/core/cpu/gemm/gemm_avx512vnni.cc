@@ -242,8 +242,6 @@ struct ZmmU8Copy : ZmmS8Copy {  // its loads; these stores
 struct alignas(64) BlockConsts {
   float scale[kBlock];  // the block's lane order (interleaved or natural)
   float bias[kBlock];
-  // Over the block's channels, NaNs ignored (for UpperClampNeeded).
-  float max_abs_scale, max_abs_bias;
 };
 
 // The scales and biases of the block at channel n0 in its lane order
@@ -256,9 +254,6 @@ inline void FillBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
     bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
     bc->bias[p] = in ? ep.bias[c] : 0.0f;
   }
-  // Lanes past Co hold zeros, which do not change the maxima.
-  bc->max_abs_scale = AbsMaxIgnoringNaN(bc->scale, kBlock);
-  bc->max_abs_bias = AbsMaxIgnoringNaN(bc->bias, kBlock);
 }
 
 struct TileContext {
@@ -671,9 +666,12 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       if (tc.last) {
         FillBlockConsts(ep, n0, co, nz == 4, &bc);
         // |acc| <= K * 2^14 with K at most the packed depth (zero groups
-        // past the filter's K add nothing).
-        ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * 4), bc.max_abs_scale,
-                                       bc.max_abs_bias, ep.side != nullptr, ep.side_scale);
+        // past the filter's K add nothing); the block's lanes past Co hold
+        // zeros, which do not change the maxima.
+        ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * 4),
+                                       AbsMaxIgnoringNaN(bc.scale, kBlock),
+                                       AbsMaxIgnoringNaN(bc.bias, kBlock),
+                                       ep.side != nullptr, ep.side_scale);
       }
       tc.mask = ByteMask(width);
       const int8_t* next = nullptr;

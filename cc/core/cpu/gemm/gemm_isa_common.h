@@ -29,7 +29,6 @@
 #include <cstring>
 
 #include "cc/core/cpu/gemm/gemm_kernels.h"
-#include "cc/core/epilogue.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -170,8 +169,6 @@ inline __mmask64 ByteMask(int64_t n) {
 struct alignas(64) Block16Consts {
   float scale[16];
   float bias[16];
-  // Over the block's channels, NaNs ignored (UpperClampNeeded, epilogue.h).
-  float max_abs_scale, max_abs_bias;
 };
 
 inline void FillBlock16Consts(const EpilogueArgs& ep, int64_t n0, int64_t co,
@@ -182,9 +179,6 @@ inline void FillBlock16Consts(const EpilogueArgs& ep, int64_t n0, int64_t co,
     bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
     bc->bias[p] = in ? ep.bias[c] : 0.0f;
   }
-  // Lanes past Co hold zeros, which do not change the maxima.
-  bc->max_abs_scale = AbsMaxIgnoringNaN(bc->scale, 16);
-  bc->max_abs_bias = AbsMaxIgnoringNaN(bc->bias, 16);
 }
 
 // Whether the im2col rows are the input pixels themselves (1x1, stride 1,

@@ -315,9 +315,12 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       const int64_t n0 = nb * kYmmBlock;
       const int64_t valid = Min(kYmmBlock, co - n0);
       FillBlock16Consts(ep, n0, co, &bc);
-      // |acc| <= K * 2^14, K at most the packed depth (groups * kpg).
-      ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * kpg), bc.max_abs_scale,
-                                     bc.max_abs_bias, ep.side != nullptr, ep.side_scale);
+      // |acc| <= K * 2^14, K at most the packed depth (groups * kpg); lanes
+      // past Co hold zeros, which do not change the maxima.
+      ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * kpg),
+                                     AbsMaxIgnoringNaN(bc.scale, 16),
+                                     AbsMaxIgnoringNaN(bc.bias, 16), ep.side != nullptr,
+                                     ep.side_scale);
       tc.count = static_cast<int>(valid);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
