@@ -70,6 +70,19 @@ inline void Store16(__m128i b, int count, int8_t* out) {
   }
 }
 
+// The largest |x[i]| of 16 floats, NaNs ignored (AbsMaxIgnoringNaN of
+// epilogue.h, vectorized as in epilogue_avx512.h: MAXPS returns its second
+// operand when either is NaN, and m never holds one).
+inline float AbsMax16IgnoringNaN(const float* x) {
+  const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x), abs), _mm256_setzero_ps());
+  m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8), abs), m);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
 template <bool kClampHi = true>
 inline __m256 EpilogueFloat256(__m256i acc, __m256 scale, __m256 bias,
                                const __m256i* side_i32, __m256 side_scale,

@@ -669,8 +669,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         // past the filter's K add nothing); the block's lanes past Co hold
         // zeros, which do not change the maxima.
         ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * 4),
-                                       AbsMaxIgnoringNaN(bc.scale, kBlock),
-                                       AbsMaxIgnoringNaN(bc.bias, kBlock),
+                                       AbsMax64IgnoringNaN(bc.scale),
+                                       AbsMax64IgnoringNaN(bc.bias),
                                        ep.side != nullptr, ep.side_scale);
       }
       tc.mask = ByteMask(width);

@@ -318,8 +318,8 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       // |acc| <= K * 2^14, K at most the packed depth (groups * kpg); lanes
       // past Co hold zeros, which do not change the maxima.
       ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * kpg),
-                                     AbsMaxIgnoringNaN(bc.scale, 16),
-                                     AbsMaxIgnoringNaN(bc.bias, 16), ep.side != nullptr,
+                                     AbsMax16IgnoringNaN(bc.scale),
+                                     AbsMax16IgnoringNaN(bc.bias), ep.side != nullptr,
                                      ep.side_scale);
       tc.count = static_cast<int>(valid);
       const int8_t* next = nullptr;
