@@ -67,14 +67,13 @@ inline int8_t EpilogueScalar(int32_t acc, float scale, float bias,
 // each, so |y| <= bound * (1 + 2^-24)^4 < 2^30 * 1.000001 < 2^31; |side| <=
 // 128. An infinite scale, bias or side scale makes the bound infinite (clamp
 // kept); so does a NaN side scale (the comparison fails). The clamp is one
-// MINPS per 16 outputs; the avx512vnni GEMM and depthwise kernels leave it
-// out where they may (epilogue_avx512.h). MobileNetV2 int8, batch 1, one
-// Zen 5 thread, the step profiler, old and new builds alternated three
-// times: the 53 steps 1163 -> 1115 us (pair ratios 0.95-0.97), the
-// epilogue-heavy layers 5-10% faster (112x112x16 -> 96 0.90-0.93, 56x56x24
-// -> 144 0.90-0.94, the stem 0.93-0.96, 112x112x32 depthwise 0.93-0.95);
-// bench_core, medians of 7 alternated: 112x112x16 -> 96 90.5 -> 85.2 us,
-// 112x112x32 depthwise 55.3 -> 52.3.
+// MINPS per 16 outputs (8 on ymm); the x86 GEMM micro-tiles and depthwise
+// kernels (avx512vnni, avxvnni, avx2) leave it out where they may
+// (epilogue_avx512.h, epilogue_avx2.h; the amx path, which was not measured,
+// keeps it). MobileNetV2 int8, batch 1, Zen 5, the step profiler, old and
+// new builds alternated three times (medians per step): the 53 steps 1072
+// -> 1026 us on one thread and 686 -> 622 us on two; 112x112x16 -> 96 88.6
+// -> 81.1 and 52.2 -> 45.7 us, the stem 54.6 -> 51.9 and 34.7 -> 29.7.
 inline bool UpperClampNeeded(int32_t hi, double max_abs_acc,
                              float max_abs_scale, float max_abs_bias,
                              bool has_side, float side_scale) {
@@ -86,12 +85,12 @@ inline bool UpperClampNeeded(int32_t hi, double max_abs_acc,
   return !(bound < 1073741824.0);  // 2^30
 }
 
-// The largest |x[i * stride]| of n values, NaNs ignored (0 when n == 0 or
-// every value is NaN); +-Inf gives Inf.
-inline float AbsMaxIgnoringNaN(const float* x, int64_t n, int64_t stride = 1) {
+// The largest |x[i]| of n values, NaNs ignored (0 when n == 0 or every
+// value is NaN); +-Inf gives Inf.
+inline float AbsMaxIgnoringNaN(const float* x, int64_t n) {
   float m = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    const float v = std::fabs(x[i * stride]);
+    const float v = std::fabs(x[i]);
     m = v > m ? v : m;  // false for NaN
   }
   return m;

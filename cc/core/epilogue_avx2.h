@@ -10,8 +10,9 @@
 // are those of epilogue_avx512.h: mul, fmadd (side), add, min(hi, y) with y
 // second (NaN stays NaN; left out by the kClampHi = false instantiations,
 // which a caller may run only where UpperClampNeeded, epilogue.h, is false),
-// cvtps_epi32 (RNE; NaN -> INT32_MIN), saturating packs to int8, max with lo. PACKSSDW works per 128-bit lane, so the int16
-// quadwords are put back in order with one VPERMQ before PACKSSWB.
+// cvtps_epi32 (RNE; NaN -> INT32_MIN), saturating packs to int8, max with
+// lo. PACKSSDW works per 128-bit lane, so the int16 quadwords are put back in
+// order with one VPERMQ before PACKSSWB.
 #ifndef TF_FUSED_INT8_CC_CORE_EPILOGUE_AVX2_H_
 #define TF_FUSED_INT8_CC_CORE_EPILOGUE_AVX2_H_
 
