@@ -492,35 +492,18 @@ struct Interior3x3 {
   // four and four.
   template <int kG>
   __attribute__((always_inline)) void MultiRunS1(int64_t ox, int64_t ox_end) const {
-    const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int64_t part_ld = (ox_end - ox) / kG * cc;
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    auto cols = [&](const int8_t* p) {  // part k from p + k * part_ld, x ^ 0x80
-      return _mm512_xor_si512(kG == 2 ? JoinHalves(p, p + part_ld) : JoinQuarters(p, part_ld),
-                              flip);
-    };
-    const int64_t row = g.in_w * cc;
-    const int8_t* base = image + (iy0 * g.in_w + ox - g.pad_left) * cc + c0;
-    __m512i lo[3], hi[3];  // per filter row: the pairs' first two columns
-#pragma GCC unroll 3
-    for (int ky = 0; ky < 3; ++ky) {
-      const int8_t* p = base + ky * row;
-      const __m512i r0 = cols(p), r1 = cols(p + cc);
-      lo[ky] = _mm512_unpacklo_epi8(r0, r1);
-      hi[ky] = _mm512_unpackhi_epi8(r0, r1);
-    }
-    const int64_t steps = (ox_end - ox) / kG / 2;
-    for (int64_t i = 0; i < steps; ++i, ox += 2, base += 2 * cc) {
-      __m512i acc0[4], acc1[4];
-      StartAccumulators<true>(acc0, acc1);
-#pragma GCC unroll 3
-      for (int ky = 0; ky < 3; ++ky) {
-        const int8_t* p = base + ky * row + 2 * cc;
-        KeptStep(ky, cols(p), cols(p + cc), &lo[ky], &hi[ky], acc0, acc1);
-      }
-      StoreParts<kG>(acc0, acc1, ox, part_ld);
-    }
+    KeptRun(
+        ox, (ox_end - ox) / kG / 2,
+        [&](const int8_t* p) __attribute__((always_inline)) {
+          // part k from p + k * part_ld, x ^ 0x80
+          return _mm512_xor_si512(
+              kG == 2 ? JoinHalves(p, p + part_ld) : JoinQuarters(p, part_ld), flip);
+        },
+        [&](const __m512i acc0[4], const __m512i acc1[4], int64_t o)
+            __attribute__((always_inline)) { StoreParts<kG>(acc0, acc1, o, part_ld); });
   }
 
   // The half (kG = 2) or quarter (kG = 4) block's groups of 2 * kG pixels
@@ -608,6 +591,23 @@ struct Interior3x3 {
   // are this pair's second ones: kept from one pair to the next, a pair
   // loads and byte-unpacks two columns a filter row instead of four.
   __attribute__((always_inline)) void PairsS1(int64_t ox, int64_t pairs) const {
+    KeptRun(
+        ox, pairs, [&](const int8_t* p) __attribute__((always_inline)) { return Load(p); },
+        [&](const __m512i acc0[4], const __m512i acc1[4], int64_t o)
+            __attribute__((always_inline)) {
+          Store(acc0[0], acc0[1], acc0[2], acc0[3], o);
+          Store(acc1[0], acc1[1], acc1[2], acc1[3], o + 1);
+        });
+  }
+
+  // A stride-1 run of `steps` pairs from ox, all three filter rows inside
+  // (PairsS1, MultiRunS1): col(p) reads the column vector whose first
+  // byte is p (x ^ 0x80), store(acc0, acc1, o) stores pair o's two pixels.
+  // Each pair's first two columns' byte unpacks are the pair before's last
+  // two, kept (KeptStep).
+  template <class Col, class StorePair>
+  __attribute__((always_inline)) void KeptRun(int64_t ox, int64_t steps, Col col,
+                                              StorePair store) const {
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int8_t* base = image + (iy0 * g.in_w + ox - g.pad_left) * cc + c0;
@@ -616,20 +616,19 @@ struct Interior3x3 {
 #pragma GCC unroll 3
     for (int ky = 0; ky < 3; ++ky) {
       const int8_t* p = base + ky * row;
-      const __m512i r0 = Load(p), r1 = Load(p + cc);
+      const __m512i r0 = col(p), r1 = col(p + cc);
       lo[ky] = _mm512_unpacklo_epi8(r0, r1);
       hi[ky] = _mm512_unpackhi_epi8(r0, r1);
     }
-    for (int64_t i = 0; i < pairs; ++i, ox += 2, base += 2 * cc) {
+    for (int64_t i = 0; i < steps; ++i, ox += 2, base += 2 * cc) {
       __m512i acc0[4], acc1[4];
       StartAccumulators<true>(acc0, acc1);
 #pragma GCC unroll 3
       for (int ky = 0; ky < 3; ++ky) {
         const int8_t* p = base + ky * row + 2 * cc;
-        KeptStep(ky, Load(p), Load(p + cc), &lo[ky], &hi[ky], acc0, acc1);
+        KeptStep(ky, col(p), col(p + cc), &lo[ky], &hi[ky], acc0, acc1);
       }
-      Store(acc0[0], acc0[1], acc0[2], acc0[3], ox);
-      Store(acc1[0], acc1[1], acc1[2], acc1[3], ox + 1);
+      store(acc0, acc1, ox);
     }
   }
 
