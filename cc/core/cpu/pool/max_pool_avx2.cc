@@ -1,6 +1,6 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// int8 max pooling body, AVX2: 32 channels per VPMAXSB (pool_kernels.h).
+// int8 max pooling bodies, AVX2: 32 channels per VPMAXSB (pool_kernels.h).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -23,6 +23,47 @@ void MaxPoolAvx2(const int8_t* const* rows, int64_t count, int64_t channels,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), m);
   }
   MaxPoolChannels(rows, count, c, channels, init, out);
+}
+
+namespace {
+
+template <int kRows, int kCols>
+void Run(const int8_t* first, int64_t rows, int64_t row_bytes, int64_t cols,
+         int64_t stride_w, int64_t count, int64_t channels, int8_t* out) {
+  const int64_t nr = kRows > 0 ? kRows : rows, nc = kCols > 0 ? kCols : cols;
+  const int64_t step = stride_w * channels;
+  const int64_t vec_end = channels / 32 * 32;
+  for (int64_t i = 0; i < count; ++i) {
+    const int8_t* w = first + i * step;
+    int8_t* o = out + i * channels;
+    for (int64_t c = 0; c < vec_end; c += 32) {
+      __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c));
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < nr; ++r) {
+#pragma GCC unroll 4
+        for (int64_t k = r == 0 ? 1 : 0; k < nc; ++k) {
+          m = _mm256_max_epi8(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                     w + r * row_bytes + k * channels + c)));
+        }
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c), m);
+    }
+  }
+  if (vec_end < channels) {
+    MaxPoolRunChannels(first, nr, row_bytes, nc, stride_w, count, vec_end, channels, out);
+  }
+}
+
+}  // namespace
+
+void MaxPoolRunAvx2(const int8_t* first, int64_t window_rows, int64_t row_bytes,
+                    int64_t window_w, int64_t stride_w, int64_t count,
+                    int64_t channels, int8_t* out) {
+  if (window_rows == 3 && window_w == 3) {
+    Run<3, 3>(first, 3, row_bytes, 3, stride_w, count, channels, out);
+  } else {
+    Run<0, 0>(first, window_rows, row_bytes, window_w, stride_w, count, channels, out);
+  }
 }
 
 }  // namespace cpu

@@ -1,6 +1,6 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// int8 max pooling body, AVX-512BW: 64 channels per VPMAXSB, the last
+// int8 max pooling bodies, AVX-512BW: 64 channels per VPMAXSB, the last
 // (partial) vector under a byte mask (pool_kernels.h).
 #include <immintrin.h>
 
@@ -22,6 +22,53 @@ void MaxPoolAvx512(const int8_t* const* rows, int64_t count, int64_t channels,
       m = _mm512_max_epi8(m, _mm512_maskz_loadu_epi8(mask, rows[j] + c));
     }
     _mm512_mask_storeu_epi8(out + c, mask, m);
+  }
+}
+
+namespace {
+
+// The max of one pixel's window at channels [c, c + 64) under `mask`;
+// kRows x kCols when both are given (> 0), else rows x cols.
+template <int kRows, int kCols>
+inline __m512i WindowMax(const int8_t* w, int64_t rows, int64_t cols,
+                         int64_t row_bytes, int64_t channels, __mmask64 mask) {
+  const int64_t nr = kRows > 0 ? kRows : rows, nc = kCols > 0 ? kCols : cols;
+  __m512i m = _mm512_maskz_loadu_epi8(mask, w);
+#pragma GCC unroll 4
+  for (int64_t r = 0; r < nr; ++r) {
+#pragma GCC unroll 4
+    for (int64_t k = r == 0 ? 1 : 0; k < nc; ++k) {
+      m = _mm512_max_epi8(m, _mm512_maskz_loadu_epi8(mask, w + r * row_bytes + k * channels));
+    }
+  }
+  return m;
+}
+
+template <int kRows, int kCols>
+void Run(const int8_t* first, int64_t rows, int64_t row_bytes, int64_t cols,
+         int64_t stride_w, int64_t count, int64_t channels, int8_t* out) {
+  const int64_t step = stride_w * channels;
+  for (int64_t i = 0; i < count; ++i, first += step, out += channels) {
+    for (int64_t c = 0; c < channels; c += 64) {
+      const int64_t n = channels - c;
+      const __mmask64 mask = n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+      const __m512i m =
+          WindowMax<kRows, kCols>(first + c, rows, cols, row_bytes, channels, mask);
+      _mm512_mask_storeu_epi8(out + c, mask, m);
+    }
+  }
+}
+
+}  // namespace
+
+void MaxPoolRunAvx512(const int8_t* first, int64_t window_rows, int64_t row_bytes,
+                      int64_t window_w, int64_t stride_w, int64_t count,
+                      int64_t channels, int8_t* out) {
+  // 3x3 (ResNet's stem pool) unrolled; other windows in loops.
+  if (window_rows == 3 && window_w == 3) {
+    Run<3, 3>(first, 3, row_bytes, 3, stride_w, count, channels, out);
+  } else {
+    Run<0, 0>(first, window_rows, row_bytes, window_w, stride_w, count, channels, out);
   }
 }
 

@@ -34,6 +34,41 @@ inline void MaxPoolChannels(const int8_t* const* rows, int64_t count,
   }
 }
 
+// A run of `count` output pixels of one output row whose windows hold no
+// zero padding cell and are not cut at the left or right (pool.cc's
+// interior columns): pixel i's window is input rows [0, window_rows) from
+// `first` (row_bytes apart), columns i * stride_w .. i * stride_w +
+// window_w - 1 (channels bytes apart), window_rows >= 1; out[i * channels
+// + c] = the max of those cells' channel c. One call per output row
+// instead of one per pixel (MaxPoolBody): the per-pixel window setup was
+// most of ResNet50's stem pool (pool.cc).
+using MaxPoolRunBody = void (*)(const int8_t* first, int64_t window_rows,
+                                int64_t row_bytes, int64_t window_w,
+                                int64_t stride_w, int64_t count,
+                                int64_t channels, int8_t* out);
+
+// Channels [begin, channels) of such a run, one at a time (the vector
+// bodies' tail, and the portable body with begin = 0).
+inline void MaxPoolRunChannels(const int8_t* first, int64_t window_rows,
+                               int64_t row_bytes, int64_t window_w,
+                               int64_t stride_w, int64_t count, int64_t begin,
+                               int64_t channels, int8_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int8_t* w = first + i * stride_w * channels;
+    int8_t* o = out + i * channels;
+    for (int64_t c = begin; c < channels; ++c) {
+      int8_t m = w[c];
+      for (int64_t r = 0; r < window_rows; ++r) {
+        for (int64_t k = 0; k < window_w; ++k) {
+          const int8_t v = w[r * row_bytes + k * channels + c];
+          m = v > m ? v : m;
+        }
+      }
+      o[c] = m;
+    }
+  }
+}
+
 using AvgPoolBody = void (*)(const int8_t* const* rows, int64_t count,
                              int64_t divisor, int64_t channels, int8_t* out);
 
@@ -78,6 +113,12 @@ void MaxPoolAvx2(const int8_t* const* rows, int64_t count, int64_t channels,
                  int8_t init, int8_t* out);
 void MaxPoolAvx512(const int8_t* const* rows, int64_t count, int64_t channels,
                    int8_t init, int8_t* out);
+void MaxPoolRunAvx2(const int8_t* first, int64_t window_rows, int64_t row_bytes,
+                    int64_t window_w, int64_t stride_w, int64_t count,
+                    int64_t channels, int8_t* out);
+void MaxPoolRunAvx512(const int8_t* first, int64_t window_rows, int64_t row_bytes,
+                      int64_t window_w, int64_t stride_w, int64_t count,
+                      int64_t channels, int8_t* out);
 #endif
 
 }  // namespace cpu
