@@ -59,11 +59,10 @@ void Run(const int8_t* first, int64_t rows, int64_t row_bytes, int64_t cols,
 void MaxPoolRunAvx2(const int8_t* first, int64_t window_rows, int64_t row_bytes,
                     int64_t window_w, int64_t stride_w, int64_t count,
                     int64_t channels, int8_t* out) {
-  if (window_rows == 3 && window_w == 3) {
-    Run<3, 3>(first, 3, row_bytes, 3, stride_w, count, channels, out);
-  } else {
-    Run<0, 0>(first, window_rows, row_bytes, window_w, stride_w, count, channels, out);
-  }
+  WithMaxPoolRunShape(window_rows, window_w, [&](auto rows, auto cols) {
+    Run<decltype(rows)::value, decltype(cols)::value>(first, window_rows, row_bytes, window_w,
+                                                      stride_w, count, channels, out);
+  });
 }
 
 }  // namespace cpu

@@ -13,6 +13,7 @@
 #define TF_FUSED_INT8_CC_CORE_CPU_POOL_POOL_KERNELS_H_
 
 #include <cstdint>
+#include <type_traits>
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -66,6 +67,19 @@ inline void MaxPoolRunChannels(const int8_t* first, int64_t window_rows,
       }
       o[c] = m;
     }
+  }
+}
+
+// Calls run(rows, cols) with the window's shape as std::integral_constant
+// when the run bodies unroll it (3x3: ResNet's stem pool), else with zeros
+// (loops over window_rows x window_w): the one place that picks the
+// unrolled shapes for every instruction set's run body.
+template <typename Run>
+inline void WithMaxPoolRunShape(int64_t window_rows, int64_t window_w, const Run& run) {
+  if (window_rows == 3 && window_w == 3) {
+    run(std::integral_constant<int, 3>{}, std::integral_constant<int, 3>{});
+  } else {
+    run(std::integral_constant<int, 0>{}, std::integral_constant<int, 0>{});
   }
 }
 
