@@ -145,6 +145,20 @@ def test_eager_fast_call_only_where_it_changes_nothing(keras_calls):
     np.testing.assert_array_equal(
         layer(masked, side_input=side).numpy(), want)
   assert keras_calls == ["QuantizedFusedConv2D"]
+  # A mask on the side input (a keyword argument) also takes Keras's path;
+  # a mask set back to None does not.
+  masked_side = tf.identity(side)
+  masked_side._keras_mask = tf.ones(side.shape[:3], tf.bool)  # pylint: disable=protected-access
+  keras_calls.clear()
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    np.testing.assert_array_equal(
+        layer(x, side_input=masked_side).numpy(), want)
+  assert keras_calls == ["QuantizedFusedConv2D"]
+  masked_side._keras_mask = None  # pylint: disable=protected-access
+  keras_calls.clear()
+  np.testing.assert_array_equal(layer(x, side_input=masked_side).numpy(), want)
+  assert keras_calls == []
   # An unknown keyword: Keras's path, which rejects it as it always did.
   keras_calls.clear()
   with pytest.raises(TypeError):

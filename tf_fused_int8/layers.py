@@ -265,14 +265,27 @@ class _EagerCall:
     for value in args + tuple(kwargs.values()):
       if value is None:
         continue
-      if (not isinstance(value, tf.Tensor) or
-          getattr(value, "_keras_mask", None) is not None):
+      if not isinstance(value, tf.Tensor) or _has_keras_mask(value):
         return False
       # A float input the dtype policy would cast (autocast to another
-      # compute dtype): Keras's path.
-      if value.dtype.is_floating and value.dtype != self.compute_dtype:
+      # compute dtype): Keras's path. (DTypes are interned: `is` first.)
+      dtype = value.dtype
+      if (dtype is not tf.int8 and dtype.is_floating and
+          dtype != self.compute_dtype):
         return False
     return keras.distribution.distribution() is None
+
+
+def _has_keras_mask(value):
+  """Whether Keras has set a mask on the tensor `value`. Keras sets it as
+  the attribute `_keras_mask` (keras.src.backend.common.tensor_attributes):
+  on an eager tensor that is its instance dict, read here directly, since
+  getattr of an attribute an EagerTensor lacks takes its slow fallback
+  (0.84 us against 0.04, Zen 5)."""
+  attrs = getattr(value, "__dict__", None)
+  if attrs is not None and "_keras_mask" not in attrs:
+    return False
+  return getattr(value, "_keras_mask", None) is not None
 
 
 _CALL_PARAMETERS = {}
@@ -479,6 +492,8 @@ class QuantizedFusedConv2D(_EagerCall, keras.layers.Layer):
           f"{self._expected_input()} ({kernel}), got shape {shape}")
 
   def _check_dtype(self, dtype, what="inputs", shape=None):
+    if dtype is tf.int8:  # the common case, without Keras's standardization
+      return
     try:
       dtype = keras.backend.standardize_dtype(dtype)
     except ValueError:  # a dtype Keras does not know, e.g. tf.qint8
