@@ -254,15 +254,14 @@ struct alignas(64) BlockConsts {
 // bench_core, one Zen 5 thread: 25 row tiles x 2 blocks).
 inline void FillBlockConsts(const EpilogueArgs& ep, int64_t n0, int64_t co,
                             bool interleaved, BlockConsts* bc) {
-  const int64_t width = Min(kBlock, co - n0);
+  // One bit per channel in [n0, Co), zmm j's 16 from bit 16j (as the
+  // micro-tiles split the block's mask).
+  const __mmask64 channels = ByteMask(Min(kBlock, co - n0));
   __m512i s[4], b[4];
   const __m512 scalar = _mm512_set1_ps(ep.scale[0]);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
-    const int64_t left = width - 16 * j;
-    const __mmask16 m = left >= 16 ? __mmask16{0xffff}
-                        : left > 0 ? static_cast<__mmask16>((1u << left) - 1)
-                                   : __mmask16{0};
+    const __mmask16 m = static_cast<__mmask16>(channels >> (16 * j));
     const __m512 sj = ep.per_channel_scale
                           ? _mm512_maskz_loadu_ps(m, ep.scale + n0 + 16 * j)
                           : _mm512_maskz_mov_ps(m, scalar);
