@@ -10,13 +10,20 @@
 
 namespace tf_fused_int8 {
 namespace cpu {
+namespace {
+
+// The bytes of channels [c, c + 64) that exist: n = channels - c of them.
+inline __mmask64 ChannelMask(int64_t n) {
+  return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+}
+
+}  // namespace
 
 void MaxPoolAvx512(const int8_t* const* rows, int64_t count, int64_t channels,
                    int8_t init, int8_t* out) {
   const __m512i start = _mm512_set1_epi8(init);
   for (int64_t c = 0; c < channels; c += 64) {
-    const int64_t n = channels - c;
-    const __mmask64 mask = n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+    const __mmask64 mask = ChannelMask(channels - c);
     __m512i m = start;
     for (int64_t j = 0; j < count; ++j) {
       m = _mm512_max_epi8(m, _mm512_maskz_loadu_epi8(mask, rows[j] + c));
@@ -50,8 +57,7 @@ void Run(const int8_t* first, int64_t rows, int64_t row_bytes, int64_t cols,
   const int64_t step = stride_w * channels;
   for (int64_t i = 0; i < count; ++i, first += step, out += channels) {
     for (int64_t c = 0; c < channels; c += 64) {
-      const int64_t n = channels - c;
-      const __mmask64 mask = n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+      const __mmask64 mask = ChannelMask(channels - c);
       const __m512i m =
           WindowMax<kRows, kCols>(first + c, rows, cols, row_bytes, channels, mask);
       _mm512_mask_storeu_epi8(out + c, mask, m);
