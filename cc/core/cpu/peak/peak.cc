@@ -74,6 +74,27 @@ double TimeThreads(const PeakLoop& loop, int threads, int64_t iters) {
   return TimeThreads(threads, [&](int) { loop.run(iters); });
 }
 
+// A count for timed(count) (seconds of a run that repeats its work count
+// times), from `count` up, at which one run lasts at least min_seconds / 4.
+template <typename Timed>
+int64_t Calibrate(int64_t count, double min_seconds, const Timed& timed) {
+  for (;;) {
+    const double dt = timed(count);
+    if (dt >= min_seconds / 4 || count >= (int64_t{1} << 40)) return count;
+    count = std::max(count * 2, static_cast<int64_t>(
+                                    count * (min_seconds / 3) / std::max(dt, 1e-9)));
+  }
+}
+
+// The best of five timed runs of rate() (the machines are shared: the best
+// run is the one least disturbed).
+template <typename Rate>
+double BestOfFive(const Rate& rate) {
+  double best = 0.0;
+  for (int r = 0; r < 5; ++r) best = std::max(best, rate());
+  return best;
+}
+
 }  // namespace
 
 const PeakLoop* PeakLoops(int* count) {
@@ -90,21 +111,12 @@ double MeasurePeakGops(const char* name, int threads, double min_seconds) {
   if (!loop->supported()) return -2.0;
   threads = std::max(1, std::min(threads, 256));
   min_seconds = std::max(1e-3, std::min(min_seconds, 10.0));
-  // Calibrate on one thread, then take the best of five timed runs (the
-  // machines are shared: the best run is the one least disturbed).
-  int64_t iters = 1000;
-  for (;;) {
-    const double dt = TimeThreads(*loop, 1, iters);
-    if (dt >= min_seconds / 4 || iters >= (int64_t{1} << 40)) break;
-    iters = std::max(iters * 2, static_cast<int64_t>(
-                                    iters * (min_seconds / 3) / std::max(dt, 1e-9)));
-  }
-  double best = 0.0;
-  for (int r = 0; r < 5; ++r) {
-    const double dt = TimeThreads(*loop, threads, iters);
-    best = std::max(best, loop->ops_per_block * iters * threads / dt / 1e9);
-  }
-  return best;
+  // Calibrated on one thread.
+  const int64_t iters = Calibrate(
+      1000, min_seconds, [&](int64_t n) { return TimeThreads(*loop, 1, n); });
+  return BestOfFive([&] {
+    return loop->ops_per_block * iters * threads / TimeThreads(*loop, threads, iters) / 1e9;
+  });
 }
 
 double MeasureCopyGBps(int64_t src_bytes, int64_t dst_bytes, int threads,
@@ -141,18 +153,12 @@ double MeasureCopyGBps(int64_t src_bytes, int64_t dst_bytes, int threads,
     for (int64_t r = 0; r < reps; ++r) CopyChunksYmm(s, src_chunks, d, dst_chunks);
   };
   TimeThreads(threads, body);  // untimed: pages touched, caches filled
-  for (;;) {
-    const double dt = TimeThreads(threads, body);
-    if (dt >= min_seconds / 4 || reps >= (int64_t{1} << 40)) break;
-    reps = std::max(reps * 2, static_cast<int64_t>(
-                                  reps * (min_seconds / 3) / std::max(dt, 1e-9)));
-  }
+  reps = Calibrate(reps, min_seconds, [&](int64_t n) {
+    reps = n;
+    return TimeThreads(threads, body);
+  });
   const double bytes = static_cast<double>(src_size + dst_size) * reps;
-  double best = 0.0;
-  for (int r = 0; r < 5; ++r) {
-    best = std::max(best, bytes / TimeThreads(threads, body) / 1e9);
-  }
-  return best;
+  return BestOfFive([&] { return bytes / TimeThreads(threads, body) / 1e9; });
 #else
   (void)threads;
   (void)min_seconds;
