@@ -360,6 +360,14 @@ void TestLayerShapes() {
       // bound (MobileNetV2's 7x7x960 -> 320; a 7-block layer with a side).
       {1, 7, 7, 960, 1, 320, 1, false},
       {1, 7, 7, 512, 1, 448, 1, true},
+      // Split by rows on 2 threads where the filter is no larger than the
+      // rows in and out (IsaKernels::rows_first_small_filter): MobileNetV2's
+      // 14x14 expansions and projections, ResNet-50's strided 28x28x512 ->
+      // 256 (14x14 out).
+      {1, 14, 14, 64, 1, 384, 1, false},
+      {1, 14, 14, 96, 1, 576, 1, true},
+      {1, 14, 14, 384, 1, 64, 1, true},
+      {1, 28, 28, 512, 1, 256, 2, false},
   };
   int runs = 0;
   for (const L& l : layers) {

@@ -1051,6 +1051,12 @@ extern const IsaKernels kAvx512VnniKernels = {
     /*lane_bytes=*/4,
     GemvAvx512Vnni,
     /*kc_groups_cached=*/kKcGroupsCached,
+    /*group_multiple=*/1,
+    /*padded_input=*/false,
+    /*split_blocks=*/1,
+    /*rows_first=*/false,
+    /*panel_major_bytes=*/0,
+    /*rows_first_small_filter=*/true,
 };
 
 void GemvAvx512Vnni(const GemvArgs& t) { GemvZmmImpl(t); }

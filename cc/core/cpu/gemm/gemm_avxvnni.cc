@@ -35,6 +35,13 @@ extern const IsaKernels kAvxVnniKernels = {
     GemmTileYmm<VnniPolicy>,
     /*lane_bytes=*/4,
     GemvYmm,
+    /*kc_groups_cached=*/0,
+    /*group_multiple=*/1,
+    /*padded_input=*/false,
+    /*split_blocks=*/1,
+    /*rows_first=*/false,
+    /*panel_major_bytes=*/0,
+    /*rows_first_small_filter=*/true,
 };
 
 }  // namespace cpu

@@ -176,13 +176,16 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
   // pixels first, so each thread gathers only its share of the rows.
   // Channels are split in runs of isa.split_blocks blocks. An ISA with
   // isa.rows_first splits rows first wherever each thread gets at least two
-  // micro-tile rows, and weight-heavy layers too while out_c <= 2 x pixels
-  // (see IsaKernels).
+  // micro-tile rows, and weight-heavy layers too while out_c <= 2 x pixels;
+  // one with isa.rows_first_small_filter while the filter is no larger than
+  // the rows in and out (see IsaKernels).
   const int64_t split = std::max<int64_t>(1, isa.split_blocks);
   const int64_t runs = CeilDiv(p.blocks, split);
-  const bool rows_first = isa.rows_first && threads > 1 &&
-                          CeilDiv(p.pixels, isa.mr) >= 2 * threads &&
-                          g.out_c <= 2 * p.pixels;
+  const bool small_filter = p.k * g.out_c <= p.pixels * (p.k + g.out_c);
+  const bool rows_first =
+      threads > 1 && CeilDiv(p.pixels, isa.mr) >= 2 * threads &&
+      ((isa.rows_first && g.out_c <= 2 * p.pixels) ||
+       (isa.rows_first_small_filter && small_filter));
   int64_t n_groups = 1;
   if (threads > 1 && g.out_c >= p.pixels && !rows_first) {
     n_groups = std::min<int64_t>(runs, threads);

@@ -258,7 +258,9 @@ struct IsaKernels {
   // layers (two micro-tile rows) unchanged. In TF (step profiler,
   // MobileNetV2 batch 1, two threads) its 14 pointwise 14x14 steps went
   // 267 -> 199 us. On avx512vnni rows first measured the same as now
-  // (14x14x384 -> 64, 192 -> 64, 576 -> 96, 384 -> 96), so it stays off.
+  // (14x14x384 -> 64, 192 -> 64, 576 -> 96, 384 -> 96; one layer repeated,
+  // bench_core), so this rule stays off there: the x86 paths split by the
+  // filter's size instead (rows_first_small_filter, measured on chains).
   bool rows_first = false;
   // Cached weights whose item packing exceeds this many bytes (0: never)
   // run in kc_groups panels, panel-major (GemmTileArgs::panel_major): each
@@ -271,6 +273,27 @@ struct IsaKernels {
   // -> 512 at batch 8, two threads: 512 KiB an item) ran 5-20% slower
   // panel-major, so they keep one panel of all of K.
   int64_t panel_major_bytes = 0;
+  // Split rows first too wherever the filter (K x out_c bytes) is no
+  // larger than the layer's rows in and out (pixels x (K + out_c)): each
+  // thread then reads the whole filter, shared and clean, where a channel
+  // split would make it read every input row, half of them written by the
+  // other core one step before, and would leave half of its output rows in
+  // the wrong core for the next step (MobileNetV2's 14x14 expand layers
+  // feed a depthwise layer split by rows). One layer repeated (bench_core)
+  // cannot show that; a chain of layers can (tools/bench/bench_sequence.cc,
+  // MobileNetV2's 53 steps at batch 1, two threads, Zen 5 VM, builds
+  // alternated, medians of per-step ratios). avx512vnni: in slow periods
+  // of the VM 8 runs' sums 0.95x (the 14x14 depthwise layers 0.75x), in
+  // fast ones 0.99x (14x14x384 depthwise 6.5 -> 6.0 us, 14x14x576 9.6 ->
+  // 8.9, 14x14x96 -> 576 14.4 -> 14.1; 14x14x64 -> 384 6.5 -> 7.1 slower);
+  // avxvnni 0.94x and avx2 0.97x (slow periods; the 14x14x384 -> 64 and
+  // 576 -> 96 projections 0.65-0.78x, which split channels four ways before,
+  // the 14x14 expansions 1.04-1.24x slower). ResNet-50's layers at batch 1
+  // keep their split (the filter outweighs the rows from 14x14x256 -> 1024
+  // on); the 7x7 layers of MobileNetV2 too (7x7x160 -> 960 ran 1.13x slower
+  // split by rows: 154 KB of filter for 49 pixels). amx (rows_first above)
+  // and the ARM paths were not measured with it.
+  bool rows_first_small_filter = false;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
