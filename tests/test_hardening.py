@@ -84,6 +84,52 @@ def test_eight_threads_share_keras_layers():
   assert_threads_agree(len(layers), call, want)
 
 
+# Layers large enough that the op splits them across the intra-op pool's
+# threads (cc/tf/pool_parallel_for.cc). From several Python threads at once,
+# calls meet in its one lock-free range (FastSlot) and fall back to posted
+# ranges when it is taken; TF_FUSED_INT8_SPLIT_SLOT=0 posts every range,
+# so that helpers run units of posted ranges too.
+SPLIT_SCRIPT = r"""
+import sys, threading
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(2)
+import op_harness
+from tf_fused_int8 import testing
+cases = [
+    testing.ConvCase(1, 28, 28, 32, 3, 3, 32, padding="SAME", side_input=True),
+    testing.ConvCase(1, 14, 14, 64, 1, 1, 384, padding="VALID"),
+    testing.ConvCase(2, 28, 28, 48, 3, 3, 40, 2, 2, "SAME", activation="None"),
+    testing.ConvCase(1, 56, 56, 24, 1, 1, 144, padding="SAME", per_channel_scale=False),
+]
+inputs = [testing.make_inputs(c, seed=20 + i) for i, c in enumerate(cases)]
+want = [op_harness.run_reference(c, x) for c, x in zip(cases, inputs)]
+errors = []
+def worker(t, calls):
+  for k in range(calls):
+    i = (t + k) % len(cases)
+    if not np.array_equal(np.asarray(op_harness.run_op(cases[i], inputs[i])), want[i]):
+      errors.append(f"threads {threads} thread {t} call {k} case {i}")
+      return
+for threads in (1, 4):
+  workers = [threading.Thread(target=worker, args=(t, 120)) for t in range(threads)]
+  for w in workers:
+    w.start()
+  for w in workers:
+    w.join()
+print("ERRORS", errors[:5] if errors else "none")
+"""
+
+
+@pytest.mark.parametrize("slot", ["1", "0"])
+def test_split_calls_from_one_and_four_threads(slot):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_FUSED_INT8_SPLIT_SLOT=slot,
+             PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+  r = subprocess.run([sys.executable, "-c", SPLIT_SCRIPT], env=env,
+                     capture_output=True, text=True, timeout=600)
+  assert "ERRORS none" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
 # Shapes that run the amx path's tiles: a padded-input 3x3, a pointwise
 # GEMM read in place, a gathered strided 3x3, and K over several panels.
 AMX_CASES = [
