@@ -73,6 +73,8 @@
 
 #include <sched.h>
 
+#include "cc/core/split_range.h"
+
 namespace tf_fused_int8 {
 namespace {
 
@@ -150,20 +152,12 @@ struct SharedRange {
   bool Done() const { return done.load(std::memory_order_acquire) == total; }
 };
 
-// The range of one call at a time, without a lock or an allocation: the
-// calls of a model follow each other from one thread, so nearly every call
-// finds it free (a call that does not, another op's on another thread,
-// posts a SharedRange instead). One atomic word holds the call's number and
-// both ends of its unclaimed chunks, so a helper late from one call can
-// never claim or count a chunk of the next (as tools/bench/spin_pool.h);
-// the fields beside it are written before the word is published and read
-// only after a successful claim, and the caller does not publish again
-// before every chunk it published has run.
+// The range of one call at a time, without a lock or an allocation
+// (SplitRange, cc/core/split_range.h): the calls of a model follow each
+// other from one thread, so nearly every call finds it free (a call that
+// does not, another op's on another thread, posts a SharedRange instead).
 class FastSlot {
  public:
-  static constexpr int kBits = 24;
-  static constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
-
   bool Acquire() {
     bool expected = false;
     return !busy_.load(std::memory_order_relaxed) &&
@@ -171,74 +165,32 @@ class FastSlot {
   }
   void Release() { busy_.store(false, std::memory_order_release); }
 
-  // Publishes [0, total) in chunks of `grain` (fewer than 2^kBits chunks);
-  // the caller holds the slot.
-  void Publish(int64_t total, int64_t grain,
-               const std::function<void(int64_t, int64_t)>* fn) {
-    total_ = total;
-    grain_ = grain;
-    fn_ = fn;
-    done_.store(0, std::memory_order_relaxed);
-    const uint64_t chunks = static_cast<uint64_t>((total + grain - 1) / grain);
-    const uint64_t call = ((word_.load(std::memory_order_relaxed) >> (2 * kBits)) + 1) &
-                          ((uint64_t{1} << (64 - 2 * kBits)) - 1);
-    // seq_cst, as HasUnits' load: a helper that ends its spin (alive_
-    // decremented, then HasUnits) while the caller publishes (this store,
-    // then Ensure reading alive_) sees the units, or the caller sees it gone
-    // and schedules another.
-    word_.store(call << (2 * kBits) | chunks << kBits, std::memory_order_seq_cst);
-  }
+  SplitRange& Range() { return range_; }
 
-  bool HasUnits() const {
-    const uint64_t v = word_.load(std::memory_order_seq_cst);
-    return (v & kMask) < ((v >> kBits) & kMask);
-  }
-
-  // Claims and runs chunks of the published call until none is left.
+  // Claims and runs chunks of the published call until none is left, and
+  // wakes the caller if it sleeps on the last one (Wait).
   void Work(bool from_front) {
-    uint64_t v = word_.load(std::memory_order_acquire);
-    for (;;) {
-      const uint64_t front = v & kMask, back = (v >> kBits) & kMask;
-      if (front >= back) return;
-      const uint64_t next = from_front ? v + 1 : v - (uint64_t{1} << kBits);
-      if (!word_.compare_exchange_weak(v, next, std::memory_order_acq_rel,
-                                       std::memory_order_acquire)) {
-        continue;
-      }
-      const int64_t c = static_cast<int64_t>(from_front ? front : back - 1);
-      const int64_t b = c * grain_;
-      const int64_t e = std::min(total_, b + grain_);
-      (*fn_)(b, e);
-      if (done_.fetch_add(e - b, std::memory_order_seq_cst) + (e - b) == total_ &&
-          sleeping_.load(std::memory_order_seq_cst)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        cv_.notify_all();
-      }
-      v = word_.load(std::memory_order_acquire);
+    if (range_.Work(from_front) && sleeping_.load(std::memory_order_seq_cst)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
     }
   }
 
   // Returns once every chunk of the published call has run: spins briefly,
-  // then sleeps until the helper running the last one wakes it.
+  // then sleeps until the thread running the last one wakes it.
   void Wait() {
-    for (int spins = 0; !Done() && spins < 20000; ++spins) CpuRelax();
-    if (Done()) return;
+    for (int spins = 0; !range_.Done() && spins < 20000; ++spins) CpuRelax();
+    if (range_.Done()) return;
     std::unique_lock<std::mutex> lock(mu_);
     sleeping_.store(true, std::memory_order_seq_cst);
-    cv_.wait(lock, [&] { return Done(); });
+    cv_.wait(lock, [&] { return range_.Done(); });
     sleeping_.store(false, std::memory_order_relaxed);
   }
 
  private:
-  bool Done() const { return done_.load(std::memory_order_seq_cst) == total_; }
-
   std::atomic<bool> busy_{false};
-  // call << 2 kBits | back << kBits | front: chunks [front, back) unclaimed.
-  std::atomic<uint64_t> word_{0};
-  std::atomic<int64_t> done_{0};
+  SplitRange range_;
   std::atomic<bool> sleeping_{false};
-  int64_t total_ = 0, grain_ = 1;
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   std::mutex mu_;
   std::condition_variable cv_;
 };
@@ -309,7 +261,7 @@ class Helpers {
       auto deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
       uint64_t seen = ~uint64_t{0};
       for (int spins = 0;; ++spins) {
-        if (fast_.HasUnits()) {
+        if (fast_.Range().HasUnits()) {
           fast_.Work(/*from_front=*/false);
           deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
           continue;
@@ -335,7 +287,7 @@ class Helpers {
       // A range posted after the last look may have counted this helper as
       // alive and scheduled none: look once more (Post happens before the
       // poster's Ensure reads alive_; this decrement before this Take).
-      if (!fast_.HasUnits() && Take() == nullptr) return;
+      if (!fast_.Range().HasUnits() && Take() == nullptr) return;
       alive_.fetch_add(1, std::memory_order_seq_cst);
     }
   }
@@ -381,9 +333,8 @@ ParallelFor PoolParallelFor(tensorflow::thread::ThreadPool* pool) {
     const int64_t grain = std::max<int64_t>(1, total / (8 * int64_t{threads}));
     const int64_t chunks = (total + grain - 1) / grain;
     FastSlot& fast = helpers.Fast();
-    if (FastSlotEnabled() && chunks <= static_cast<int64_t>(FastSlot::kMask) &&
-        fast.Acquire()) {
-      fast.Publish(total, grain, &fn);
+    if (FastSlotEnabled() && chunks <= SplitRange::kMaxChunks && fast.Acquire()) {
+      fast.Range().Publish(total, grain, &fn);
       if (!small) {
         helpers.Ensure(static_cast<int>(std::min<int64_t>(threads - 1, chunks - 1)), pool);
       }
