@@ -137,6 +137,11 @@ def expected_paths():
   return [p for p in paths if p in ("reference", "portable") + BUILT_ISA_PATHS]
 
 
+def kernel_paths():
+  """expected_paths() but the reference: the kernels tested against it."""
+  return [p for p in expected_paths() if p != "reference"]
+
+
 def unavailable_paths():
   """Known path names this build or CPU cannot run (forcing them must fail
   cleanly): the other CPU family's, and this family's the CPU lacks."""

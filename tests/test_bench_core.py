@@ -42,8 +42,7 @@ SIDE_SHAPES = [
 
 @pytest.mark.skipif(not os.path.isfile(BENCH),
                     reason="bazel-bin/bench_core not built (bazel build //:all)")
-@pytest.mark.parametrize("path", [p for p in op_harness.expected_paths()
-                                  if p != "reference"])
+@pytest.mark.parametrize("path", op_harness.kernel_paths())
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("side", ["0", "1"])
 def test_bench_core_output_equals_reference(path, threads, side):

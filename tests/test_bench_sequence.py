@@ -43,8 +43,7 @@ node step us pct 1x7x7x160 7x7x1x160 g160
 
 @pytest.mark.skipif(not os.path.isfile(BENCH),
                     reason="bazel-bin/bench_sequence not built (bazel build //:all)")
-@pytest.mark.parametrize("path", [p for p in op_harness.expected_paths()
-                                  if p != "reference"])
+@pytest.mark.parametrize("path", op_harness.kernel_paths())
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("recycle", ["0", "1"])
 def test_bench_sequence_chain_equals_reference(tmp_path, path, threads, recycle):
