@@ -54,9 +54,11 @@
 //    post it), 0.10 us removing it, and the helper took its first unit 0.40
 //    us after the post, over 54 split calls a model call. The whole call,
 //    medians of 3000, the two builds' .so alternated: InferenceRunner lower
-//    in 10 of 10 pairs (616-654 against 648-678 us where both ran in a fast
-//    period of the VM; the old build also read 840-1018 in 6 of the 10), a
-//    tf.function in 5 of 6 pairs (medians of the pairs 798 against 840 us).
+//    in 13 of 14 pairs (616-666 against 646-678 us where both ran in a fast
+//    period of the VM; the old build also read 840-1018 in 6 runs, the new
+//    one never), a tf.function in 5 of 6 pairs (medians of the pairs 798
+//    against 840 us). After it, a split call's setup took 0.05 us and the
+//    helper's first unit came 0.16-0.20 us after the post.
 #include "cc/tf/pool_parallel_for.h"
 
 #include <algorithm>
