@@ -63,6 +63,7 @@
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/dword_spread.h"
+#include "cc/core/epilogue.h"
 #include "cc/core/epilogue_avx512.h"
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
@@ -835,11 +836,7 @@ extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill,
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
   if (Use3x3Interior(d)) {
-    if (d.clamp_hi) {
-      Rows3x3<true>(d);
-    } else {
-      Rows3x3<false>(d);
-    }
+    WithClampHi(d.clamp_hi, [&](auto clamp) { Rows3x3<decltype(clamp)::value>(d); });
   } else {
     Rows16::Rows(d);
   }

@@ -47,6 +47,7 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_ymm.h"
 #include "cc/core/dword_spread.h"
+#include "cc/core/epilogue.h"
 #include "cc/core/epilogue_avx2.h"
 
 namespace tf_fused_int8 {
@@ -437,11 +438,7 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
     Rows16::Rows(rest);
     return;
   }
-  if (d.clamp_hi) {
-    Rows3x3<true>(d, rest);
-  } else {
-    Rows3x3<false>(d, rest);
-  }
+  WithClampHi(d.clamp_hi, [&](auto clamp) { Rows3x3<decltype(clamp)::value>(d, rest); });
 }
 
 }  // namespace cpu

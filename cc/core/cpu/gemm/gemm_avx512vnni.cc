@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
@@ -426,11 +425,7 @@ __attribute__((always_inline)) inline void MicroTileBody(const TileContext& t) {
         }
       }
     };
-    if (t.ec->clamp_hi) {
-      epilogue(std::true_type{});
-    } else {
-      epilogue(std::false_type{});
-    }
+    WithClampHi(t.ec->clamp_hi, epilogue);
   } else {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {

@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
@@ -236,11 +235,7 @@ inline void YmmMicroTile(const YmmTileContext& t) {
                              t.count, t.out + (MR - 1) * t.ldo);
       }
     };
-    if (t.ec->clamp_hi) {
-      epilogue(std::true_type{});
-    } else {
-      epilogue(std::false_type{});
-    }
+    WithClampHi(t.ec->clamp_hi, epilogue);
   } else {
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
