@@ -37,15 +37,14 @@ void Run(const int8_t* first, int64_t rows, int64_t row_bytes, int64_t cols,
     const int8_t* w = first + i * step;
     int8_t* o = out + i * channels;
     for (int64_t c = 0; c < vec_end; c += 32) {
-      __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c));
-#pragma GCC unroll 4
-      for (int64_t r = 0; r < nr; ++r) {
-#pragma GCC unroll 4
-        for (int64_t k = r == 0 ? 1 : 0; k < nc; ++k) {
-          m = _mm256_max_epi8(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                     w + r * row_bytes + k * channels + c)));
-        }
-      }
+      const __m256i m = WindowMax<kRows, kCols>(
+          w + c, nr, nc, row_bytes, channels,
+          [](const int8_t* p) __attribute__((always_inline)) {
+            return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+          },
+          [](__m256i a, __m256i b) __attribute__((always_inline)) {
+            return _mm256_max_epi8(a, b);
+          });
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c), m);
     }
   }

@@ -34,23 +34,6 @@ void MaxPoolAvx512(const int8_t* const* rows, int64_t count, int64_t channels,
 
 namespace {
 
-// The max of one pixel's window at channels [c, c + 64) under `mask`;
-// kRows x kCols when both are given (> 0), else rows x cols.
-template <int kRows, int kCols>
-inline __m512i WindowMax(const int8_t* w, int64_t rows, int64_t cols,
-                         int64_t row_bytes, int64_t channels, __mmask64 mask) {
-  const int64_t nr = kRows > 0 ? kRows : rows, nc = kCols > 0 ? kCols : cols;
-  __m512i m = _mm512_maskz_loadu_epi8(mask, w);
-#pragma GCC unroll 4
-  for (int64_t r = 0; r < nr; ++r) {
-#pragma GCC unroll 4
-    for (int64_t k = r == 0 ? 1 : 0; k < nc; ++k) {
-      m = _mm512_max_epi8(m, _mm512_maskz_loadu_epi8(mask, w + r * row_bytes + k * channels));
-    }
-  }
-  return m;
-}
-
 template <int kRows, int kCols>
 void Run(const int8_t* first, int64_t rows, int64_t row_bytes, int64_t cols,
          int64_t stride_w, int64_t count, int64_t channels, int8_t* out) {
@@ -58,8 +41,14 @@ void Run(const int8_t* first, int64_t rows, int64_t row_bytes, int64_t cols,
   for (int64_t i = 0; i < count; ++i, first += step, out += channels) {
     for (int64_t c = 0; c < channels; c += 64) {
       const __mmask64 mask = ChannelMask(channels - c);
-      const __m512i m =
-          WindowMax<kRows, kCols>(first + c, rows, cols, row_bytes, channels, mask);
+      const __m512i m = WindowMax<kRows, kCols>(
+          first + c, rows, cols, row_bytes, channels,
+          [mask](const int8_t* p) __attribute__((always_inline)) {
+            return _mm512_maskz_loadu_epi8(mask, p);
+          },
+          [](__m512i a, __m512i b) __attribute__((always_inline)) {
+            return _mm512_max_epi8(a, b);
+          });
       _mm512_mask_storeu_epi8(out + c, mask, m);
     }
   }
