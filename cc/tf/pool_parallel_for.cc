@@ -47,10 +47,10 @@
 //    7x7x960 9.2 -> 6.8 us, 28x28x192 / 2 7.2 -> 4.8 us.
 //  * One call at a time runs through a lock-free slot (FastSlot): no
 //    allocation, no mutex, one atomic word that helpers spin on; a call that
-//    finds it taken (another op on another thread) posts a SharedRange as
+//    finds it taken (another op on another thread) posts a range of its own as
 //    before. Measured in TF before it (MobileNetV2 batch 1, two threads,
 //    InferenceRunner, Zen 5 VM, per-call counters): each split call spent
-//    0.28 us setting up its range (an allocated SharedRange, a mutex to
+//    0.28 us setting up its range (an allocated one, a mutex to
 //    post it), 0.10 us removing it, and the helper took its first unit 0.40
 //    us after the post, over 54 split calls a model call. The whole call,
 //    medians of 3000, the two builds' .so alternated: InferenceRunner lower
@@ -93,84 +93,19 @@ inline void CpuRelax() {
 #endif
 }
 
-struct SharedRange {
-  // Unclaimed chunks (of `grain` units) [front, back), packed as
-  // front << 32 | back. The caller claims from the front and helpers from
-  // the back, so that from one call to the next the caller keeps the first
-  // units and the helper the last ones: a model's layers split their
-  // pixels the same way, so each thread mostly reads rows it wrote itself
-  // (in its own L2) instead of the other core's.
-  std::atomic<uint64_t> ends{0};
-  std::atomic<int64_t> done{0};
-  int64_t total = 0, grain = 1;
-  const std::function<void(int64_t, int64_t)>* fn = nullptr;
-  std::mutex mu;
-  std::condition_variable cv;
-
-  // Returns the number of chunks.
-  int64_t Init(int64_t units, int64_t chunk) {
-    total = units;
-    grain = chunk;
-    const int64_t chunks = (units + chunk - 1) / chunk;
-    // front 0, back chunks
-    ends.store(static_cast<uint64_t>(chunks), std::memory_order_relaxed);
-    return chunks;
-  }
-
-  bool HasUnits() const {
-    const uint64_t e = ends.load(std::memory_order_relaxed);
-    return (e >> 32) < (e & 0xffffffffu);
-  }
-
-  // Claims one chunk from the front or the back; -1 when none is left.
-  int64_t Claim(bool from_front) {
-    uint64_t e = ends.load(std::memory_order_relaxed);
-    for (;;) {
-      const uint64_t front = e >> 32, back = e & 0xffffffffu;
-      if (front >= back) return -1;
-      const uint64_t next = from_front ? ((front + 1) << 32) | back
-                                       : (front << 32) | (back - 1);
-      if (ends.compare_exchange_weak(e, next, std::memory_order_relaxed)) {
-        return static_cast<int64_t>(from_front ? front : back - 1);
-      }
-    }
-  }
-
-  // Claims and runs chunks until none is left.
-  void Work(bool from_front) {
-    for (;;) {
-      const int64_t c = Claim(from_front);
-      if (c < 0) return;
-      const int64_t b = c * grain;
-      const int64_t e = std::min(total, b + grain);
-      (*fn)(b, e);
-      if (done.fetch_add(e - b, std::memory_order_acq_rel) + (e - b) == total) {
-        std::lock_guard<std::mutex> lock(mu);
-        cv.notify_all();
-      }
-    }
-  }
-
-  bool Done() const { return done.load(std::memory_order_acquire) == total; }
-};
-
-// The range of one call at a time, without a lock or an allocation
-// (SplitRange, cc/core/split_range.h): the calls of a model follow each
-// other from one thread, so nearly every call finds it free (a call that
-// does not, another op's on another thread, posts a SharedRange instead).
-class FastSlot {
+// One call's chunks (SplitRange, cc/core/split_range.h: the caller claims
+// from the front and helpers from the back, so that from one call to the
+// next the caller keeps the first units and the helper the last ones: a
+// model's layers split their pixels the same way, so each thread mostly
+// reads rows it wrote itself, in its own L2, instead of the other core's),
+// and the caller's wait for the last of them.
+class CallRange {
  public:
-  bool Acquire() {
-    bool expected = false;
-    return !busy_.load(std::memory_order_relaxed) &&
-           busy_.compare_exchange_strong(expected, true, std::memory_order_acquire);
-  }
-  void Release() { busy_.store(false, std::memory_order_release); }
-
   SplitRange& Range() { return range_; }
+  bool HasUnits() const { return range_.HasUnits(); }
 
-  // Claims and runs chunks of the published call until none is left, and
-  // wakes the caller if it sleeps on the last one (Wait).
+  // Claims and runs chunks until none is left, and wakes the caller if it
+  // sleeps on the last one (Wait).
   void Work(bool from_front) {
     if (range_.Work(from_front) && sleeping_.load(std::memory_order_seq_cst)) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -178,8 +113,9 @@ class FastSlot {
     }
   }
 
-  // Returns once every chunk of the published call has run: spins briefly,
-  // then sleeps until the thread running the last one wakes it.
+  // Returns once every chunk of the published call has run (the last ones
+  // may still be running on helpers): spins briefly, then sleeps until the
+  // thread running the last one wakes it.
   void Wait() {
     for (int spins = 0; !range_.Done() && spins < 20000; ++spins) CpuRelax();
     if (range_.Done()) return;
@@ -190,11 +126,29 @@ class FastSlot {
   }
 
  private:
-  std::atomic<bool> busy_{false};
   SplitRange range_;
   std::atomic<bool> sleeping_{false};
   std::mutex mu_;
   std::condition_variable cv_;
+};
+
+// The range of one call at a time, without a lock or an allocation: the
+// calls of a model follow each other from one thread, so nearly every call
+// finds it free (a call that does not, another op's on another thread,
+// posts a CallRange of its own instead).
+class FastSlot {
+ public:
+  bool Acquire() {
+    bool expected = false;
+    return !busy_.load(std::memory_order_relaxed) &&
+           busy_.compare_exchange_strong(expected, true, std::memory_order_acquire);
+  }
+  void Release() { busy_.store(false, std::memory_order_release); }
+  CallRange& Call() { return call_; }
+
+ private:
+  std::atomic<bool> busy_{false};
+  CallRange call_;
 };
 
 // TF_FUSED_INT8_SPLIT_SLOT=0 (read once) posts every call's range instead,
@@ -217,16 +171,16 @@ class Helpers {
     return *h;
   }
 
-  void Post(const std::shared_ptr<SharedRange>& r) {
+  void Post(const std::shared_ptr<CallRange>& r) {
     std::lock_guard<std::mutex> lock(mu_);
     open_.push_back(r);
     posted_.fetch_add(1, std::memory_order_release);
   }
 
-  void Remove(const SharedRange* r) {
+  void Remove(const CallRange* r) {
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(std::remove_if(open_.begin(), open_.end(),
-                               [r](const std::shared_ptr<SharedRange>& o) {
+                               [r](const std::shared_ptr<CallRange>& o) {
                                  return o.get() == r || !o->HasUnits();
                                }),
                 open_.end());
@@ -263,15 +217,15 @@ class Helpers {
       auto deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
       uint64_t seen = ~uint64_t{0};
       for (int spins = 0;; ++spins) {
-        if (fast_.Range().HasUnits()) {
-          fast_.Work(/*from_front=*/false);
+        if (fast_.Call().HasUnits()) {
+          fast_.Call().Work(/*from_front=*/false);
           deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
           continue;
         }
         const uint64_t posted = posted_.load(std::memory_order_acquire);
         if (posted != seen) {
           seen = posted;
-          std::shared_ptr<SharedRange> r = Take();
+          std::shared_ptr<CallRange> r = Take();
           if (r != nullptr) {
             r->Work(/*from_front=*/false);
             deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
@@ -289,13 +243,13 @@ class Helpers {
       // A range posted after the last look may have counted this helper as
       // alive and scheduled none: look once more (Post happens before the
       // poster's Ensure reads alive_; this decrement before this Take).
-      if (!fast_.Range().HasUnits() && Take() == nullptr) return;
+      if (!fast_.Call().HasUnits() && Take() == nullptr) return;
       alive_.fetch_add(1, std::memory_order_seq_cst);
     }
   }
 
  private:
-  std::shared_ptr<SharedRange> Take() {
+  std::shared_ptr<CallRange> Take() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& r : open_) {
       if (r->HasUnits()) return r;
@@ -305,7 +259,7 @@ class Helpers {
 
   FastSlot fast_;
   std::mutex mu_;
-  std::vector<std::shared_ptr<SharedRange>> open_;
+  std::vector<std::shared_ptr<CallRange>> open_;
   std::atomic<uint64_t> posted_{0};
   std::atomic<int> alive_{0};  // helper tasks scheduled and not yet ended
 };
@@ -332,39 +286,32 @@ ParallelFor PoolParallelFor(tensorflow::thread::ThreadPool* pool) {
       fn(0, total);
       return;
     }
+    // Units as the caller cut them, or about 8 a thread when there are many.
     const int64_t grain = std::max<int64_t>(1, total / (8 * int64_t{threads}));
     const int64_t chunks = (total + grain - 1) / grain;
-    FastSlot& fast = helpers.Fast();
-    if (FastSlotEnabled() && chunks <= SplitRange::kMaxChunks && fast.Acquire()) {
-      fast.Range().Publish(total, grain, &fn);
-      if (!small) {
-        helpers.Ensure(static_cast<int>(std::min<int64_t>(threads - 1, chunks - 1)), pool);
-      }
-      fast.Work(/*from_front=*/true);
-      fast.Wait();
-      fast.Release();
+    if (chunks > SplitRange::kMaxChunks) {  // beyond any pool's thread count
+      fn(0, total);
       return;
     }
-    auto range = std::make_shared<SharedRange>();
-    // Units as the caller cut them, or about 8 a thread when there are many
-    // (chunk counts stay far below 2^32).
-    const int64_t units = range->Init(total, grain);
-    range->fn = &fn;
-    const int want = static_cast<int>(std::min<int64_t>(threads - 1, units - 1));
-    helpers.Post(range);
+    const int want = static_cast<int>(std::min<int64_t>(threads - 1, chunks - 1));
+    FastSlot& fast = helpers.Fast();
+    const bool slot = FastSlotEnabled() && fast.Acquire();
+    std::shared_ptr<CallRange> posted;
+    CallRange* call = &fast.Call();
+    if (!slot) {
+      posted = std::make_shared<CallRange>();
+      call = posted.get();
+    }
+    call->Range().Publish(total, grain, &fn);
+    if (!slot) helpers.Post(posted);
     // Spinning helpers take the range at once; wake pool threads for the
     // rest (a helper woken needlessly finds nothing and spins out). A small
     // call wakes none.
     if (!small) helpers.Ensure(want, pool);
-    range->Work(/*from_front=*/true);
-    helpers.Remove(range.get());
-    // The last units may still be running on helpers: spin briefly, then
-    // sleep until they finish.
-    for (int spins = 0; !range->Done() && spins < 20000; ++spins) CpuRelax();
-    if (!range->Done()) {
-      std::unique_lock<std::mutex> lock(range->mu);
-      range->cv.wait(lock, [&] { return range->Done(); });
-    }
+    call->Work(/*from_front=*/true);
+    if (!slot) helpers.Remove(posted.get());
+    call->Wait();
+    if (slot) fast.Release();
     // From here on no unit runs: fn (the caller's) is never called again.
   };
   return pf;
