@@ -625,6 +625,140 @@ def test_batch_slices_give_the_same_bits(threads, split, sliced):
           "[4,5,5,8], got [4,7,7,8]") in got["error"], got["error"]
 
 
+def _wide_chain(rng, n=3):
+  """Wide early steps, a weight-heavy one later, residuals that cross every
+  step boundary: ImagePrefix's rule picks a prefix that depends on the L2
+  size, somewhere before step 6 (the 3x3 64 -> 128 on 12x12, whose filter
+  outweighs one image's activations)."""
+  specs = [  # (layer, input source, side source)
+      (QFC(48, 1, activation="relu"), 0, -1),
+      (QFC(48, 3, padding="same", groups=48, activation="relu"), 1, -1),
+      (QFC(16, 1, use_side_input=True), 2, 0),
+      (QFC(32, 3, strides=2, padding="same", activation="relu"), 3, -1),
+      (QFC(32, 1, use_side_input=True), 4, 4),
+      (QFC(64, 3, strides=2, padding="same", activation="relu"), 5, -1),
+      (QFC(128, 3, strides=2, padding="same"), 6, -1),
+      (QFC(8, 1), 7, -1)]
+  shapes = [(n, 96, 96, 16)]
+  for conv, src, _ in specs:
+    conv.build(shapes[src])
+    shapes.append(tuple(conv.compute_output_shape(shapes[src])))
+    weights = [rng.integers(-128, 128, conv.kernel.shape).astype(np.int8),
+               rng.normal(0, 3, conv.bias.shape).astype(np.float32),
+               np.full(conv.conv_input_scale.shape, 2e-4, np.float32)]
+    if conv.use_side_input:
+      weights.append(np.float32(0.5))
+    conv.set_weights(weights)
+  return ([c for c, _, _ in specs], [i for _, i, _ in specs],
+          [sd for _, _, sd in specs]), shapes
+
+
+def _expected_prefix(chain, shapes, l2_bytes):
+  """ImagePrefix's rule, restated: steps run image by image up to the
+  first one whose filter outweighs one image's input and output (and side
+  input), or whose activations for all the images fit in half the L2."""
+  convs, ins, sides = chain
+  n = shapes[0][0]
+  for i, (conv, src, side) in enumerate(zip(convs[:-1], ins, sides)):
+    per_image = lambda s: int(np.prod(s[1:]))  # pylint: disable=cell-var-from-loop
+    act = per_image(shapes[src]) + per_image(shapes[i + 1]) * (2 if side >= 0 else 1)
+    if int(np.prod(conv.kernel.shape)) > act or n * act <= l2_bytes // 2:
+      return i
+  return len(convs) - 1
+
+
+_IMAGE_PREFIX_CHILD = r"""
+import json, os, sys
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+import op_harness
+import test_conv_sequence as t
+from tf_fused_int8.benchmark import step_times
+rng = np.random.default_rng(5)
+wide, wide_shapes = t._wide_chain(rng)
+chains = [(t._block_chain(rng), (3, 7, 7, 8)),
+          (t.random_chain(rng, (1, 9, 8, 4), steps=6), (4, 9, 8, 4)),
+          (wide, wide_shapes[0])]
+import subprocess
+# What the kernel reads: glibc's sysconf(_SC_LEVEL2_CACHE_SIZE), which
+# getconf prints; 1 MiB where it says nothing.
+got = subprocess.run(["getconf", "LEVEL2_CACHE_SIZE"], capture_output=True,
+                     text=True, check=False).stdout.strip()
+l2 = int(got) if got.isdigit() and int(got) > 0 else 1 << 20
+result = {"by_image": [], "expected_auto": t._expected_prefix(wide, wide_shapes, l2)}
+for k, (chain, shape) in enumerate(chains):
+  steps = len(chain[0])
+  modes = ["0", "auto"] + [str(m) for m in range(1, steps + 2)]
+  xs = [rng.integers(-128, 128, shape).astype(np.int8),
+        np.full(shape, -128, np.int8)]
+  wants = [t.numpy_chain(x, *chain) for x in xs]
+  seq = t.Sequence(*chain)
+  for mode in modes:
+    if mode == "auto":
+      os.environ.pop("TF_FUSED_INT8_SEQUENCE_PREFIX", None)
+    else:
+      os.environ["TF_FUSED_INT8_SEQUENCE_PREFIX"] = mode
+    fn = tf.function(seq)  # a new kernel, made under this setting
+    step_times.read_step_times(clear=True)
+    for x, want in zip(xs, wants):
+      op_harness.assert_same_bits(fn(tf.constant(x)).numpy(), want,
+                                  f"chain {k} prefix {mode}")
+    whats = [r["what"] for r in step_times.read_step_times(clear=True)]
+    assert len(whats) == steps, whats
+    result["by_image"].append([k, mode, [w.endswith(" by image") for w in whats],
+                               whats[0]])
+print("RESULT " + json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_image_prefix_gives_the_same_bits(threads):
+  """Where one thread runs every step on several images (a pool of one
+  thread, or a batch slice), the first steps run image by image
+  (ImagePrefix), their outputs that later steps read gathered back into
+  whole-batch tensors: the reference's bits for every prefix forced with
+  TF_FUSED_INT8_SEQUENCE_PREFIX (every step boundary, residuals crossing
+  it, past the end), off, and the rule's own choice, which is the restated
+  rule's on a chain wide enough to use it. Two threads: batches 4 and the
+  wide chain's 3 run as slices (4) or split per step (3: no prefix). The
+  step-times table marks each step run by image. In a child process: TF's
+  thread count is fixed once per process."""
+  tests = os.path.dirname(os.path.abspath(__file__))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_FUSED_INT8_STEP_TIMES="1")
+  env.pop("TF_FUSED_INT8_SEQUENCE_PREFIX", None)
+  env["PYTHONPATH"] = os.pathsep.join(
+      [tests, os.path.dirname(tests), env.get("PYTHONPATH", "")])
+  r = subprocess.run([sys.executable, "-c", _IMAGE_PREFIX_CHILD, str(threads)],
+                     env=env, capture_output=True, text=True, timeout=900,
+                     check=False)
+  assert r.returncode == 0, r.stderr[-3000:]
+  (line,) = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+  got = json.loads(line[len("RESULT "):])
+  batches = {0: 3, 1: 4, 2: 3}
+  for k, mode, marks, first in got["by_image"]:
+    steps = len(marks)
+    images = batches[k]
+    # The images one thread runs: all of them on one thread; a slice of
+    # images / threads where the thread count divides the batch; none
+    # (each step split across the threads) otherwise.
+    per_thread = images if threads == 1 else (
+        images // threads if images % threads == 0 else 1)
+    if mode == "0" or per_thread < 2:
+      want = 0
+    elif mode == "auto":
+      want = got["expected_auto"] if k == 2 else None
+    else:
+      want = min(int(mode), steps - 1)
+    if want is None:
+      continue  # the small chains: whatever the rule gives, the bits above
+    assert marks == [i < want for i in range(steps)], (k, mode, marks)
+    # Described with the whole batch's (or slice's) image count.
+    assert first.startswith(f"{images}x"), (k, mode, first)
+  if threads == 1:
+    assert 0 < got["expected_auto"] < 6, got["expected_auto"]
+
+
 def test_step_times_are_recorded_only_when_asked(tmp_path):
   """TF_FUSED_INT8_STEP_TIMES=1 (tf_fused_int8.benchmark.step_times): every
   step of the sequence timed on every call, named by its shapes; nothing
