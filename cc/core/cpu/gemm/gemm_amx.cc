@@ -538,6 +538,7 @@ extern const IsaKernels kAmxKernels = {
     /*split_blocks=*/2,
     /*rows_first=*/true,
     /*panel_major_bytes=*/int64_t{1} << 20,
+    /*rows_first_small_filter=*/true,
 };
 
 }  // namespace cpu

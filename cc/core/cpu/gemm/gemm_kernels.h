@@ -291,8 +291,13 @@ struct IsaKernels {
   // the 14x14 expansions 1.04-1.24x slower). ResNet-50's layers at batch 1
   // keep their split (the filter outweighs the rows from 14x14x256 -> 1024
   // on); the 7x7 layers of MobileNetV2 too (7x7x160 -> 960 ran 1.13x slower
-  // split by rows: 154 KB of filter for 49 pixels). amx (rows_first above)
-  // and the ARM paths were not measured with it.
+  // split by rows: 154 KB of filter for 49 pixels). amx has it beside
+  // rows_first, which leaves MobileNetV2's 14x14x96 -> 576 expansions
+  // (576 channels > 2 x 196 pixels) to a channel split: bench_sequence,
+  // batch 1, two threads, Xeon with AMX, builds alternated five times,
+  // medians of per-step ratios, those expansions 0.80-0.88x and the
+  // depthwise layers after them 0.76-0.78x, the sum of the steps 0.96x
+  // (0.94-1.04). The ARM paths were not measured with it.
   bool rows_first_small_filter = false;
 };
 
