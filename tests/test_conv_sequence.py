@@ -489,7 +489,18 @@ def test_freezing_turns_the_sequence_into_the_tensor_op():
   ops = collections.Counter(n.op for n in frozen.graph.as_graph_def().node)
   assert ops["FusedInt8ConvSequence"] == 1, ops
   assert ops["ResourceFusedInt8ConvSequence"] == 0, ops
+  # Its two weight vectors as FusedInt8WeightConstant nodes: pinned packed
+  # weights, as the resource op's variables (cc/tf/weight_constant.h).
+  (seq_node,) = [n for n in frozen.graph.as_graph_def().node
+                 if n.op == "FusedInt8ConvSequence"]
+  sources = {n.name: n.op for n in frozen.graph.as_graph_def().node}
+  assert [sources[i] for i in seq_node.input[1:3]] == [
+      "FusedInt8WeightConstant"] * 2, seq_node
   got = frozen(tf.constant(x))
+  if op_harness.uses_packed_weights():
+    before = op_harness.pinned_hits()
+    frozen(tf.constant(x))
+    assert op_harness.pinned_hits() > before
   want = qmodel(x)
   # The outputs in the flattened dict's order (features, logits).
   assert len(got) == 2, got

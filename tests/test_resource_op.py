@@ -368,15 +368,91 @@ def test_function_graph_lists_the_variables_and_freezes_to_the_tensor_op():
   assert types["ResourceFusedInt8Conv2DBiasActivation"] == 0, types
   assert types["FusedInt8Conv2DBiasActivation"] == 2, types
   assert types["ReadVariableOp"] == 0, types
+  # Each of the six weights a FusedInt8WeightConstant (what keeps the
+  # packed weights pinned: cc/tf/weight_constant.h), none a plain Const.
+  assert types["FusedInt8WeightConstant"] == 6, types
+  consts = {n.name for n in graph_def.node if n.op == "FusedInt8WeightConstant"}
+  for n in graph_def.node:
+    if n.op == "FusedInt8Conv2DBiasActivation":
+      assert {n.input[i] for i in (1, 2, 4)} <= consts, n
   op_harness.assert_same_bits(frozen(x)[0].numpy(), want, "frozen")
+  if op_harness.uses_packed_weights():
+    before = op_harness.pinned_hits()
+    op_harness.assert_same_bits(frozen(x)[0].numpy(), want, "frozen again")
+    assert op_harness.pinned_hits() >= before + 2
 
   # The frozen GraphDef in a TF1 Session, as graph tools run it.
   graph = tf.Graph()
   with graph.as_default():
     tf.graph_util.import_graph_def(graph_def, name="")
   with tf.compat.v1.Session(graph=graph) as sess:
-    got = sess.run(frozen.outputs[0].name, {frozen.inputs[0].name: x.numpy()})
-  op_harness.assert_same_bits(got, want, "session")
+    for _ in range(2):
+      got = sess.run(frozen.outputs[0].name, {frozen.inputs[0].name: x.numpy()})
+      op_harness.assert_same_bits(got, want, "session")
+
+
+def test_only_weight_constants_pin_the_packed_weights():
+  """The tensor op pins its packed weights (no check of the filter bytes)
+  only for a FusedInt8WeightConstant's own buffer: not for a plain Const,
+  nor for a fed filter, even one fed from the same numpy buffer written
+  again between runs (a TF1 feed may wrap that memory), whose new bytes
+  must be seen. Sessions over one GraphDef: a weight constant, a Const and
+  a placeholder as the filter of three ops."""
+  if not op_harness.uses_packed_weights():
+    pytest.skip("this path packs no weights")
+  rng = np.random.default_rng(9)
+  w = rng.integers(-128, 128, (3, 3, 8, 16)).astype(np.int8)
+  bias = rng.normal(0, 5, 16).astype(np.float32)
+  scale = np.full(16, 0.02, np.float32)
+  x = rng.integers(-128, 128, (2, 9, 9, 8)).astype(np.int8)
+  raw = OPS.fused_int8_conv2d_bias_activation
+
+  def reference_of(filt):
+    return reference.fused_conv2d_reference(
+        x, filt, bias, conv_input_scale=scale, strides=(1, 1),
+        padding="SAME", activation="Relu")
+
+  graph = tf.Graph()
+  with graph.as_default():
+    xin = tf.compat.v1.placeholder(tf.int8, x.shape)
+    fed = tf.compat.v1.placeholder(tf.int8, w.shape)
+    const = tf.constant(w)
+    outs = []
+    for filt in (const, fed, const):
+      outs.append(raw(conv_input=xin, filter=filt, bias=tf.constant(bias),
+                      side_input=tf.zeros([0], tf.int8),
+                      conv_input_scale=tf.constant(scale),
+                      side_input_scale=tf.constant(0.0), strides=[1, 1, 1, 1],
+                      padding="SAME", activation_mode="Relu"))
+  graph_def = graph.as_graph_def()
+  # The third op's filter as the freezing hook makes it.
+  for n in graph_def.node:
+    if n.name == const.op.name:
+      weight = graph_def.node.add()
+      weight.CopyFrom(n)
+      weight.name = n.name + "_weight"
+      weight.op = "FusedInt8WeightConstant"
+  for n in graph_def.node:
+    if n.name == outs[2].op.name:
+      n.input[1] = const.op.name + "_weight"
+  run_graph = tf.Graph()
+  with run_graph.as_default():
+    tf.graph_util.import_graph_def(graph_def, name="")
+  names = [o.name for o in outs]
+  with tf.compat.v1.Session(graph=run_graph) as sess:
+    feed_w = w.copy()
+    for k in range(3):
+      if k == 2:
+        feed_w[...] = -feed_w - 1  # the same buffer, new bytes
+      pins = op_harness.pinned_hits()
+      got = sess.run(names, {xin.name: x, fed.name: feed_w})
+      op_harness.assert_same_bits(got[0], reference_of(w), f"const {k}")
+      op_harness.assert_same_bits(got[1], reference_of(feed_w), f"fed {k}")
+      op_harness.assert_same_bits(got[2], reference_of(w), f"weight constant {k}")
+      # One pinned use a run (the weight constant's); from the second run on
+      # it hits its own pinned packing.
+      if k > 0:
+        assert op_harness.pinned_hits() == pins + 1, (k, pins)
 
 
 def test_the_two_ops_have_the_same_signature_but_resource_inputs():

@@ -48,18 +48,16 @@ def test_runner_gives_the_models_bits_at_every_batch_size(builder):
       np.testing.assert_array_equal(again["logits"], got["logits"])
       np.testing.assert_array_equal(run(xb.astype(np.float64))["logits"],
                                     got["logits"])
-    # Frozen, then our ops' weights made session variables again (pinned
-    # packed weights): the resource ops, each weight a VarHandleOp filled
-    # once, and no other variable.
+    # Frozen: the tensor ops, each weight a FusedInt8WeightConstant (whose
+    # buffer pins the packed weights), and no variable.
     ops = collections.Counter(n.type for n in run._graph.get_operations())  # pylint: disable=protected-access
-    assert ops["ResourceFusedInt8ConvSequence"] == 1, ops
-    assert ops["FusedInt8ConvSequence"] == 0, ops
-    assert ops["FusedInt8Conv2DBiasActivation"] == 0, ops
-    resource_convs = ops["ResourceFusedInt8Conv2DBiasActivation"]
-    assert resource_convs >= 1, ops
-    assert ops["VarHandleOp"] == 2 + 3 * resource_convs, ops
-    assert ops["AssignVariableOp"] == ops["VarHandleOp"], ops
-    assert ops["ReadVariableOp"] == 0, ops
+    assert ops["FusedInt8ConvSequence"] == 1, ops
+    assert ops["ResourceFusedInt8ConvSequence"] == 0, ops
+    assert ops["ResourceFusedInt8Conv2DBiasActivation"] == 0, ops
+    convs = ops["FusedInt8Conv2DBiasActivation"]
+    assert convs >= 1, ops
+    assert ops["FusedInt8WeightConstant"] == 2 + 3 * convs, ops
+    assert ops["VarHandleOp"] == 0 and ops["ReadVariableOp"] == 0, ops
     # ...so the packed weights are used unchecked (pinned), as in the model.
     if op_harness.uses_packed_weights():
       before = op_harness.pinned_hits()

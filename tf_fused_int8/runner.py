@@ -10,10 +10,10 @@ in the calling thread and pays almost none of it.
 InferenceRunner(model) does what the interpreter does, in TensorFlow, with
 the same ops and the same bits as model(x): it traces the model once,
 freezes its variables into constants (ResourceFusedInt8ConvSequence and
-ResourceFusedInt8Conv2DBiasActivation become their tensor forms, see
-_freeze.py), gives our ops' weights back to them as variables of a Session
-of its own (_weights_to_session_variables: their packed weights then stay
-pinned), imports the graph into that Session and runs it through a callable whose run options say "run in the caller's thread"
+ResourceFusedInt8Conv2DBiasActivation become their tensor forms, reading
+FusedInt8WeightConstant nodes whose buffers keep their packed weights
+pinned: see _freeze.py), imports the graph into a Session of its own and
+runs it through a callable whose run options say "run in the caller's thread"
 (RunOptions.inter_op_thread_pool = -1). Parallel work inside our ops still
 uses TF's intra-op pool, whose size tf.config.threading sets, as for a
 tf.function.
@@ -22,11 +22,13 @@ Measured (AMD EPYC Zen 5, 2 vCPUs, KVM; quantize_model +
 fuse_conv_sequences models, tf.function and runner alternated in one
 process, medians of 11 rounds): MobileNetV2 at batch 1, 1155 -> 853 us on two
 threads (0.74x), 1564 -> 1380 us on one (0.88x); ResNet50 at batch 8 on one
-thread 0.997x. A first version that left the frozen weights as constants
-(the tensor ops then compare the filter bytes on every call: memcmp was
-2.8% of the perf samples of a one-thread loop) measured 0.86x on two
-threads and 0.90x on one, in an earlier run. The benchmark's models suite
-times both (`--suite=models`).
+thread 0.997x. A first version that left the frozen weights as plain
+constants (the tensor ops then compare the filter bytes on every call:
+memcmp was 2.8% of the perf samples of a one-thread loop) measured 0.86x on
+two threads and 0.90x on one, in an earlier run; until freezing made
+FusedInt8WeightConstant nodes, the runner turned the weights back into
+session variables to pin them. The benchmark's models suite times both
+(`--suite=models`).
 
 Inputs are taken as numpy arrays (or anything np.asarray accepts, tf.Tensors
 included) and outputs come back as numpy arrays, in the model's output
@@ -38,7 +40,6 @@ runner).
 import numpy as np
 import tensorflow as tf
 
-from tf_fused_int8 import _freeze
 from tf_fused_int8 import _loader
 
 
@@ -116,7 +117,6 @@ class InferenceRunner:
           f"InferenceRunner: the frozen graph has {len(feeds)} inputs where "
           f"the model has {len(self._specs)}: some state could not be frozen "
           "into constants")
-    init = _weights_to_session_variables(graph_def)
     self._graph = tf.Graph()
     with self._graph.as_default():
       if device is not None:
@@ -137,8 +137,6 @@ class InferenceRunner:
     # pool (what saves the two thread wake-ups of a tf.function call).
     options.run_options.inter_op_thread_pool = -1
     self._callable = self._session._make_callable_from_options(options)  # pylint: disable=protected-access
-    if init:
-      self._session.run(init)
     self._np_dtypes = [s.dtype.as_numpy_dtype for s in self._specs]
 
   @property
@@ -207,52 +205,6 @@ class InferenceRunner:
       self.close()
     except Exception:  # pylint: disable=broad-except
       pass  # interpreter shutdown
-
-
-def _weights_to_session_variables(graph_def):
-  """Gives our ops' frozen weights back to them as variables of the session.
-
-  Frozen, each of our ops reads its weights from Const nodes, as the tensor
-  op (FusedInt8ConvSequence, FusedInt8Conv2DBiasActivation). The tensor op
-  cannot know that a tensor never changes, so it checks its packed weights
-  against the filter on every call (a memcmp of the filter bytes: about 3% of
-  a MobileNetV2 call at batch 1 on one thread, measured with perf). A
-  variable's buffer pins them instead (what the resource op does in a Keras
-  model). So each such node becomes the resource op again, reading a
-  VarHandleOp that an AssignVariableOp fills from the same Const once, when
-  the runner is made. Returns the names of those assign ops (edits
-  graph_def in place).
-  """
-  nodes = {n.name: n for n in graph_def.node}
-  inits = []
-  for node in list(graph_def.node):
-    spec = _freeze.TENSOR_TO_RESOURCE.get(node.op)
-    if spec is None:
-      continue
-    resource_op, indices = spec
-    sources = [nodes.get(node.input[i]) if i < len(node.input) else None
-               for i in indices]
-    if not all(c is not None and c.op == "Const" for c in sources):
-      continue  # a weight computed in the graph: the tensor op stays
-    for i, const in zip(indices, sources):
-      handle = graph_def.node.add()
-      handle.name = f"{node.name}/tfi_weight_{i}"
-      handle.op = "VarHandleOp"
-      handle.device = node.device
-      handle.attr["dtype"].CopyFrom(const.attr["dtype"])
-      handle.attr["shape"].shape.CopyFrom(const.attr["value"].tensor.tensor_shape)
-      handle.attr["shared_name"].s = handle.name.encode()
-      handle.attr["container"].s = b""
-      assign = graph_def.node.add()
-      assign.name = handle.name + "/assign"
-      assign.op = "AssignVariableOp"
-      assign.device = node.device
-      assign.input.extend([handle.name, const.name])
-      assign.attr["dtype"].CopyFrom(const.attr["dtype"])
-      inits.append(assign.name)
-      node.input[i] = handle.name
-    node.op = resource_op
-  return inits
 
 
 def _shape_text(shape):

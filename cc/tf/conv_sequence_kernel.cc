@@ -40,6 +40,7 @@
 #include "cc/tf/cpu_conv.h"
 #include "cc/tf/pool_parallel_for.h"
 #include "cc/tf/step_times.h"
+#include "cc/tf/weight_constant.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -80,13 +81,16 @@ absl::Status InStep(int64_t i, const absl::Status& s) {
 
 // Input `index` (named `name`) as a tensor: the variable's value for the
 // resource op (*shared: its own buffer, see ReadVariableInput), else the
-// input itself (*shared = false: a tensor input may be a fresh buffer on every
+// input itself (*shared only for a FusedInt8WeightConstant's value: any
+// other tensor input may be a fresh buffer, or one written again, on every
 // call, so it pins nothing).
 absl::Status WeightInput(OpKernelContext* ctx, bool resource, int index,
                          const char* name, Tensor* value, bool* shared) {
   if (resource) return ReadVariableInput(ctx, index, name, value, shared);
   *value = ctx->input(index);
-  *shared = false;
+  // A frozen graph's FusedInt8WeightConstant is as immutable as a
+  // variable's buffer (weight_constant.h).
+  *shared = IsWeightConstant(*value);
   return absl::OkStatus();
 }
 

@@ -26,6 +26,7 @@
 #include "cc/tf/conv_validation.h"
 #include "cc/tf/cpu_conv.h"
 #include "cc/tf/pool_parallel_for.h"
+#include "cc/tf/weight_constant.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -175,8 +176,19 @@ class FusedInt8ConvCpuOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, ConvInputsFromContext(ctx),
-                                        WeightPins(), nullptr));
+    const ConvInputs in = ConvInputsFromContext(ctx);
+    // Weights from FusedInt8WeightConstant (a frozen graph's) pin the packed
+    // weights as a variable's buffer does (weight_constant.h); any other
+    // tensor is checked on every call.
+    WeightPins pins;
+    if (!attrs_.vect) {
+      if (IsWeightConstant(*in.filter)) pins.filter = std::make_shared<const Tensor>(*in.filter);
+      if (IsWeightConstant(*in.bias) && IsWeightConstant(*in.conv_input_scale)) {
+        pins.epilogue = std::make_shared<const std::pair<Tensor, Tensor>>(
+            *in.bias, *in.conv_input_scale);
+      }
+    }
+    OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, in, pins, nullptr));
   }
 
  private:

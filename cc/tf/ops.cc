@@ -528,6 +528,30 @@ ResourceFusedInt8ConvSequence with its two weight vectors as tensors (what
 freezing a graph makes of it): the same steps, the same bits. CPU only.
 )doc");
 
+REGISTER_OP("FusedInt8WeightConstant")
+    .Output("output: dtype")
+    .Attr("value: tensor")
+    .Attr("dtype: {int8, qint8, float}")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      const tensorflow::TensorProto* proto = nullptr;
+      TF_RETURN_IF_ERROR(c->GetAttr("value", &proto));
+      TF_RETURN_IF_ERROR(tensorflow::TensorShape::IsValidShape(proto->tensor_shape()));
+      tensorflow::TensorShape shape(proto->tensor_shape());
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->MakeShapeFromTensorShape(shape, &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+A constant, as Const, for the weights of the fused int8 ops: the same value
+and output, and a buffer that those ops know never changes, so that they
+keep their packed weights for it unchecked, as for a resource variable's
+buffer. Freezing a graph (convert_variables_to_constants_v2) makes their
+variables into these once tf_fused_int8 is imported. CPU only. Stateful so
+that no graph pass folds or merges it into a plain Const.
+)doc");
+
 REGISTER_OP("FusedInt8Quantize")
     .Input("x: float")
     .Output("q: int8")

@@ -1,0 +1,101 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// FusedInt8WeightConstant's kernel and the registry of its values
+// (weight_constant.h).
+#include "cc/tf/weight_constant.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.pb.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace tf_fused_int8 {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+
+// The live kernels' values, by data address (at most one live value per
+// address: each holds its buffer).
+struct Registry {
+  std::mutex mu;
+  std::unordered_multimap<const void*, Tensor> values;
+};
+
+Registry& Values() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+const void* Address(const Tensor& t) { return t.tensor_data().data(); }
+
+class WeightConstantOp : public OpKernel {
+ public:
+  explicit WeightConstantOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    const tensorflow::TensorProto* proto = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("value", &proto));
+    OP_REQUIRES_OK(ctx, ctx->device()->MakeTensorFromProto(
+                            *proto, tensorflow::AllocatorAttributes(), &value_));
+    OP_REQUIRES(ctx, value_.dtype() == ctx->output_type(0),
+                absl::InvalidArgumentError(
+                    "FusedInt8WeightConstant: value is " +
+                    tensorflow::DataTypeString(value_.dtype()) + ", dtype is " +
+                    tensorflow::DataTypeString(ctx->output_type(0))));
+    if (value_.NumElements() > 0) {
+      Registry& r = Values();
+      std::lock_guard<std::mutex> lock(r.mu);
+      r.values.emplace(Address(value_), value_);
+      registered_ = true;
+    }
+  }
+
+  ~WeightConstantOp() override {
+    if (!registered_) return;
+    Registry& r = Values();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto range = r.values.equal_range(Address(value_));
+    for (auto it = range.first; it != range.second; ++it) {
+      if (it->second.SharesBufferWith(value_)) {
+        r.values.erase(it);
+        break;
+      }
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, value_); }
+  bool IsExpensive() override { return false; }
+
+ private:
+  Tensor value_;
+  bool registered_ = false;
+};
+
+}  // namespace
+
+bool IsWeightConstant(const Tensor& t) {
+  if (!t.IsInitialized() || t.NumElements() == 0) return false;
+  Registry& r = Values();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto range = r.values.equal_range(Address(t));
+  for (auto it = range.first; it != range.second; ++it) {
+    const Tensor& v = it->second;
+    if (v.SharesBufferWith(t) && v.dtype() == t.dtype() &&
+        v.TotalBytes() == t.TotalBytes()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+REGISTER_KERNEL_BUILDER(Name("FusedInt8WeightConstant")
+                            .Device(tensorflow::DEVICE_CPU)
+                            .TypeConstraint("dtype", {tensorflow::DT_INT8,
+                                                      tensorflow::DT_QINT8,
+                                                      tensorflow::DT_FLOAT}),
+                        WeightConstantOp);
+
+}  // namespace tf_fused_int8
