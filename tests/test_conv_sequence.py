@@ -564,6 +564,26 @@ def test_shared_layers_and_two_model_inputs():
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+def _child_result(source, threads, **env_changes):
+  """Runs `source` in a child Python with `threads` as its argument (TF's
+  thread count is fixed once per process) and env_changes applied (None
+  removes a variable); returns the JSON of its "RESULT " line."""
+  tests = os.path.dirname(os.path.abspath(__file__))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  for k, v in env_changes.items():
+    if v is None:
+      env.pop(k, None)
+    else:
+      env[k] = v
+  env["PYTHONPATH"] = os.pathsep.join(
+      [tests, os.path.dirname(tests), env.get("PYTHONPATH", "")])
+  r = subprocess.run([sys.executable, "-c", source, str(threads)], env=env,
+                     capture_output=True, text=True, timeout=900, check=False)
+  assert r.returncode == 0, r.stderr[-3000:]
+  (line,) = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+  return json.loads(line[len("RESULT "):])
+
+
 _BATCH_SLICES_CHILD = r"""
 import ctypes, json, sys
 import numpy as np
@@ -618,17 +638,8 @@ def test_batch_slices_give_the_same_bits(threads, split, sliced):
   TF_FUSED_INT8_SEQUENCE_BATCH_SPLIT=0, run unsplit. A failing step is
   reported as the whole batch gives it. In a child process: TF's thread
   count is fixed once per process."""
-  tests = os.path.dirname(os.path.abspath(__file__))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-             TF_FUSED_INT8_SEQUENCE_BATCH_SPLIT=split)
-  env["PYTHONPATH"] = os.pathsep.join(
-      [tests, os.path.dirname(tests), env.get("PYTHONPATH", "")])
-  r = subprocess.run([sys.executable, "-c", _BATCH_SLICES_CHILD, str(threads)],
-                     env=env, capture_output=True, text=True, timeout=600,
-                     check=False)
-  assert r.returncode == 0, r.stderr[-3000:]
-  (line,) = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-  got = json.loads(line[len("RESULT "):])
+  got = _child_result(_BATCH_SLICES_CHILD, threads,
+                      TF_FUSED_INT8_SEQUENCE_BATCH_SPLIT=split)
   # Both calls (eager, graph) of every input of a batch split, or neither.
   want = {str(b): [2 if b in sliced else 0] for b in (1, 2, 3, 4, 6)}
   assert got["splits"] == want, got["splits"]
@@ -735,17 +746,8 @@ def test_image_prefix_gives_the_same_bits(threads):
   wide chain's 3 run as slices (4) or split per step (3: no prefix). The
   step-times table marks each step run by image. In a child process: TF's
   thread count is fixed once per process."""
-  tests = os.path.dirname(os.path.abspath(__file__))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_FUSED_INT8_STEP_TIMES="1")
-  env.pop("TF_FUSED_INT8_SEQUENCE_PREFIX", None)
-  env["PYTHONPATH"] = os.pathsep.join(
-      [tests, os.path.dirname(tests), env.get("PYTHONPATH", "")])
-  r = subprocess.run([sys.executable, "-c", _IMAGE_PREFIX_CHILD, str(threads)],
-                     env=env, capture_output=True, text=True, timeout=900,
-                     check=False)
-  assert r.returncode == 0, r.stderr[-3000:]
-  (line,) = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-  got = json.loads(line[len("RESULT "):])
+  got = _child_result(_IMAGE_PREFIX_CHILD, threads, TF_FUSED_INT8_STEP_TIMES="1",
+                      TF_FUSED_INT8_SEQUENCE_PREFIX=None)
   batches = {0: 3, 1: 4, 2: 3}
   for k, mode, marks, first in got["by_image"]:
     steps = len(marks)

@@ -14,9 +14,6 @@
 namespace tf_fused_int8 {
 namespace {
 
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 
 // The live kernels' values, by data address (at most one live value per
@@ -33,9 +30,9 @@ Registry& Values() {
 
 const void* Address(const Tensor& t) { return t.tensor_data().data(); }
 
-class WeightConstantOp : public OpKernel {
+class WeightConstantOp : public tensorflow::OpKernel {
  public:
-  explicit WeightConstantOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit WeightConstantOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     const tensorflow::TensorProto* proto = nullptr;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("value", &proto));
     OP_REQUIRES_OK(ctx, ctx->device()->MakeTensorFromProto(
@@ -66,7 +63,7 @@ class WeightConstantOp : public OpKernel {
     }
   }
 
-  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, value_); }
+  void Compute(tensorflow::OpKernelContext* ctx) override { ctx->set_output(0, value_); }
   bool IsExpensive() override { return false; }
 
  private:
