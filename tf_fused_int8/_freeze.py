@@ -40,6 +40,7 @@ def _resource_inputs(node):
   """The indices of a node's resource inputs, for the two resource ops."""
   return _RESOURCE_INPUTS if node.op == RESOURCE_OP else _SEQUENCE_RESOURCE_INPUTS
 
+
 # What the weights' Const nodes become (cc/tf/weight_constant.h): the same
 # value and output, in a buffer the tensor ops know never changes, so that
 # they keep their packed weights unchecked, as for a variable.
@@ -57,6 +58,7 @@ def _to_weight_constant(convertible):
     return
   if node.op == "Const" and node.attr["dtype"].type in _WEIGHT_CONSTANT_DTYPES:
     node.op = WEIGHT_CONSTANT_OP
+
 
 _installed = False
 
