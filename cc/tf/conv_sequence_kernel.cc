@@ -582,7 +582,6 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     for (int64_t i = 0; i < steps_ - 1; ++i) {
       const std::array<int64_t, 3>& in = hwc[input_sources_[i]];
       const int64_t* f = &filter_shapes_[4 * i];
-      const ConvAttrs& a = attrs_[i];
       ConvGeometry g;
       g.batch = 1;
       g.in_h = in[0];
@@ -594,15 +593,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       if (f[2] <= 0 || g.in_c % f[2] != 0) return 0;
       g.groups = g.in_c / f[2];
       if (g.out_c % g.groups != 0) return 0;
-      g.stride_h = a.stride_h;
-      g.stride_w = a.stride_w;
-      g.dilation_h = a.dilation_h;
-      g.dilation_w = a.dilation_w;
-      g.pad_top = a.pad_top;
-      g.pad_bottom = a.pad_bottom;
-      g.pad_left = a.pad_left;
-      g.pad_right = a.pad_right;
-      if (!ComputeGeometry(a.padding, &g).empty()) return 0;
+      if (!ComputeGeometryWithAttrs(attrs_[i], &g).empty()) return 0;
       hwc[i + 1] = {g.out_h, g.out_w, g.out_c};
       const int64_t activations =
           g.InputElements() + g.OutputElements() * (side_sources_[i] >= 0 ? 2 : 1);

@@ -234,6 +234,20 @@ ConvInputs ConvInputsFromContext(tensorflow::OpKernelContext* ctx) {
   return in;
 }
 
+std::string ComputeGeometryWithAttrs(const ConvAttrs& attrs, ConvGeometry* g) {
+  g->stride_h = attrs.stride_h;
+  g->stride_w = attrs.stride_w;
+  g->dilation_h = attrs.dilation_h;
+  g->dilation_w = attrs.dilation_w;
+  if (attrs.padding == Padding::kExplicit) {
+    g->pad_top = attrs.pad_top;
+    g->pad_bottom = attrs.pad_bottom;
+    g->pad_left = attrs.pad_left;
+    g->pad_right = attrs.pad_right;
+  }
+  return ComputeGeometry(attrs.padding, g);
+}
+
 absl::Status ValidateConvInputs(const ConvInputs& in, const ConvAttrs& attrs,
                                 ValidatedConv* out) {
   const Tensor& input = *in.input;
@@ -339,17 +353,7 @@ absl::Status ValidateConvInputs(const ConvInputs& in, const ConvAttrs& attrs,
     return absl::InvalidArgumentError("side_input_scale must be a scalar, got shape " +
                                       side_scale.shape().DebugString());
   }
-  g.stride_h = attrs.stride_h;
-  g.stride_w = attrs.stride_w;
-  g.dilation_h = attrs.dilation_h;
-  g.dilation_w = attrs.dilation_w;
-  if (attrs.padding == Padding::kExplicit) {
-    g.pad_top = attrs.pad_top;
-    g.pad_bottom = attrs.pad_bottom;
-    g.pad_left = attrs.pad_left;
-    g.pad_right = attrs.pad_right;
-  }
-  const std::string geo_error = ComputeGeometry(attrs.padding, &g);
+  const std::string geo_error = ComputeGeometryWithAttrs(attrs, &g);
   if (!geo_error.empty()) return absl::InvalidArgumentError(geo_error);
 
   out->output_shape =

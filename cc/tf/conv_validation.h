@@ -78,6 +78,10 @@ struct ConvInputs {
 // ConvInputs of an op whose inputs 0..5 are all tensors.
 ConvInputs ConvInputsFromContext(tensorflow::OpKernelContext* ctx);
 
+// ComputeGeometry for *g's sizes (batch, input and filter sizes, out_c,
+// groups) with `attrs`' strides, dilations and padding; "" or the message.
+std::string ComputeGeometryWithAttrs(const ConvAttrs& attrs, ConvGeometry* g);
+
 // Validates the inputs against `attrs` (including every dtype: filter and
 // side_input must have conv_input's, the rest float32). side_input_scale must
 // be readable on the host (host memory on GPU).
