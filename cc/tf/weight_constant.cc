@@ -16,11 +16,11 @@ namespace {
 
 using ::tensorflow::Tensor;
 
-// The live kernels' values, by data address (at most one live value per
-// address: each holds its buffer).
+// The live kernels' values, by data address (one live value per address:
+// each kernel holds its own buffer, from MakeTensorFromProto).
 struct Registry {
   std::mutex mu;
-  std::unordered_multimap<const void*, Tensor> values;
+  std::unordered_map<const void*, Tensor> values;
 };
 
 Registry& Values() {
@@ -45,22 +45,15 @@ class WeightConstantOp : public tensorflow::OpKernel {
     if (value_.NumElements() > 0) {
       Registry& r = Values();
       std::lock_guard<std::mutex> lock(r.mu);
-      r.values.emplace(Address(value_), value_);
-      registered_ = true;
+      r.values[Address(value_)] = value_;
     }
   }
 
   ~WeightConstantOp() override {
-    if (!registered_) return;
     Registry& r = Values();
     std::lock_guard<std::mutex> lock(r.mu);
-    auto range = r.values.equal_range(Address(value_));
-    for (auto it = range.first; it != range.second; ++it) {
-      if (it->second.SharesBufferWith(value_)) {
-        r.values.erase(it);
-        break;
-      }
-    }
+    const auto it = r.values.find(Address(value_));
+    if (it != r.values.end() && it->second.SharesBufferWith(value_)) r.values.erase(it);
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override { ctx->set_output(0, value_); }
@@ -68,7 +61,6 @@ class WeightConstantOp : public tensorflow::OpKernel {
 
  private:
   Tensor value_;
-  bool registered_ = false;
 };
 
 }  // namespace
@@ -77,15 +69,10 @@ bool IsWeightConstant(const Tensor& t) {
   if (!t.IsInitialized() || t.NumElements() == 0) return false;
   Registry& r = Values();
   std::lock_guard<std::mutex> lock(r.mu);
-  auto range = r.values.equal_range(Address(t));
-  for (auto it = range.first; it != range.second; ++it) {
-    const Tensor& v = it->second;
-    if (v.SharesBufferWith(t) && v.dtype() == t.dtype() &&
-        v.TotalBytes() == t.TotalBytes()) {
-      return true;
-    }
-  }
-  return false;
+  const auto it = r.values.find(Address(t));
+  if (it == r.values.end()) return false;
+  const Tensor& v = it->second;
+  return v.SharesBufferWith(t) && v.dtype() == t.dtype() && v.TotalBytes() == t.TotalBytes();
 }
 
 REGISTER_KERNEL_BUILDER(Name("FusedInt8WeightConstant")
