@@ -681,8 +681,8 @@ def _expected_prefix(chain, shapes, l2_bytes):
   input), or whose activations for all the images fit in half the L2."""
   convs, ins, sides = chain
   n = shapes[0][0]
+  per_image = lambda s: int(np.prod(s[1:]))  # pylint: disable=unnecessary-lambda-assignment
   for i, (conv, src, side) in enumerate(zip(convs[:-1], ins, sides)):
-    per_image = lambda s: int(np.prod(s[1:]))  # pylint: disable=cell-var-from-loop
     act = per_image(shapes[src]) + per_image(shapes[i + 1]) * (2 if side >= 0 else 1)
     if int(np.prod(conv.kernel.shape)) > act or n * act <= l2_bytes // 2:
       return i
