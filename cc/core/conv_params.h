@@ -103,6 +103,13 @@ struct FusedConvArgs {
   // A cached packing of a pinned filter keeps the pin, and later calls that
   // pass a pin for it skip the check against the filter (packed_weights.h).
   std::shared_ptr<const void> filter_pin;
+  // Optional. true: the caller promises that every input byte is in [0,
+  // 127] (it is the output of a convolution whose Relu or output_min made
+  // it so: the sequence op knows its steps'); the avx2 path then skips its
+  // own check of the input (dispatch.cc, Avx2Gemm). Never set it from
+  // anything less: a negative byte read as u8 by VPMADDUBSW gives a wrong
+  // answer.
+  bool input_non_negative = false;
   // Optional, the same promise for bias and conv_input_scale. The depthwise
   // kernels prepare all three once (depthwise.h's cache): a call that pins
   // both uses a prepared entry that was pinned too without comparing its

@@ -65,6 +65,10 @@ void RunReference(const FusedConvArgs& args);
 // calls to cpu/depthwise.h first).
 void RunPortable(const FusedConvArgs& args, const ParallelFor& parallel_for);
 
+// Tests only: how many avx2 GEMM calls so far took the kernels for inputs
+// in [0, 127] (gemm_avx2.cc's kAvx2NonNegativeKernels; dispatch.cc).
+int64_t Avx2NonNegativeCallsForTesting();
+
 }  // namespace tf_fused_int8
 
 #endif  // TF_FUSED_INT8_CC_CORE_FUSED_CONV_H_

@@ -1028,6 +1028,119 @@ void TestExtremeOperands() {
   std::printf("extreme operands: %d runs checked\n", runs);
 }
 
+// Inputs in [0, 127], as a Relu layer's output is: the avx2 path multiplies
+// them with VPMADDUBSW (gemm_avx2.cc: exact only there), told so
+// (FusedConvArgs::input_non_negative) or by its own check of the input.
+// Every path against the reference over a random sweep and at the extremes
+// (every activation 127 against weights of -128, 127 or both: pair sums of
+// -32512 and 32258, the largest VPMADDUBSW meets). Then inputs with one
+// negative byte at the edges of that check's 256-byte steps and in its
+// tail: a -128 read as u8 128 would change the result, so these pass only
+// on the int16 kernels, and must not be counted as non-negative calls.
+void TestNonNegativeInputs(int cases) {
+  const bool avx2_tested =
+      std::find_if(g_paths.begin(), g_paths.end(), [](KernelPath p) {
+        return p == KernelPath::kAvx2 || p == KernelPath::kAvx2Direct ||
+               p == KernelPath::kAvx2Winograd;
+      }) != g_paths.end();
+  int runs = 0;
+  const int64_t before = Avx2NonNegativeCallsForTesting();
+  std::mt19937 rng(8128);
+  for (int i = 0; i < std::max(8, cases / 4); ++i) {
+    Padding padding;
+    Buffers b;
+    FusedConvArgs a = MakeCase(&rng, &padding, &b);
+    for (auto& x : b.input) x = i % 2 ? static_cast<int8_t>(x & 0x7f) : std::max<int8_t>(x, 0);
+    a.input_non_negative = i % 3 != 0;
+    char what[64];
+    std::snprintf(what, sizeof(what), "non-negative input case %d", i);
+    runs += CheckAllPaths(a, what);
+  }
+  struct Geo { int64_t h, w, ci, k, co; };
+  const Geo geos[] = {
+      {3, 4, 13, 1, 17},   // K = 13: a partial group of 4
+      {4, 5, 5, 3, 33},    // K = 45
+      {2, 2, 1100, 1, 20},  // K = 1100: two K panels
+      {4, 5, 130, 3, 19},  // K = 1170, gathered windows
+  };
+  for (const Geo& geo : geos) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 2; g.in_h = geo.h; g.in_w = geo.w; g.in_c = geo.ci;
+    g.filter_h = g.filter_w = geo.k; g.out_c = geo.co;
+    EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "non-negative geometry");
+    std::vector<int8_t> input(g.InputElements()), filter(g.FilterElements());
+    std::vector<float> scale(g.out_c), bias(g.out_c);
+    const double max_acc = double(g.ReductionDepth()) * 127.0 * 128.0;
+    for (int64_t c = 0; c < g.out_c; ++c) {
+      scale[c] = float(254.0 / max_acc * double(c + 1) / double(g.out_c));
+      if (c % 3 == 1) scale[c] = -scale[c];
+      bias[c] = float(c % 7) - 3.0f + (c % 2 ? 0.5f : 0.0f);
+    }
+    a.input = input.data();
+    a.filter = filter.data();
+    a.bias = bias.data();
+    a.conv_input_scale = scale.data();
+    a.per_channel_scale = true;
+    // Weights: 0 all -128, 1 all 127, 2 alternating, 3 random.
+    for (int weights = 0; weights < 4; ++weights) {
+      for (size_t j = 0; j < filter.size(); ++j) {
+        filter[j] = static_cast<int8_t>(
+            weights == 0 ? -128 : weights == 1 ? 127
+            : weights == 2 ? (j % 2 ? 127 : -128) : int(rng() % 256) - 128);
+      }
+      // Activations: every one 127, or random in [0, 127].
+      for (int acts = 0; acts < 2; ++acts) {
+        for (auto& x : input) x = static_cast<int8_t>(acts == 0 ? 127 : rng() % 128);
+        for (Activation act : {Activation::kNone, Activation::kRelu}) {
+          a.activation = act;
+          a.input_non_negative = act == Activation::kRelu;
+          char what[96];
+          std::snprintf(what, sizeof(what), "non-negative extremes K %ld weights %d acts %d",
+                        long(g.ReductionDepth()), weights, acts);
+          runs += CheckAllPaths(a, what);
+        }
+      }
+    }
+  }
+  const int64_t non_negative_calls = Avx2NonNegativeCallsForTesting() - before;
+  EXPECT(!avx2_tested || non_negative_calls > 0,
+         "the avx2 paths never took their non-negative input kernels");
+  // One negative byte: a 1x1 convolution over 40 x 21 pixels of 16
+  // channels (13440 bytes: 52 steps of 256 and a tail of 128), every other
+  // activation 127 and every weight -128.
+  {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1; g.in_h = 40; g.in_w = 21; g.in_c = 16;
+    g.filter_h = g.filter_w = 1; g.out_c = 24;
+    EXPECT(ComputeGeometry(Padding::kValid, &g).empty(), "negative byte geometry");
+    std::vector<int8_t> filter(g.FilterElements(), -128);
+    std::vector<float> scale(1, 1.0f / 4096.0f), bias(g.out_c, 0.5f);
+    a.filter = filter.data();
+    a.bias = bias.data();
+    a.conv_input_scale = scale.data();
+    const int64_t n = g.InputElements();
+    const int64_t tail_start = n / 256 * 256;  // 13312
+    EXPECT(tail_start < n, "the input has a tail after its 256-byte steps");
+    for (int64_t pos : {int64_t{0}, int64_t{255}, int64_t{256}, n / 2 + 77,
+                        tail_start - 1, tail_start, n - 5, n - 1}) {
+      std::vector<int8_t> input(n, 127);
+      input[pos] = -128;
+      a.input = input.data();
+      const int64_t calls = Avx2NonNegativeCallsForTesting();
+      char what[64];
+      std::snprintf(what, sizeof(what), "one negative input byte at %ld of %ld",
+                    long(pos), long(n));
+      runs += CheckAllPaths(a, what);
+      EXPECT(Avx2NonNegativeCallsForTesting() == calls,
+             "%s: taken as a non-negative input", what);
+    }
+  }
+  std::printf("non-negative inputs: %d runs checked (%ld avx2 calls on them)\n", runs,
+              long(non_negative_calls));
+}
+
 // The side input is ONE fused multiply-add, fmaf(side, side_scale, y): a
 // kernel that rounds side * side_scale first (FMUL + FADD, or a contracted
 // mul + add in the other order) differs from it only where the second
@@ -2852,6 +2965,7 @@ int main() {
   TestEpilogueSpecialValues();
   TestUpperClampBound();
   TestExtremeOperands();
+  TestNonNegativeInputs(cases);
   TestSideInputFma();
   TestLayerShapes();
   TestGemv();

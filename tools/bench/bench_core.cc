@@ -30,6 +30,10 @@
 //   one per filter (as ResNet's residual adds: each read once per call).
 //   BENCH_CORE_DW_CACHE=0 makes depthwise calls prepare their weights on
 //   every call instead of once per filter (depthwise.h's cache).
+//   BENCH_CORE_INPUT=relu makes the input non-negative (max(x, 0), half
+//   zeros, as after a Relu layer; default: uniform int8); =relu_known also
+//   tells the kernels so (FusedConvArgs::input_non_negative), as the
+//   sequence op does for a Relu step's output.
 //   BENCH_CORE_IN_PLACE=1 (2) makes the AVX-512 VNNI GEMM read rows in place
 //   wherever it can (gather every row) instead of its per-CPU choice.
 #include <algorithm>
@@ -92,6 +96,11 @@ int main(int argc, char** argv) {
   std::vector<std::vector<int8_t>> ws(rotate, std::vector<int8_t>(g.FilterElements())),
       outs(rotate, std::vector<int8_t>(g.OutputElements()));
   for (auto& v : x) v = static_cast<int8_t>(u8(rng));
+  const char* input_env = std::getenv("BENCH_CORE_INPUT");
+  const std::string input_kind = input_env != nullptr ? input_env : "";
+  if (input_kind == "relu" || input_kind == "relu_known") {
+    for (auto& v : x) v = std::max<int8_t>(v, 0);
+  }
   for (auto& w : ws) {
     for (auto& v : w) v = static_cast<int8_t>(u8(rng));
   }
@@ -106,6 +115,7 @@ int main(int argc, char** argv) {
   a.per_channel_scale = true;
   a.activation = Activation::kRelu;
   a.output = outs[0].data();
+  a.input_non_negative = input_kind == "relu_known";
   // BENCH_CORE_LUT=1: an output lookup table (a random one), applied after
   // the kernel as the op does with output_lut.
   std::vector<int8_t> lut(256);

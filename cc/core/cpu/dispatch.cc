@@ -10,6 +10,8 @@
 // #if, so this file compiles for either (and for any other CPU, with the
 // portable kernel only). Every path name parses everywhere; a path absent
 // from the build is "not available", like one the CPU lacks.
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -237,6 +239,24 @@ std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
 
 namespace {
 
+std::atomic<int64_t> g_avx2_non_negative_calls{0};
+
+#if defined(__x86_64__)
+// The avx2 GEMM kernels for this call: VPMADDUBSW on an input whose every
+// byte is in [0, 127] (the caller's promise, FusedConvArgs::
+// input_non_negative, or checked here: a scan that a signed input usually
+// ends within its first 256 bytes), the int16 kernels otherwise
+// (gemm_avx2.cc).
+const cpu::IsaKernels& Avx2Gemm(const FusedConvArgs& a) {
+  const bool non_negative =
+      a.input_non_negative ||
+      cpu::InputNonNegativeAvx2(a.input, a.geo.InputElements());
+  if (!non_negative) return cpu::kAvx2Kernels;
+  g_avx2_non_negative_calls.fetch_add(1, std::memory_order_relaxed);
+  return cpu::kAvx2NonNegativeKernels;
+}
+#endif
+
 // One groups == 1 call on a resolved, non-reference path; one_group: it is
 // one group of a grouped call (RunPerGroup). Returns whether the output
 // lookup table (args.output_lut) was applied: the GEMM driver applies it
@@ -256,10 +276,10 @@ bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
         cpu::RunWinograd(args, cpu::kWinogradAvx2, parallel_for, cache_key);
         return false;
       }
-      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key, lut);
+      cpu::RunGemmConv(args, Avx2Gemm(args), parallel_for, cache_key, lut);
       return true;
     case KernelPath::kAvx2Direct:
-      cpu::RunGemmConv(args, cpu::kAvx2Kernels, parallel_for, cache_key, lut);
+      cpu::RunGemmConv(args, Avx2Gemm(args), parallel_for, cache_key, lut);
       return true;
     case KernelPath::kAvxVnni:
       cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key, lut);
@@ -340,6 +360,10 @@ DepthwiseKernel DepthwiseKernelFor(KernelPath path) {
 }
 
 }  // namespace
+
+int64_t Avx2NonNegativeCallsForTesting() {
+  return g_avx2_non_negative_calls.load(std::memory_order_relaxed);
+}
 
 std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
                          const ParallelFor& parallel_for) {

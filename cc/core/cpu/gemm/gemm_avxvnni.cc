@@ -16,6 +16,7 @@ namespace {
 
 struct VnniPolicy {
   static constexpr bool kInt16 = false;
+  static constexpr bool kShift = true;
   static __m256i Dot(__m256i acc, __m256i a, __m256i b) {
     return _mm256_dpbusd_avx_epi32(acc, a, b);
   }

@@ -26,7 +26,10 @@
 //    int32 wraparound makes this exact even where the shifted sum itself
 //    would exceed int32, because the true sum fits (ComputeGeometry checks).
 //  * AVX2 path: A and B are int16 (sign-extended int8), VPMADDWD sums two
-//    exact int16 products per int32 lane (never the saturating VPMADDUBSW).
+//    exact int16 products per int32 lane; for an input known to be in [0,
+//    127], A is the input bytes and B int8 groups of 4 (kFormatYmmU8), and
+//    VPMADDUBSW, which cannot saturate on such bytes, sums pairs of
+//    products exactly (gemm_avx2.cc).
 //  * aarch64 paths (neon, dotprod, i8mm): A and B are int8 as they are;
 //    SMULL + SADALP (int8 products widened exactly to int16, pairs added
 //    into int32), SDOT and SMMLA all multiply signed by signed, so there is
@@ -311,10 +314,16 @@ int64_t PackedGroups(const IsaKernels& isa, int64_t k);
 extern const IsaKernels kAvx512VnniKernels;
 extern const IsaKernels kAvxVnniKernels;
 extern const IsaKernels kAvx2Kernels;
+// avx2 for an input whose every byte is in [0, 127] (gemm_avx2.cc).
+extern const IsaKernels kAvx2NonNegativeKernels;
 extern const IsaKernels kNeonKernels;
 extern const IsaKernels kDotprodKernels;
 extern const IsaKernels kI8mmKernels;
 extern const IsaKernels kAmxKernels;
+
+// Whether every one of the n bytes at x is in [0, 127] (gemm_avx2.cc,
+// AVX2 code: call only where the avx2 path runs).
+bool InputNonNegativeAvx2(const int8_t* x, int64_t n);
 
 // avx512vnni's GEMV (gemm_avx512vnni.cc), which the amx path shares: it
 // reads the filter in place, so it has no tiles to gain.

@@ -1,11 +1,19 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // The 256-bit kernels shared by gemm_avxvnni.cc (u8 x s8 VPDPBUSD, VEX) and
-// gemm_avx2.cc (int16 x int16 VPMADDWD + VPADDD, exact; never the
-// saturating VPMADDUBSW): micro-tile 6 pixels x 16 channels (12 ymm
+// gemm_avx2.cc (int16 x int16 VPMADDWD + VPADDD, exact; and, for inputs
+// known to be non-negative, VPMADDUBSW + VPMADDWD + VPADDD, exact there
+// only: see gemm_avx2.cc): micro-tile 6 pixels x 16 channels (12 ymm
 // accumulators, 2 ymm of weights, 1 broadcast), weights in kFormatYmmU8 /
 // kFormatYmmI16 (gemm_kernels.h: 16-channel blocks, natural order, one int32 lane
 // of 4 bytes per channel and k-group), epilogue cc/core/epilogue_avx2.h.
+//
+// An operand policy names its A form with two flags: kInt16 (A and B are
+// int16 pairs, kFormatYmmI16) and, for the byte forms (kFormatYmmU8),
+// kShift: A is x ^ 0x80 = x + 128 and the accumulators start at -128 *
+// sum(w) (VPDPBUSD, any int8 input), or, without it, A is the int8 input
+// as it is, which the policy may read as u8 only because every byte is in
+// [0, 127] (the accumulators start at zero).
 //
 // Include ONLY from those two files (needs -mavx2 -mfma); everything is a
 // template on the operand policy or has internal linkage, so each includer
@@ -88,10 +96,10 @@ bool PanelYmm(const PanelArgs& p) {
 }
 
 // Im2ColSlice's copy policy (gemm_isa_common.h) for the A operand form:
-// u8 (kInt16 false): 32 inputs a vector, x ^ 0x80, padding 0x80 (a zero
-// activation); int16: 16 inputs a vector sign-extended to 16 int16,
-// padding 0. A partial load goes through a zeroed copy (AVX2 has no masked
-// byte loads).
+// int16 (kInt16): 16 inputs a vector sign-extended to 16 int16, padding 0;
+// u8 (kShift): 32 inputs a vector, x ^ 0x80, padding 0x80 (a zero
+// activation); otherwise the int8 bytes as they are, padding 0. A partial
+// load goes through a zeroed copy (AVX2 has no masked byte loads).
 template <bool kInt16>
 struct YmmCopyInput {
   using Vec = __m256i;
@@ -101,7 +109,7 @@ struct YmmCopyInput<true> {
   using Vec = __m128i;
 };
 
-template <bool kInt16>
+template <bool kInt16, bool kShift>
 struct YmmCopy {
   using Vec = typename YmmCopyInput<kInt16>::Vec;
   static constexpr int64_t kElemBytes = kInt16 ? 2 : 1;
@@ -120,15 +128,17 @@ struct YmmCopy {
     __m256i a;
     if constexpr (kInt16) {
       a = _mm256_cvtepi8_epi16(v);
-    } else {
+    } else if constexpr (kShift) {
       a = _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
+    } else {
+      a = v;
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), a);
   }
   static void StorePad(uint8_t* dst) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
-                        kInt16 ? _mm256_setzero_si256()
-                               : _mm256_set1_epi8(static_cast<char>(0x80)));
+                        kShift ? _mm256_set1_epi8(static_cast<char>(0x80))
+                               : _mm256_setzero_si256());
   }
   // 16 inputs (gemm_isa_common.h HasCopy16: the short runs of a stem's
   // windows, CopyWindows): 16 int16 (32 bytes) or 16 u8. bench_core, one
@@ -139,9 +149,11 @@ struct YmmCopy {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
     if constexpr (kInt16) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_cvtepi8_epi16(v));
-    } else {
+    } else if constexpr (kShift) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
                        _mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80))));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), v);
     }
   }
 };
@@ -168,7 +180,8 @@ struct YmmTileContext {
   int count;  // valid channels in the block
 };
 
-// Policy: static __m256i Dot(__m256i acc, __m256i a, __m256i b).
+// Policy: static __m256i Dot(__m256i acc, __m256i a, __m256i b), kInt16,
+// kShift (see the top of this file).
 template <class Policy, int MR>
 inline void YmmMicroTile(const YmmTileContext& t) {
   __m256i acc[MR][2];
@@ -245,11 +258,12 @@ inline void YmmMicroTile(const YmmTileContext& t) {
   }
 }
 
-// sum_k w[k][c] of a packed panel added to sums[16]: u8 ones x the panel's
-// bytes (VNNI), or int16 ones x int16 pairs (AVX2), exact.
+// sum_k w[k][c] of a packed byte panel added to sums[16]: u8 ones x the
+// panel's bytes (VNNI; only kShift policies need the sums), exact.
 template <class Policy>
 inline void YmmAddPanelSums(const int8_t* panel, int64_t groups, int32_t* sums) {
-  const __m256i ones = Policy::kInt16 ? _mm256_set1_epi16(1) : _mm256_set1_epi8(1);
+  static_assert(Policy::kShift, "only the shifted u8 form has column offsets");
+  const __m256i ones = _mm256_set1_epi8(1);
   __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums));
   __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + 8));
   for (int64_t g = 0; g < groups; ++g, panel += kYmmGroupBytes) {
@@ -322,7 +336,7 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       if (cached) {
         const int8_t* data = t.w->data;
         tc.panel = data + (nb * groups + g0) * kYmmGroupBytes;
-        tc.init = t.w->col_offset + n0;
+        tc.init = Policy::kShift ? t.w->col_offset + n0 : kZeros;
         tc.from_partial = !first;
         tc.add = nullptr;
         if (b + 1 < nblocks) {
@@ -344,10 +358,12 @@ bool GemmTileYmm(const GemmTileArgs& t) {
         pa.verify = false;
         PanelYmm<Policy::kInt16>(pa);
         int32_t* sums = t.col_sums + b * kYmmBlock;
-        if (!Policy::kInt16) YmmAddPanelSums<Policy>(t.panel_buffer, g1 - g0, sums);
+        if constexpr (Policy::kShift) {
+          YmmAddPanelSums<Policy>(t.panel_buffer, g1 - g0, sums);
+        }
         if (tc.last) {
           for (int64_t p = 0; p < kYmmBlock; ++p) {
-            offset[p] = Policy::kInt16 ? 0 : static_cast<int32_t>(
+            offset[p] = !Policy::kShift ? 0 : static_cast<int32_t>(
                 0u - (static_cast<uint32_t>(sums[p]) << 7));
           }
         }
@@ -360,8 +376,8 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       const bool out_ahead =
           tc.last && b == 0 && HoldsWholeRows(t, kYmmBlock) && IsDirectGemm(*t.geo);
       int64_t r = 0;
-      PanelRows<YmmCopy<Policy::kInt16>> rows(t, b == 0, nblocks == 1, kpg * g0,
-                                              kpg * g1);
+      PanelRows<YmmCopy<Policy::kInt16, Policy::kShift>> rows(t, b == 0, nblocks == 1,
+                                                              kpg * g0, kpg * g1);
       TileLineShare share(next_lines, tiles);
       for (int64_t mt = 0; mt < tiles; ++mt) {
         if (next != nullptr) {
