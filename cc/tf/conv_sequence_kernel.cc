@@ -285,6 +285,19 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       v.output_max = maxes[i];
       OP_REQUIRES_OK(ctx, InStep(i, MakeConvAttrs(v, &attrs_[i])));
     }
+    // A step whose input is an earlier step's output that Relu or
+    // output_min keeps in [0, 127] (and no output_lut maps elsewhere) tells
+    // the kernels so (CpuConvOptions::input_non_negative): the avx2 path
+    // then skips its check of the input.
+    input_non_negative_.assign(steps_, false);
+    for (int64_t i = 0; i < steps_; ++i) {
+      const int64_t src = input_sources_[i];
+      if (src == 0) continue;
+      const ConvAttrs& producer = attrs_[src - 1];
+      int32_t lo, hi;
+      OutputBounds(producer.activation, producer.output_min, producer.output_max, &lo, &hi);
+      input_non_negative_[i] = lo >= 0 && producer.output_lut.empty();
+    }
     filter_total_ = filter_end;
     epilogue_total_ = epilogue_end;
     no_side_ = Tensor(tensorflow::DT_INT8, TensorShape({0}));
@@ -529,9 +542,11 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       const bool last = i == steps_ - 1;
       const auto t0 = record ? std::chrono::steady_clock::now()
                              : std::chrono::steady_clock::time_point();
+      CpuConvOptions step_options = options;
+      step_options.input_non_negative = input_non_negative_[i];
       TF_RETURN_IF_ERROR(InStep(i, RunFusedConvCpu(ctx, attrs_[i], in, pin,
                                                    last ? out : &sources[i + 1],
-                                                   options)));
+                                                   step_options)));
       if (record) {
         const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::steady_clock::now() - t0)
@@ -643,6 +658,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   std::vector<int64_t> last_reader_;
   std::vector<StepLayout> layout_;
   std::vector<ConvAttrs> attrs_;
+  // Whether step i's input is known to be in [0, 127] (see the constructor).
+  std::vector<bool> input_non_negative_;
   Tensor no_side_, zero_scale_;
   // TF_FUSED_INT8_STEP_TIMES=1 when the kernel was made (step_times.h).
   bool time_steps_ = StepTimesRequested();

@@ -25,6 +25,9 @@ struct CpuConvOptions {
   // slices). NHWC only (the NCHW_VECT_C conversion buffers come from the
   // context).
   bool plain_temp = false;
+  // The input is known to be in [0, 127]: FusedConvArgs::input_non_negative
+  // (the sequence op sets it for a step that reads a Relu step's output).
+  bool input_non_negative = false;
 };
 
 // FusedConvArgs::filter_pin and epilogue_pin for an NHWC call (each may be

@@ -86,6 +86,7 @@ absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
   args.output_min = attrs.output_min;
   args.output_max = attrs.output_max;
   args.output_lut = attrs.output_lut.empty() ? nullptr : attrs.output_lut.data();
+  args.input_non_negative = options.input_non_negative;
 
   Tensor input_nhwc, filter_hwio, side_nhwc, output_nhwc;
   if (!attrs.vect) {
