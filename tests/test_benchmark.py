@@ -386,6 +386,33 @@ def test_layer_cases_and_names():
     benchmark.layer_cases(["7"], 1)
 
 
+def test_layer_inputs_are_as_in_the_model(tmp_path):
+  """--layer_inputs=model (the default): a layer that reads a ReLU's output
+  in its model gets max(x, 0) (our avx2 path is faster on such inputs);
+  stems, MobileNetV2's expansions and custom specs keep uniform int8."""
+  def relu(suite, custom=False):
+    return [cases.reads_relu_output(suite, c, custom)
+            for c in cases.suite_cases(suite, 1)]
+  assert relu("resnet50") == [True] * 6 + [False]  # the stem is last
+  assert not any(relu("resnet50", custom=True))
+  assert all(relu("mobilenet_v2_dw"))
+  mnv2 = {benchmark.layer_name(c): r for c, r in
+          zip(cases.suite_cases("mobilenet_v2", 1), relu("mobilenet_v2"))}
+  assert not mnv2["224x224x3 3x3x32 s2"]          # stem
+  assert mnv2["112x112x32 3x3x32 s1 dw"]          # depthwise
+  assert mnv2["112x112x32 1x1x16 s1"]             # projection
+  assert not mnv2["112x112x16 1x1x96 s1"]         # expansion
+  assert not mnv2["7x7x320 1x1x1280 s1"]          # reads a projection
+  for layer_inputs, lowest in (("model", 0), ("uniform", -128)):
+    r = _run_cli("--suite=mobilenet_v2_dw", "--layers=9", *QUICK,
+                 "--probes=false", "--tf_int8=false", "--fp32=false",
+                 f"--layer_inputs={layer_inputs}", f"--work_dir={tmp_path}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    x = np.load(tmp_path / "layer.npz")["x"]
+    assert x.shape == (1, 7, 7, 960) and x.min() == lowest and x.max() == 127
+    assert ("layer inputs: as in the model" in r.stdout) == (lowest == 0)
+
+
 def _row(impl, gops, exact=True, **kw):
   r = dict(suite="resnet50", layer="L", batch=1, threads=2, impl=impl,
            mode=None, forced=None, ms=1.0, gops=gops, exact=exact,

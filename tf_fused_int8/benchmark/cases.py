@@ -65,6 +65,23 @@ def layer_cases(layer_specs, batch, suite="resnet50"):
   return cases
 
 
+def reads_relu_output(suite, case, custom):
+  """Whether `case` reads a ReLU's output in the suite's model, so its input
+  is in [0, 127] there: every ResNet-50 layer but the stem (3 channels);
+  MobileNetV2's depthwise layers and its 1x1 projections (fewer output than
+  input channels), not its stem or its expansions, which read a linear
+  projection plus its residual. Custom --layers specs (`custom`) are not
+  from a model: False."""
+  if custom or case.in_channels == 3:
+    return False
+  if suite == "resnet50":
+    return True
+  if is_depthwise(case):
+    return True
+  return (suite == "mobilenet_v2" and case.kernel_h == case.kernel_w == 1
+          and case.out_channels < case.in_channels)
+
+
 def layer_name(case):
   name = (f"{case.height}x{case.width}x{case.in_channels} "
           f"{case.kernel_h}x{case.kernel_w}x{case.out_channels} "

@@ -91,6 +91,14 @@ def define_flags():
       "onnxruntime_s8), torch (= torch_x86,torch_onednn), openvino "
       "(= openvino_fp32,openvino_int8; models suite), or all. The peers "
       f"but litert need the venv of {SETUP_PEERS}.")
+  flags.DEFINE_enum(
+      "layer_inputs", "model", ["model", "uniform"],
+      "Layer suites' inputs: uniform int8, or (model) as the layer reads "
+      "them in its model: max(x, 0) of the same random x for a layer that "
+      "reads a ReLU's output there (every ResNet-50 layer but the stem; "
+      "MobileNetV2's depthwise layers and 1x1 projections), uniform for the "
+      "rest and for custom --layers specs. Our avx2 path multiplies inputs "
+      "in [0, 127] with exact VPMADDUBSW, faster than on signed ones.")
   flags.DEFINE_list("models", ["ResNet50", "MobileNetV2"],
                     "--suite=models: keras.applications models.")
   flags.DEFINE_integer("calibration_images", 8,
@@ -463,6 +471,10 @@ def peak_for(impl_kernel, spec, peaks):
 
 def run_layers(impls, work_dir, notes):
   rows = []
+  if FLAGS.layer_inputs == "model":
+    notes.add("layer inputs: as in the model (--layer_inputs): max(x, 0) "
+              "where the layer reads a ReLU's output there, uniform int8 "
+              "for the rest")
   probes = ProbeCache(work_dir)
   for threads in (int(t) for t in FLAGS.threads):
     workers = start_workers(impls, threads, work_dir, notes)
@@ -492,6 +504,10 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
   spec = cases_lib.layer_spec(case)
   spec["paths"] = list(FLAGS.paths)
   inputs = testing.make_inputs(case, seed=0)
+  if FLAGS.layer_inputs == "model":
+    custom = case not in cases_lib.suite_cases(FLAGS.suite, case.batch)
+    if cases_lib.reads_relu_output(FLAGS.suite, case, custom):
+      inputs["conv_input"] = np.maximum(inputs["conv_input"], 0)
   data = os.path.join(work_dir, "layer.npz")
   np.savez(data, x=inputs["conv_input"], w=inputs["filter"],
            bias=inputs["bias"], scale=inputs["conv_input_scale"])
