@@ -131,7 +131,8 @@ def test_peak_measures_this_cpus_instructions(quick_run):
   peak = {r["layer"]: r for r in rows if r["suite"] == "peak"}
   assert all(r["impl"] == "peak_" + name for name, r in peak.items())
   cpu = _cpu_flags()
-  want = {"vpmaddwd_ymm": {"avx2"}, "fma_ymm": {"avx2", "fma"},
+  want = {"vpmaddwd_ymm": {"avx2"}, "vpmaddubsw_ymm": {"avx2"},
+          "fma_ymm": {"avx2", "fma"},
           "vpdpbusd_ymm": {"avx_vnni"},
           "vpdpbusd_zmm": {"avx512f", "avx512bw", "avx512vl", "avx512dq",
                            "avx512_vnni"},
@@ -411,6 +412,23 @@ def test_layer_inputs_are_as_in_the_model(tmp_path):
     x = np.load(tmp_path / "layer.npz")["x"]
     assert x.shape == (1, 7, 7, 960) and x.min() == lowest and x.max() == 127
     assert ("layer inputs: as in the model" in r.stdout) == (lowest == 0)
+
+
+def test_rows_are_set_against_the_instructions_that_ran():
+  """%peak: the avx2 GEMM on a non-negative input against the VPMADDUBSW
+  loop, its Winograd and signed inputs against VPMADDWD."""
+  from tf_fused_int8.benchmark import cli  # pylint: disable=import-outside-toplevel
+  peaks = {"vpmaddwd_ymm": 1.0, "vpmaddubsw_ymm": 2.0, "vpdpbusd_zmm": 3.0}
+  def spec(k, stride=1, **kw):
+    return dict(kernel_h=k, kernel_w=k, stride_h=stride, stride_w=stride,
+                dilation_h=1, dilation_w=1, groups=1, **kw)
+  relu = dict(non_negative_input=True)
+  assert cli.peak_for("avx2", spec(1, **relu), peaks) == 2.0
+  assert cli.peak_for("avx2_direct", spec(3, **relu), peaks) == 2.0
+  assert cli.peak_for("avx2", spec(3, **relu), peaks) == 1.0  # Winograd
+  assert cli.peak_for("avx2", spec(3, stride=2, **relu), peaks) == 2.0
+  assert cli.peak_for("avx2", spec(1), peaks) == 1.0
+  assert cli.peak_for("avx512vnni", spec(1, **relu), peaks) == 3.0
 
 
 def _row(impl, gops, exact=True, **kw):

@@ -50,6 +50,11 @@ PEER_VENV_FAMILIES = ("onnxruntime", "torch", "openvino")
 PATH_PEAK = {"avx2": "vpmaddwd_ymm", "avx2_direct": "vpmaddwd_ymm",
              "avx2_winograd": "vpmaddwd_ymm", "avxvnni": "vpdpbusd_ymm",
              "avx512vnni": "vpdpbusd_zmm", "amx": "tdpbssd"}
+# On a layer whose inputs are in [0, 127] (--layer_inputs=model, a ReLU's
+# output) the avx2 GEMM multiplies with VPMADDUBSW (gemm_avx2.cc); its
+# Winograd (3x3 stride 1 layers on avx2, see peak_for) keeps VPMADDWD.
+NON_NEGATIVE_PATH_PEAK = dict(PATH_PEAK, avx2="vpmaddubsw_ymm",
+                              avx2_direct="vpmaddubsw_ymm")
 # Depthwise rows use the int16 pair instructions (exact VPMADDWD/VPDPWSSD).
 DEPTHWISE_PEAK = {"avx2": "vpmaddwd_ymm", "avxvnni": "vpmaddwd_ymm",
                   "avx512vnni": "vpdpwssd_zmm"}
@@ -462,10 +467,24 @@ class ProbeCache:
     return self.verdicts[k]
 
 
+def _winograd_shape(spec):
+  """3x3, stride 1, dilation 1, one group: where the avx2 path may run its
+  Winograd (cc/core/cpu/winograd/winograd.h, WinogradEligible)."""
+  return (spec["kernel_h"] == spec["kernel_w"] == 3 and spec["stride_h"] ==
+          spec["stride_w"] == 1 and spec["dilation_h"] == spec["dilation_w"] == 1
+          and spec["groups"] == 1)
+
+
 def peak_for(impl_kernel, spec, peaks):
   if impl_kernel is None or not peaks:
     return None
-  table = DEPTHWISE_PEAK if spec.get("depthwise") else PATH_PEAK
+  if spec.get("depthwise"):
+    table = DEPTHWISE_PEAK
+  elif spec.get("non_negative_input") and not (
+      impl_kernel == "avx2" and _winograd_shape(spec)):
+    table = NON_NEGATIVE_PATH_PEAK
+  else:
+    table = PATH_PEAK
   return peaks.get(table.get(impl_kernel))
 
 
@@ -508,6 +527,7 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
     custom = case not in cases_lib.suite_cases(FLAGS.suite, case.batch)
     if cases_lib.reads_relu_output(FLAGS.suite, case, custom):
       inputs["conv_input"] = np.maximum(inputs["conv_input"], 0)
+      spec["non_negative_input"] = True
   data = os.path.join(work_dir, "layer.npz")
   np.savez(data, x=inputs["conv_input"], w=inputs["filter"],
            bias=inputs["bias"], scale=inputs["conv_input_scale"])

@@ -27,6 +27,7 @@ bool HasAmx() { return KernelPathSupported(KernelPath::kAmx); }
 // ops_per_block: instructions per block x MACs (or FMAs) each x 2.
 constexpr PeakLoop kLoops[] = {
     {"vpmaddwd_ymm", 12 * 16 * 2, HasAvx2, PeakVpmaddwdYmm},
+    {"vpmaddubsw_ymm", 12 * 32 * 2, HasAvx2, PeakVpmaddubswYmm},
     {"vpdpbusd_ymm", 12 * 32 * 2, HasAvxVnni, PeakVpdpbusdYmm},
     {"vpdpbusd_zmm", 16 * 64 * 2, HasAvx512Vnni, PeakVpdpbusdZmm},
     {"vpdpwssd_zmm", 16 * 32 * 2, HasAvx512Vnni, PeakVpdpwssdZmm},

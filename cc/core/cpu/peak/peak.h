@@ -9,6 +9,8 @@
 // on every CPU seen here (latency x ports <= accumulators). The operations
 // counted are 2 per multiply-accumulate, as in the benchmark's GOPS:
 //   vpmaddwd_ymm  VPMADDWD + VPADDD, ymm        16 int16 MACs per pair (avx2 path)
+//   vpmaddubsw_ymm VPMADDUBSW + VPMADDWD + VPADDD, ymm  32 u8 x s8 MACs per triple (avx2
+//                 path on inputs in [0, 127], gemm_avx2.cc)
 //   vpdpbusd_ymm  {vex} VPDPBUSD, ymm           32 u8 x s8 MACs (avxvnni path)
 //   vpdpbusd_zmm  VPDPBUSD, zmm                 64 u8 x s8 MACs (avx512vnni path)
 //   vpdpwssd_zmm  VPDPWSSD, zmm                 32 int16 MACs (avx512vnni depthwise)
@@ -64,6 +66,7 @@ double MeasureCopyGBps(int64_t src_bytes, int64_t dst_bytes, int threads,
 // Loop bodies (defined in the ISA translation units; call only when the
 // matching supported() is true).
 void PeakVpmaddwdYmm(int64_t iters);
+void PeakVpmaddubswYmm(int64_t iters);
 void PeakFmaYmm(int64_t iters);
 void PeakVpdpbusdYmm(int64_t iters);
 void PeakVpdpbusdZmm(int64_t iters);

@@ -35,6 +35,32 @@ void PeakVpmaddwdYmm(int64_t iters) {
 #undef TFI_MADD
 }
 
+// 12 VPMADDUBSW (u8 x s8 byte pairs summed into int16 lanes), each widened
+// by a VPMADDWD by ones and accumulated by a VPADDD, as in the avx2 GEMM
+// kernel for inputs in [0, 127] (gemm_avx2.cc): the same registers as
+// above, the VPMADDWD operand in ymm13.
+void PeakVpmaddubswYmm(int64_t iters) {
+#define TFI_MADDUBS(t, acc)                       \
+  "vpmaddubsw %%ymm15, %%ymm14, %%ymm" #t "\n\t"     \
+  "vpmaddwd %%ymm13, %%ymm" #t ", %%ymm" #t "\n\t"   \
+  "vpaddd %%ymm" #t ", %%ymm" #acc ", %%ymm" #acc "\n\t"
+  __asm__ volatile(
+      TFI_YMM_ONES(13) TFI_YMM_ONES(14) TFI_YMM_ONES(15)
+      "1:\n\t"
+      TFI_MADDUBS(6, 0) TFI_MADDUBS(7, 1) TFI_MADDUBS(8, 2)
+      TFI_MADDUBS(9, 3) TFI_MADDUBS(10, 4) TFI_MADDUBS(11, 5)
+      TFI_MADDUBS(6, 0) TFI_MADDUBS(7, 1) TFI_MADDUBS(8, 2)
+      TFI_MADDUBS(9, 3) TFI_MADDUBS(10, 4) TFI_MADDUBS(11, 5)
+      "dec %0\n\t"
+      "jnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(iters)
+      :
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+        "xmm8", "xmm9", "xmm10", "xmm11", "xmm13", "xmm14", "xmm15");
+#undef TFI_MADDUBS
+}
+
 // 12 independent VFMADD231PS chains (latency 4-5 x 2 ports <= 12).
 void PeakFmaYmm(int64_t iters) {
 #define TFI_FMA(acc) "vfmadd231ps %%ymm15, %%ymm14, %%ymm" #acc "\n\t"
