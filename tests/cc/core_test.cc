@@ -1059,8 +1059,9 @@ void TestNonNegativeInputs(int cases) {
   struct Geo { int64_t h, w, ci, k, co; };
   const Geo geos[] = {
       {3, 4, 13, 1, 17},   // K = 13: a partial group of 4
+      {6, 5, 144, 1, 24},  // pointwise, K = 144: avx2 reads the rows in place
       {4, 5, 5, 3, 33},    // K = 45
-      {2, 2, 1100, 1, 20},  // K = 1100: two K panels
+      {2, 2, 1100, 1, 20},  // K = 1100: two K panels, in place
       {4, 5, 130, 3, 19},  // K = 1170, gathered windows
   };
   for (const Geo& geo : geos) {
