@@ -105,10 +105,10 @@ struct FusedConvArgs {
   std::shared_ptr<const void> filter_pin;
   // Optional. true: the caller promises that every input byte is in [0,
   // 127] (it is the output of a convolution whose Relu or output_min made
-  // it so: the sequence op knows its steps'); the avx2 path then skips its
-  // own check of the input (dispatch.cc, Avx2Gemm). Never set it from
-  // anything less: a negative byte read as u8 by VPMADDUBSW gives a wrong
-  // answer.
+  // it so: the sequence op knows its steps'); the avx2 and avxvnni paths
+  // then skip their own check of the input (dispatch.cc, NonNegativeInput).
+  // Never set it from anything less: a negative byte read as u8 by
+  // VPMADDUBSW or VPDPBUSD gives a wrong answer.
   bool input_non_negative = false;
   // Optional, the same promise for bias and conv_input_scale. The depthwise
   // kernels prepare all three once (depthwise.h's cache): a call that pins

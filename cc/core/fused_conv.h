@@ -65,9 +65,10 @@ void RunReference(const FusedConvArgs& args);
 // calls to cpu/depthwise.h first).
 void RunPortable(const FusedConvArgs& args, const ParallelFor& parallel_for);
 
-// Tests only: how many avx2 GEMM calls so far took the kernels for inputs
-// in [0, 127] (gemm_avx2.cc's kAvx2NonNegativeKernels; dispatch.cc).
-int64_t Avx2NonNegativeCallsForTesting();
+// Tests only: how many avx2 and avxvnni GEMM calls so far took the kernels
+// for inputs in [0, 127] (kAvx2NonNegativeKernels, kAvxVnniNonNegativeKernels;
+// dispatch.cc).
+int64_t NonNegativeInputCallsForTesting();
 
 }  // namespace tf_fused_int8
 

@@ -287,8 +287,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     }
     // A step whose input is an earlier step's output that Relu or
     // output_min keeps in [0, 127] (and no output_lut maps elsewhere) tells
-    // the kernels so (CpuConvOptions::input_non_negative): the avx2 path
-    // then skips its check of the input.
+    // the kernels so (CpuConvOptions::input_non_negative): the avx2 and
+    // avxvnni paths then skip their check of the input.
     input_non_negative_.assign(steps_, false);
     for (int64_t i = 0; i < steps_; ++i) {
       const int64_t src = input_sources_[i];

@@ -1029,8 +1029,9 @@ void TestExtremeOperands() {
 }
 
 // Inputs in [0, 127], as a Relu layer's output is: the avx2 path multiplies
-// them with VPMADDUBSW (gemm_avx2.cc: exact only there), told so
-// (FusedConvArgs::input_non_negative) or by its own check of the input.
+// them with VPMADDUBSW (gemm_avx2.cc: exact only there) and the avxvnni
+// path takes them unflipped (gemm_avxvnni.cc), told so
+// (FusedConvArgs::input_non_negative) or by their check of the input.
 // Every path against the reference over a random sweep and at the extremes
 // (every activation 127 against weights of -128, 127 or both: pair sums of
 // -32512 and 32258, the largest VPMADDUBSW meets). Then inputs with one
@@ -1038,13 +1039,13 @@ void TestExtremeOperands() {
 // tail: a -128 read as u8 128 would change the result, so these pass only
 // on the int16 kernels, and must not be counted as non-negative calls.
 void TestNonNegativeInputs(int cases) {
-  const bool avx2_tested =
+  const bool ymm_tested =
       std::find_if(g_paths.begin(), g_paths.end(), [](KernelPath p) {
         return p == KernelPath::kAvx2 || p == KernelPath::kAvx2Direct ||
-               p == KernelPath::kAvx2Winograd;
+               p == KernelPath::kAvx2Winograd || p == KernelPath::kAvxVnni;
       }) != g_paths.end();
   int runs = 0;
-  const int64_t before = Avx2NonNegativeCallsForTesting();
+  const int64_t before = NonNegativeInputCallsForTesting();
   std::mt19937 rng(8128);
   for (int i = 0; i < std::max(8, cases / 4); ++i) {
     Padding padding;
@@ -1104,9 +1105,9 @@ void TestNonNegativeInputs(int cases) {
       }
     }
   }
-  const int64_t non_negative_calls = Avx2NonNegativeCallsForTesting() - before;
-  EXPECT(!avx2_tested || non_negative_calls > 0,
-         "the avx2 paths never took their non-negative input kernels");
+  const int64_t non_negative_calls = NonNegativeInputCallsForTesting() - before;
+  EXPECT(!ymm_tested || non_negative_calls > 0,
+         "the avx2 / avxvnni paths never took their non-negative input kernels");
   // One negative byte: a 1x1 convolution over 40 x 21 pixels of 16
   // channels (13440 bytes: 52 steps of 256 and a tail of 128), every other
   // activation 127 and every weight -128.
@@ -1129,16 +1130,16 @@ void TestNonNegativeInputs(int cases) {
       std::vector<int8_t> input(n, 127);
       input[pos] = -128;
       a.input = input.data();
-      const int64_t calls = Avx2NonNegativeCallsForTesting();
+      const int64_t calls = NonNegativeInputCallsForTesting();
       char what[64];
       std::snprintf(what, sizeof(what), "one negative input byte at %ld of %ld",
                     long(pos), long(n));
       runs += CheckAllPaths(a, what);
-      EXPECT(Avx2NonNegativeCallsForTesting() == calls,
+      EXPECT(NonNegativeInputCallsForTesting() == calls,
              "%s: taken as a non-negative input", what);
     }
   }
-  std::printf("non-negative inputs: %d runs checked (%ld avx2 calls on them)\n", runs,
+  std::printf("non-negative inputs: %d runs checked (%ld calls took their kernels)\n", runs,
               long(non_negative_calls));
 }
 

@@ -239,21 +239,28 @@ std::string ResolveKernelPath(KernelPath requested, KernelPath* resolved) {
 
 namespace {
 
-std::atomic<int64_t> g_avx2_non_negative_calls{0};
+std::atomic<int64_t> g_non_negative_calls{0};
 
 #if defined(__x86_64__)
-// The avx2 GEMM kernels for this call: VPMADDUBSW on an input whose every
-// byte is in [0, 127] (the caller's promise, FusedConvArgs::
-// input_non_negative, or checked here: a scan that a signed input usually
-// ends within its first 256 bytes), the int16 kernels otherwise
-// (gemm_avx2.cc).
-const cpu::IsaKernels& Avx2Gemm(const FusedConvArgs& a) {
+// Whether the avx2 and avxvnni GEMMs may take their kernels for an input
+// whose every byte is in [0, 127] (gemm_avx2.cc, gemm_avxvnni.cc): the
+// caller's promise (FusedConvArgs::input_non_negative), or a scan of the
+// input that a signed input usually ends within its first 256 bytes (AVX2
+// code: both paths' CPUs have AVX2).
+bool NonNegativeInput(const FusedConvArgs& a) {
   const bool non_negative =
       a.input_non_negative ||
       cpu::InputNonNegativeAvx2(a.input, a.geo.InputElements());
-  if (!non_negative) return cpu::kAvx2Kernels;
-  g_avx2_non_negative_calls.fetch_add(1, std::memory_order_relaxed);
-  return cpu::kAvx2NonNegativeKernels;
+  if (non_negative) g_non_negative_calls.fetch_add(1, std::memory_order_relaxed);
+  return non_negative;
+}
+
+const cpu::IsaKernels& Avx2Gemm(const FusedConvArgs& a) {
+  return NonNegativeInput(a) ? cpu::kAvx2NonNegativeKernels : cpu::kAvx2Kernels;
+}
+
+const cpu::IsaKernels& AvxVnniGemm(const FusedConvArgs& a) {
+  return NonNegativeInput(a) ? cpu::kAvxVnniNonNegativeKernels : cpu::kAvxVnniKernels;
 }
 #endif
 
@@ -282,7 +289,7 @@ bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
       cpu::RunGemmConv(args, Avx2Gemm(args), parallel_for, cache_key, lut);
       return true;
     case KernelPath::kAvxVnni:
-      cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key, lut);
+      cpu::RunGemmConv(args, AvxVnniGemm(args), parallel_for, cache_key, lut);
       return true;
     case KernelPath::kAvx512Vnni:
       // One group of a grouped call with at most 16 output channels: a
@@ -290,7 +297,7 @@ bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
       // ymm VNNI block is full (1.3-1.4x on ResNeXt's 32 x 16 layers).
       if (one_group && args.geo.out_c <= 16 &&
           KernelPathSupported(KernelPath::kAvxVnni)) {
-        cpu::RunGemmConv(args, cpu::kAvxVnniKernels, parallel_for, cache_key, lut);
+        cpu::RunGemmConv(args, AvxVnniGemm(args), parallel_for, cache_key, lut);
         return true;
       }
       cpu::RunGemmConv(args, cpu::kAvx512VnniKernels, parallel_for, cache_key, lut);
@@ -361,8 +368,8 @@ DepthwiseKernel DepthwiseKernelFor(KernelPath path) {
 
 }  // namespace
 
-int64_t Avx2NonNegativeCallsForTesting() {
-  return g_avx2_non_negative_calls.load(std::memory_order_relaxed);
+int64_t NonNegativeInputCallsForTesting() {
+  return g_non_negative_calls.load(std::memory_order_relaxed);
 }
 
 std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,

@@ -1,10 +1,20 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // AVX-VNNI kernels (256-bit VEX VPDPBUSD, u8 x s8): the ymm micro-kernel of
-// gemm_ymm.h with a VPDPBUSD policy; activations are x ^ 0x80 and the
-// accumulators start at -128 * sum(w) (gemm_kernels.h). Built with -mavx2 -mfma
-// -mavxvnni -ffp-contract=off; everything but the IsaKernels table has
-// internal linkage.
+// gemm_ymm.h with a VPDPBUSD policy, two operand forms:
+//  * kAvxVnniKernels, any int8 input: activations are x ^ 0x80 and the
+//    accumulators start at -128 * sum(w) (gemm_kernels.h);
+//  * kAvxVnniNonNegativeKernels, an input in [0, 127] (chosen as on the
+//    avx2 path, dispatch.cc): the input bytes are already valid u8, so no
+//    flip and no column offset, and pointwise rows are read in place
+//    (gemm_ymm.h), with no copy. VPDPBUSD itself is the same. bench_core,
+//    one thread, a non-negative input, its scan included, alternated twice
+//    (Xeon with AMX, KVM), shifted -> this: 56x56x144 -> 24 at batch 1
+//    0.90x the time, at batch 8 0.97-0.99x; 28x28x192 -> 32 0.95x;
+//    14x14x576 -> 96 0.97x; 56x56x64 -> 256 0.99x; 28x28x128 3x3 -> 128
+//    (gathered rows, no flip) 0.96-0.97x.
+// Built with -mavx2 -mfma -mavxvnni -ffp-contract=off; everything but the
+// IsaKernels tables has internal linkage.
 #include <immintrin.h>
 
 #include "cc/core/cpu/gemm/gemm_ymm.h"
@@ -22,6 +32,15 @@ struct VnniPolicy {
   }
 };
 
+// Inputs in [0, 127] only (see the top of this file).
+struct VnniNonNegativePolicy {
+  static constexpr bool kInt16 = false;
+  static constexpr bool kShift = false;
+  static __m256i Dot(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_dpbusd_avx_epi32(acc, a, b);
+  }
+};
+
 }  // namespace
 
 extern const IsaKernels kAvxVnniKernels = {
@@ -34,6 +53,28 @@ extern const IsaKernels kAvxVnniKernels = {
     /*u8_activations=*/true,
     PanelYmm<false>,
     GemmTileYmm<VnniPolicy>,
+    /*lane_bytes=*/4,
+    GemvYmm,
+    /*kc_groups_cached=*/0,
+    /*group_multiple=*/1,
+    /*padded_input=*/false,
+    /*split_blocks=*/1,
+    /*rows_first=*/false,
+    /*panel_major_bytes=*/0,
+    /*rows_first_small_filter=*/true,
+};
+
+// u8_activations: the same packing as above (its column offsets unread).
+extern const IsaKernels kAvxVnniNonNegativeKernels = {
+    "avxvnni",
+    kFormatYmmU8,
+    /*block=*/kYmmBlock,
+    /*k_per_group=*/4,
+    /*kc_groups=*/kYmmKcGroups,
+    /*mr=*/kYmmMr,
+    /*u8_activations=*/true,
+    PanelYmm<false>,
+    GemmTileYmm<VnniNonNegativePolicy>,
     /*lane_bytes=*/4,
     GemvYmm,
     /*kc_groups_cached=*/0,

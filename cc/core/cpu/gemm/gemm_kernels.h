@@ -313,6 +313,8 @@ int64_t PackedGroups(const IsaKernels& isa, int64_t k);
 // #if defined(__x86_64__) / defined(__aarch64__) conditions.
 extern const IsaKernels kAvx512VnniKernels;
 extern const IsaKernels kAvxVnniKernels;
+// avxvnni for an input known to be in [0, 127] (gemm_avxvnni.cc).
+extern const IsaKernels kAvxVnniNonNegativeKernels;
 extern const IsaKernels kAvx2Kernels;
 // avx2 for an input whose every byte is in [0, 127] (gemm_avx2.cc).
 extern const IsaKernels kAvx2NonNegativeKernels;
