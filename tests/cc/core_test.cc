@@ -1029,8 +1029,8 @@ void TestExtremeOperands() {
 }
 
 // Inputs in [0, 127], as a Relu layer's output is: the avx2 path multiplies
-// them with VPMADDUBSW (gemm_avx2.cc: exact only there) and the avxvnni
-// path takes them unflipped (gemm_avxvnni.cc), told so
+// them with VPMADDUBSW (gemm_avx2.cc: exact only there) and the avxvnni and
+// avx512vnni paths take them unflipped (gemm_avxvnni.cc, gemm_avx512vnni.cc), told so
 // (FusedConvArgs::input_non_negative) or by their check of the input.
 // Every path against the reference over a random sweep and at the extremes
 // (every activation 127 against weights of -128, 127 or both: pair sums of
@@ -1053,9 +1053,15 @@ void TestNonNegativeInputs(int cases) {
     FusedConvArgs a = MakeCase(&rng, &padding, &b);
     for (auto& x : b.input) x = i % 2 ? static_cast<int8_t>(x & 0x7f) : std::max<int8_t>(x, 0);
     a.input_non_negative = i % 3 != 0;
+    // avx512vnni reads such rows in place wherever it can; every third case
+    // each with rows always in place (1) and always gathered (2).
+    const int in_place_mode = (i / 3) % 3;
+    cpu::SetInPlaceRowsForTesting(in_place_mode);
     char what[64];
-    std::snprintf(what, sizeof(what), "non-negative input case %d", i);
+    std::snprintf(what, sizeof(what), "non-negative input case %d in-place mode %d", i,
+                  in_place_mode);
     runs += CheckAllPaths(a, what);
+    cpu::SetInPlaceRowsForTesting(0);
   }
   struct Geo { int64_t h, w, ci, k, co; };
   const Geo geos[] = {

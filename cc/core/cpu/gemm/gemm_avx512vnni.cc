@@ -209,8 +209,19 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // within 2% (their rows are gathered either way). In place stays on AMD.
 //
 // Whether micro-tiles may read A rows in place: a pointwise layer's rows
-// (pointwise, with Ci = k) or windows (im2col row length k); see above.
-bool ReadInPlace(bool pointwise, int64_t k) {
+// (pointwise, with Ci = k) or windows (im2col row length k); see above. An
+// input known to be in [0, 127] (GemmTileArgs::non_negative) needs no XOR
+// in place, no flip when gathered and no column offsets; on Intel its
+// windows are then read in place too, its pointwise rows as before.
+// bench_core, one thread, such an input (BENCH_CORE_INPUT=relu_known), 8
+// filters, alternated three times (Xeon with AMX, KVM), before -> after:
+// 56x56x64 3x3 -> 64 373-381 -> 353-356 us, 28x28x128 3x3 -> 128 377-378
+// -> 370-371, 56x56x144 3x3 -> 144 2012-2025 -> 1971-1987; pointwise
+// 112x112x16 -> 96 (in place) 171-172 -> 155-156, 56x56x24 -> 144 76-77 ->
+// 70-71, 56x56x144 -> 24 (gathered) 62-67 -> 59. Reading K >= 64
+// pointwise rows in place instead, XOR-free, was 1-4% slower than
+// gathering them (56x56x256 -> 64, 14x14x384 -> 64 at batch 8).
+bool ReadInPlace(bool pointwise, int64_t k, bool non_negative) {
   static const bool intel = [] {
     __builtin_cpu_init();
     return __builtin_cpu_is("intel") != 0;
@@ -218,7 +229,8 @@ bool ReadInPlace(bool pointwise, int64_t k) {
   switch (InPlaceRowsModeForTesting()) {
     case 1: return true;
     case 2: return false;
-    default: return !intel || (pointwise && k < kMinGatheredPointwiseK);
+    default:
+      return !intel || (pointwise ? k < kMinGatheredPointwiseK : non_negative);
   }
 }
 
@@ -599,12 +611,12 @@ __attribute__((always_inline)) inline void DirectTileSetup(const DirectPass& d, 
 // threads 112x112x16 -> 96 44.0 -> 41.8, 56x56x24 -> 144 21.2 -> 20.1.
 // Not for NZ = 1 (8 rows): inside the loop GCC 12 kept its row offsets in
 // xmm registers, and 112x112x32 -> 16 ran 27.6 -> 30.0 us.
-template <int MR, int NZ>
+template <int MR, int NZ, bool kFlip>
 __attribute__((noinline)) void DirectStrip(const DirectPass& d, TileContext tc, int64_t mt0,
                                            int64_t r0, int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
     DirectTileSetup(d, mt0 + i, r0 + i * MR, MR, &tc);
-    MicroTileBody<MR, NZ, true>(tc);
+    MicroTileBody<MR, NZ, kFlip>(tc);
   }
 }
 
@@ -612,13 +624,14 @@ using DirectStripFn = void (*)(const DirectPass&, TileContext, int64_t, int64_t,
 
 // DirectStrip for tiles of height h of a block of nz zmm, or nullptr (h
 // neither kMrNarrow[nz] nor one less).
+template <bool kFlip>
 inline DirectStripFn DirectStripFor(int nz, int64_t h) {
   static constexpr DirectStripFn kFull[5] = {
-      nullptr, nullptr, &DirectStrip<kMrNarrow[2], 2>,
-      &DirectStrip<kMrNarrow[3], 3>, &DirectStrip<kMrNarrow[4], 4>};
+      nullptr, nullptr, &DirectStrip<kMrNarrow[2], 2, kFlip>,
+      &DirectStrip<kMrNarrow[3], 3, kFlip>, &DirectStrip<kMrNarrow[4], 4, kFlip>};
   static constexpr DirectStripFn kLess[5] = {
-      nullptr, nullptr, &DirectStrip<kMrNarrow[2] - 1, 2>,
-      &DirectStrip<kMrNarrow[3] - 1, 3>, &DirectStrip<kMrNarrow[4] - 1, 4>};
+      nullptr, nullptr, &DirectStrip<kMrNarrow[2] - 1, 2, kFlip>,
+      &DirectStrip<kMrNarrow[3] - 1, 3, kFlip>, &DirectStrip<kMrNarrow[4] - 1, 4, kFlip>};
   if (h == kMrNarrow[nz]) return kFull[nz];
   if (h == kMrNarrow[nz] - 1) return kLess[nz];
   return nullptr;
@@ -663,13 +676,14 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
   d.out = t.output + t.p0 * co + n0;
   d.side = ep.side ? ep.side + t.p0 * co + n0 : nullptr;
   d.partial = t.partial + b * kBlock;
-  tc.flip = true;
+  tc.flip = !t.non_negative;  // int8 rows in place, unless already u8
   // Tiles [0, extra) have base + 1 rows, the rest base.
   int64_t mt = 0, r = 0;
   for (const auto& [count, h] : {std::pair<int64_t, int64_t>{extra, base + 1},
                                  std::pair<int64_t, int64_t>{tiles - extra, base}}) {
     if (count <= 0 || h <= 0) continue;
-    if (const DirectStripFn strip = DirectStripFor(nz, h)) {
+    if (const DirectStripFn strip =
+            tc.flip ? DirectStripFor<true>(nz, h) : DirectStripFor<false>(nz, h)) {
       strip(d, tc, mt, r, count);
       mt += count;
       r += count * h;
@@ -722,7 +736,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // its A rows from the input itself; the others gather them into t.a.
   // Neither where the CPU runs gathered rows faster (ReadInPlace).
   const bool pointwise = IsDirectGemm(*t.geo);
-  const bool in_place = ReadInPlace(pointwise, t.k);
+  const bool in_place = ReadInPlace(pointwise, t.k, t.non_negative);
   const bool direct = in_place && pointwise && t.geo->in_c % 4 == 0;
   // Windowed direct rows: a micro-tile whose pixels lie in one output row
   // with every window inside the image reads its A rows in place, one
@@ -787,7 +801,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       if (cached) {
         const int8_t* data = t.w->data;
         tc.panel = data + (nb * groups + g0) * kGroupBytes;
-        tc.init = t.w->col_offset + n0;
+        tc.init = t.non_negative ? kZeros : t.w->col_offset + n0;
         tc.from_partial = !first;
         tc.add = nullptr;
         // The next (panel, block) in loop order, prefetched over the tiles.
@@ -807,11 +821,11 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         }
         const int8_t* panel = t.panel_buffer + b * kc * kGroupBytes;
         int32_t* sums = t.col_sums + b * kBlock;
-        AddPanelSums(panel, g1 - g0, nz, sums);
+        if (!t.non_negative) AddPanelSums(panel, g1 - g0, nz, sums);
         if (tc.last) {
           for (int64_t p = 0; p < kBlock; ++p) {
             offset[p] = static_cast<int32_t>(
-                0u - (static_cast<uint32_t>(sums[p]) << 7));
+                0u - (static_cast<uint32_t>(sums[p]) << 7));  // 0 if non_negative
           }
         }
         tc.panel = panel;
@@ -833,7 +847,9 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       }
       int64_t r = 0;
       TileLineShare share(next_lines, tiles);
-      PanelRows<ZmmU8Copy> rows(t, b == 0, single_block, 4 * g0, 4 * g1);
+      // Gathered rows: x ^ 0x80, or an input in [0, 127] as it is.
+      PanelRows<ZmmU8Copy> rows_u8(t, b == 0, single_block, 4 * g0, 4 * g1);
+      PanelRows<ZmmS8Copy> rows_as_is(t, b == 0, single_block, 4 * g0, 4 * g1);
       for (int64_t mt = 0; mt < tiles; ++mt) {
         SetTilePrefetch(next, &share, mt, &tc);
         if (next_filter != nullptr) {
@@ -851,7 +867,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         }
         const int64_t h = base + (mt < extra ? 1 : 0);
         const int64_t pixel = t.p0 + r;
-        tc.flip = true;  // read in place, unless gathered below
+        tc.flip = !t.non_negative;  // read in place, unless gathered below
         if (direct) {
           tc.a = reinterpret_cast<const uint8_t*>(t.input) +
                  pixel * t.geo->in_c + 4 * g0;
@@ -866,7 +882,11 @@ bool GemmTileZmm(const GemmTileArgs& t) {
             // Only the tiles that cannot read in place gather, one at a
             // time, each row once per panel.
             if (!std::all_of(ready + r, ready + r + h, [](uint8_t x) { return x != 0; })) {
-              Im2ColSlice<ZmmU8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
+              if (t.non_negative) {
+                Im2ColSlice<ZmmS8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
+              } else {
+                Im2ColSlice<ZmmU8Copy>(t, t.a + r * t.lda, r, h, 4 * g0, 4 * g1);
+              }
               std::fill(ready + r, ready + r + h, uint8_t{1});
               // Im2ColSlice's last vector may run into the next row (up to
               // one vector past the slice, gemm_isa_common.h): a row
@@ -876,7 +896,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
             }
             tc.a = t.a + r * t.lda;
           } else {
-            tc.a = rows.Rows(mt, tiles, base, extra, r);
+            tc.a = t.non_negative ? rows_as_is.Rows(mt, tiles, base, extra, r)
+                                  : rows_u8.Rows(mt, tiles, base, extra, r);
           }
         }
         if (tc.last && ep.side != nullptr) {

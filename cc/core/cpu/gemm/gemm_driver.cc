@@ -402,6 +402,7 @@ bool RunPass(const FusedConvArgs& a, const IsaKernels& isa, const Plan& plan,
     t.verify = verify;
     t.verify_stride = plan.m_tiles;
     t.panel_major = plan.panel_major;
+    t.non_negative = a.input_non_negative;
     t.panel_buffer = nullptr;
     t.col_sums = nullptr;
     if (view == nullptr) {

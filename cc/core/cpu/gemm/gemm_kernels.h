@@ -187,6 +187,10 @@ struct GemmTileArgs {
   // all the tile's micro-tiles (IsaKernels::panel_major_bytes), instead of
   // micro-tile by micro-tile. Only kernels that set panel_major_bytes read it.
   bool panel_major = false;
+  // Every input byte is in [0, 127] (FusedConvArgs::input_non_negative, set
+  // by dispatch.cc's NonNegativeInput): already a valid u8 operand. Only
+  // avx512vnni reads it (no flip, no column offsets, rows in place).
+  bool non_negative = false;
 };
 
 // Whether a convolution can run on a padded input (GemmTileArgs::padded):
