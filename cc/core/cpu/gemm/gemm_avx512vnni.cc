@@ -212,7 +212,8 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // (pointwise, with Ci = k) or windows (im2col row length k); see above. An
 // input known to be in [0, 127] (GemmTileArgs::non_negative) needs no XOR
 // in place, no flip when gathered and no column offsets; on Intel its
-// windows are then read in place too, its pointwise rows as before.
+// windows wider than one pixel (xor_free_windows) are then read in place
+// too, its pointwise rows as before.
 // bench_core, one thread, such an input (BENCH_CORE_INPUT=relu_known), 8
 // filters, alternated three times (Xeon with AMX, KVM), before -> after:
 // 56x56x64 3x3 -> 64 373-381 -> 353-356 us, 28x28x128 3x3 -> 128 377-378
@@ -220,8 +221,11 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // 112x112x16 -> 96 (in place) 171-172 -> 155-156, 56x56x24 -> 144 76-77 ->
 // 70-71, 56x56x144 -> 24 (gathered) 62-67 -> 59. Reading K >= 64
 // pointwise rows in place instead, XOR-free, was 1-4% slower than
-// gathering them (56x56x256 -> 64, 14x14x384 -> 64 at batch 8).
-bool ReadInPlace(bool pointwise, int64_t k, bool non_negative) {
+// gathering them (56x56x256 -> 64, 14x14x384 -> 64 at batch 8), and so
+// was a 1x1 stride-2 layer's rows in place (ResNet50 at batch 1, forced
+// avx512vnni, step profiler, builds alternated four times: 56x56x256 ->
+// 512 /2 1.06x, 28x28x512 -> 1024 /2 1.04x the time; its 3x3 steps 0.99x).
+bool ReadInPlace(bool pointwise, int64_t k, bool xor_free_windows) {
   static const bool intel = [] {
     __builtin_cpu_init();
     return __builtin_cpu_is("intel") != 0;
@@ -230,7 +234,7 @@ bool ReadInPlace(bool pointwise, int64_t k, bool non_negative) {
     case 1: return true;
     case 2: return false;
     default:
-      return !intel || (pointwise ? k < kMinGatheredPointwiseK : non_negative);
+      return !intel || (pointwise ? k < kMinGatheredPointwiseK : xor_free_windows);
   }
 }
 
@@ -736,7 +740,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // its A rows from the input itself; the others gather them into t.a.
   // Neither where the CPU runs gathered rows faster (ReadInPlace).
   const bool pointwise = IsDirectGemm(*t.geo);
-  const bool in_place = ReadInPlace(pointwise, t.k, t.non_negative);
+  const bool in_place =
+      ReadInPlace(pointwise, t.k, t.non_negative && t.geo->filter_w > 1);
   const bool direct = in_place && pointwise && t.geo->in_c % 4 == 0;
   // Windowed direct rows: a micro-tile whose pixels lie in one output row
   // with every window inside the image reads its A rows in place, one
