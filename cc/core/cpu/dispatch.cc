@@ -266,8 +266,6 @@ const cpu::IsaKernels& Avx2Gemm(const FusedConvArgs& a) {
 const cpu::IsaKernels& AvxVnniGemm(const FusedConvArgs& a) {
   return NonNegativeInput(a) ? cpu::kAvxVnniNonNegativeKernels : cpu::kAvxVnniKernels;
 }
-
-
 #endif
 
 // One groups == 1 call on a resolved, non-reference path; one_group: it is

@@ -25,11 +25,14 @@
 //    56x56x256 -> 64 738 -> 556, 28x28x512 -> 128 713 -> 528, 14x14x1024
 //    -> 256 710 -> 515, 7x7x2048 -> 512 734 -> 519: 1.26-1.42x (it also
 //    broadcasts once per four k instead of two). The check itself cost
-//    0-2% (the input told known instead). In TF (step profiler,
+//    0-2% (against the same input marked known). In TF (step profiler,
 //    InferenceRunner, builds alternated three times, avx2 forced): ResNet50
 //    batch 1, one thread, the steps' sum 46.0-48.2 -> 39.4-41.1 ms;
 //    MobileNetV2 6.23-6.31 -> 5.79-5.82 ms (its expansions read signed
-//    inputs and keep the int16 kernels).
+//    inputs and keep the int16 kernels). The 6 x 16 micro-tile keeps one of
+//    its 12 accumulators on the stack (the ones vector of VPMADDWD takes
+//    the 16th register); a 5-row one with none there ran the same
+//    (bench_core, avx2_direct, 1x1 and 3x3 layers, within 2%).
 //
 // Built with -mavx2 -mfma -ffp-contract=off; everything but the IsaKernels
 // tables and InputNonNegativeAvx2 has internal linkage.
