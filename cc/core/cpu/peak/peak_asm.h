@@ -8,20 +8,36 @@
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_ASM_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_PEAK_PEAK_ASM_H_
 
+// The end of every ymm loop's block and what the ymm loops clobber (ymm0-11
+// and ymm13-15, whichever each uses).
+#define TFI_LOOP_END "dec %0\n\t" "jnz 1b\n\t" "vzeroupper\n\t"
+#define TFI_YMM_CLOBBERS                                                     \
+  "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+      "xmm9", "xmm10", "xmm11", "xmm13", "xmm14", "xmm15"
+
 // 12 independent ymm accumulator chains (ymm0-11), operands ymm14 / ymm15
 // set to all ones (INIT: the instruction that sets a register to all ones,
 // or to zero for float loops).
-#define TFI_YMM12_LOOP(INIT, INSN, ITERS)                                      \
-  __asm__ volatile(                                                            \
-      INIT(14) INIT(15) "1:\n\t" INSN(0) INSN(1) INSN(2) INSN(3) INSN(4)       \
-          INSN(5) INSN(6) INSN(7) INSN(8) INSN(9) INSN(10) INSN(11)            \
-              "dec %0\n\t"                                                     \
-              "jnz 1b\n\t"                                                     \
-              "vzeroupper\n\t"                                                 \
-      : "+r"(ITERS)                                                            \
-      :                                                                        \
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",  \
-        "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15")
+#define TFI_YMM12_LOOP(INIT, INSN, ITERS)                                 \
+  __asm__ volatile(INIT(14) INIT(15) "1:\n\t" INSN(0) INSN(1) INSN(2)     \
+                       INSN(3) INSN(4) INSN(5) INSN(6) INSN(7) INSN(8)    \
+                           INSN(9) INSN(10) INSN(11) TFI_LOOP_END         \
+                   : "+r"(ITERS)                                          \
+                   :                                                      \
+                   : TFI_YMM_CLOBBERS)
+
+// 6 ymm accumulator chains (ymm0-5) fed by 12 products a block in ymm6-11
+// (STEP(t, acc): compute into ymm t, accumulate into ymm acc), operands
+// ymm13-15 all ones: the avx2 GEMM's multiply-then-VPADDD steps.
+#define TFI_YMM6_CHAIN_LOOP(STEP, ITERS)                                     \
+  __asm__ volatile(TFI_YMM_ONES(13) TFI_YMM_ONES(14) TFI_YMM_ONES(15)        \
+                   "1:\n\t" STEP(6, 0) STEP(7, 1) STEP(8, 2) STEP(9, 3)       \
+                       STEP(10, 4) STEP(11, 5) STEP(6, 0) STEP(7, 1)         \
+                           STEP(8, 2) STEP(9, 3) STEP(10, 4) STEP(11, 5)     \
+                               TFI_LOOP_END                                  \
+                   : "+r"(ITERS)                                             \
+                   :                                                         \
+                   : TFI_YMM_CLOBBERS)
 
 // 16 independent zmm accumulator chains (zmm0-15), operands zmm30 / zmm31
 // all ones.

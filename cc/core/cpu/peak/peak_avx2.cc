@@ -18,20 +18,7 @@ void PeakVpmaddwdYmm(int64_t iters) {
 #define TFI_MADD(t, acc)                      \
   "vpmaddwd %%ymm15, %%ymm14, %%ymm" #t "\n\t" \
   "vpaddd %%ymm" #t ", %%ymm" #acc ", %%ymm" #acc "\n\t"
-  __asm__ volatile(
-      TFI_YMM_ONES(14) TFI_YMM_ONES(15)
-      "1:\n\t"
-      TFI_MADD(6, 0) TFI_MADD(7, 1) TFI_MADD(8, 2)
-      TFI_MADD(9, 3) TFI_MADD(10, 4) TFI_MADD(11, 5)
-      TFI_MADD(6, 0) TFI_MADD(7, 1) TFI_MADD(8, 2)
-      TFI_MADD(9, 3) TFI_MADD(10, 4) TFI_MADD(11, 5)
-      "dec %0\n\t"
-      "jnz 1b\n\t"
-      "vzeroupper\n\t"
-      : "+r"(iters)
-      :
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-        "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15");
+  TFI_YMM6_CHAIN_LOOP(TFI_MADD, iters);
 #undef TFI_MADD
 }
 
@@ -44,20 +31,7 @@ void PeakVpmaddubswYmm(int64_t iters) {
   "vpmaddubsw %%ymm15, %%ymm14, %%ymm" #t "\n\t"     \
   "vpmaddwd %%ymm13, %%ymm" #t ", %%ymm" #t "\n\t"   \
   "vpaddd %%ymm" #t ", %%ymm" #acc ", %%ymm" #acc "\n\t"
-  __asm__ volatile(
-      TFI_YMM_ONES(13) TFI_YMM_ONES(14) TFI_YMM_ONES(15)
-      "1:\n\t"
-      TFI_MADDUBS(6, 0) TFI_MADDUBS(7, 1) TFI_MADDUBS(8, 2)
-      TFI_MADDUBS(9, 3) TFI_MADDUBS(10, 4) TFI_MADDUBS(11, 5)
-      TFI_MADDUBS(6, 0) TFI_MADDUBS(7, 1) TFI_MADDUBS(8, 2)
-      TFI_MADDUBS(9, 3) TFI_MADDUBS(10, 4) TFI_MADDUBS(11, 5)
-      "dec %0\n\t"
-      "jnz 1b\n\t"
-      "vzeroupper\n\t"
-      : "+r"(iters)
-      :
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-        "xmm8", "xmm9", "xmm10", "xmm11", "xmm13", "xmm14", "xmm15");
+  TFI_YMM6_CHAIN_LOOP(TFI_MADDUBS, iters);
 #undef TFI_MADDUBS
 }
 
