@@ -170,6 +170,21 @@ absl::Status ReadVariableInput(OpKernelContext* ctx, int index, const char* name
 
 namespace {
 
+// The pins of an NHWC call whose filter, and bias and scale, come from
+// immutable buffers (filter_shared, epilogue_shared): a variable's own
+// buffer or a FusedInt8WeightConstant's. NCHW_VECT_C pins nothing (its
+// filter is converted into a fresh buffer).
+WeightPins PinsFor(const ConvAttrs& attrs, const Tensor& filter, bool filter_shared,
+                   const Tensor& bias, const Tensor& scale, bool epilogue_shared) {
+  WeightPins pins;
+  if (attrs.vect) return pins;
+  if (filter_shared) pins.filter = std::make_shared<const Tensor>(filter);
+  if (epilogue_shared) {
+    pins.epilogue = std::make_shared<const std::pair<Tensor, Tensor>>(bias, scale);
+  }
+  return pins;
+}
+
 class FusedInt8ConvCpuOp : public OpKernel {
  public:
   explicit FusedInt8ConvCpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -181,14 +196,10 @@ class FusedInt8ConvCpuOp : public OpKernel {
     // Weights from FusedInt8WeightConstant (a frozen graph's) pin the packed
     // weights as a variable's buffer does (weight_constant.h); any other
     // tensor is checked on every call.
-    WeightPins pins;
-    if (!attrs_.vect) {
-      if (IsWeightConstant(*in.filter)) pins.filter = std::make_shared<const Tensor>(*in.filter);
-      if (IsWeightConstant(*in.bias) && IsWeightConstant(*in.conv_input_scale)) {
-        pins.epilogue = std::make_shared<const std::pair<Tensor, Tensor>>(
-            *in.bias, *in.conv_input_scale);
-      }
-    }
+    const WeightPins pins =
+        PinsFor(attrs_, *in.filter, IsWeightConstant(*in.filter), *in.bias,
+                *in.conv_input_scale,
+                IsWeightConstant(*in.bias) && IsWeightConstant(*in.conv_input_scale));
     OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, in, pins, nullptr));
   }
 
@@ -223,13 +234,8 @@ class ResourceFusedInt8ConvCpuOp : public OpKernel {
     // cached packing needs no check. Not a copy-on-read copy: a fresh buffer
     // each call, it would only fill the cache.
     // The bias's and the scale's buffers likewise (WeightPins::epilogue).
-    WeightPins pins;
-    if (!attrs_.vect) {
-      if (filter_shared) pins.filter = std::make_shared<const Tensor>(filter);
-      if (bias_shared && scale_shared) {
-        pins.epilogue = std::make_shared<const std::pair<Tensor, Tensor>>(bias, scale);
-      }
-    }
+    const WeightPins pins =
+        PinsFor(attrs_, filter, filter_shared, bias, scale, bias_shared && scale_shared);
     OP_REQUIRES_OK(ctx, RunFusedConvCpu(ctx, attrs_, in, pins, nullptr));
   }
 
