@@ -487,15 +487,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
           shape.set_dim(0, images);
           // From a pool thread (a batch slice) a plain tensor, as the
           // steps' own temporaries there (CpuConvOptions::plain_temp).
-          if (options.plain_temp) {
-            (*sources)[k] = Tensor(t.dtype(), shape);
-            if (!(*sources)[k].IsInitialized()) {
-              return absl::ResourceExhaustedError("out of memory for a " +
-                                                  shape.DebugString() + " tensor");
-            }
-          } else {
-            TF_RETURN_IF_ERROR(ctx->allocate_temp(t.dtype(), shape, &(*sources)[k]));
-          }
+          TF_RETURN_IF_ERROR(
+              AllocateTemp(ctx, options, t.dtype(), shape, "tensor", &(*sources)[k]));
         }
         const auto src = t.tensor_data();
         if (!src.empty()) {

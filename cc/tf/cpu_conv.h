@@ -37,6 +37,13 @@ struct WeightPins {
   std::shared_ptr<const void> filter, epilogue;
 };
 
+// A temporary tensor as the options ask: a plain tensor from TF's CPU
+// allocator where options.plain_temp (ResourceExhausted naming `what` and
+// the shape if it cannot be had), else the context's allocate_temp.
+absl::Status AllocateTemp(tensorflow::OpKernelContext* ctx, const CpuConvOptions& options,
+                          tensorflow::DataType dtype, const tensorflow::TensorShape& shape,
+                          const char* what, tensorflow::Tensor* out);
+
 // Validates `in` (ValidateConvInputs) and runs the convolution on the CPU
 // into a new tensor: the op's output 0 when `temp` is null, else *temp
 // (allocate_temp, conv_input's dtype). NCHW_VECT_C is converted to NHWC and

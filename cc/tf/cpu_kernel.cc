@@ -53,6 +53,18 @@ int8_t* MutableInt8Data(Tensor* t) {
 
 }  // namespace
 
+absl::Status AllocateTemp(OpKernelContext* ctx, const CpuConvOptions& options,
+                          tensorflow::DataType dtype, const TensorShape& shape,
+                          const char* what, Tensor* out) {
+  if (!options.plain_temp) return ctx->allocate_temp(dtype, shape, out);
+  *out = Tensor(dtype, shape);
+  if (!out->IsInitialized()) {
+    return absl::ResourceExhaustedError(std::string("out of memory for a ") +
+                                        shape.DebugString() + " " + what);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
                              const ConvInputs& in, const WeightPins& pins,
                              Tensor* temp, const CpuConvOptions& options) {
@@ -64,14 +76,9 @@ absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
   Tensor* output = temp;
   if (temp == nullptr) {
     TF_RETURN_IF_ERROR(ctx->allocate_output(0, v.output_shape, &output));
-  } else if (options.plain_temp) {
-    *temp = Tensor(in.input->dtype(), v.output_shape);
-    if (!temp->IsInitialized()) {
-      return absl::ResourceExhaustedError("out of memory for a " +
-                                          v.output_shape.DebugString() + " output");
-    }
   } else {
-    TF_RETURN_IF_ERROR(ctx->allocate_temp(in.input->dtype(), v.output_shape, temp));
+    TF_RETURN_IF_ERROR(
+        AllocateTemp(ctx, options, in.input->dtype(), v.output_shape, "output", temp));
   }
   if (v.output_shape.num_elements() == 0) return absl::OkStatus();
   const ConvGeometry& g = v.geo;
