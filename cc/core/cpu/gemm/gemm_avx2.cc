@@ -83,50 +83,9 @@ bool InputNonNegativeAvx2(const int8_t* x, int64_t n) {
   return any >= 0;
 }
 
-extern const IsaKernels kAvx2Kernels = {
-    "avx2",
-    kFormatYmmI16,
-    /*block=*/kYmmBlock,
-    /*k_per_group=*/2,
-    /*kc_groups=*/kYmmKcGroups,
-    /*mr=*/kYmmMr,
-    /*u8_activations=*/false,
-    PanelYmm<true>,
-    GemmTileYmm<MaddPolicy>,
-    /*lane_bytes=*/4,
-    GemvYmm,
-    /*kc_groups_cached=*/0,
-    /*group_multiple=*/1,
-    /*padded_input=*/false,
-    /*split_blocks=*/1,
-    /*rows_first=*/false,
-    /*panel_major_bytes=*/0,
-    /*rows_first_small_filter=*/true,
-};
+extern const IsaKernels kAvx2Kernels = YmmKernels<MaddPolicy>("avx2");
 
-// u8_activations: the packing is kFormatYmmU8's, whose cache entries the
-// avxvnni path shares, so its column offsets are -128 * sum(w) as there;
-// this kernel does not read them (its accumulators start at zero).
-extern const IsaKernels kAvx2NonNegativeKernels = {
-    "avx2",
-    kFormatYmmU8,
-    /*block=*/kYmmBlock,
-    /*k_per_group=*/4,
-    /*kc_groups=*/kYmmKcGroups,
-    /*mr=*/kYmmMr,
-    /*u8_activations=*/true,
-    PanelYmm<false>,
-    GemmTileYmm<NonNegativePolicy>,
-    /*lane_bytes=*/4,
-    GemvYmm,
-    /*kc_groups_cached=*/0,
-    /*group_multiple=*/1,
-    /*padded_input=*/false,
-    /*split_blocks=*/1,
-    /*rows_first=*/false,
-    /*panel_major_bytes=*/0,
-    /*rows_first_small_filter=*/true,
-};
+extern const IsaKernels kAvx2NonNegativeKernels = YmmKernels<NonNegativePolicy>("avx2");
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

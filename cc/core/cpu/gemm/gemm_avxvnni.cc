@@ -43,48 +43,9 @@ struct VnniNonNegativePolicy {
 
 }  // namespace
 
-extern const IsaKernels kAvxVnniKernels = {
-    "avxvnni",
-    kFormatYmmU8,
-    /*block=*/kYmmBlock,
-    /*k_per_group=*/4,
-    /*kc_groups=*/kYmmKcGroups,
-    /*mr=*/kYmmMr,
-    /*u8_activations=*/true,
-    PanelYmm<false>,
-    GemmTileYmm<VnniPolicy>,
-    /*lane_bytes=*/4,
-    GemvYmm,
-    /*kc_groups_cached=*/0,
-    /*group_multiple=*/1,
-    /*padded_input=*/false,
-    /*split_blocks=*/1,
-    /*rows_first=*/false,
-    /*panel_major_bytes=*/0,
-    /*rows_first_small_filter=*/true,
-};
+extern const IsaKernels kAvxVnniKernels = YmmKernels<VnniPolicy>("avxvnni");
 
-// u8_activations: the same packing as above (its column offsets unread).
-extern const IsaKernels kAvxVnniNonNegativeKernels = {
-    "avxvnni",
-    kFormatYmmU8,
-    /*block=*/kYmmBlock,
-    /*k_per_group=*/4,
-    /*kc_groups=*/kYmmKcGroups,
-    /*mr=*/kYmmMr,
-    /*u8_activations=*/true,
-    PanelYmm<false>,
-    GemmTileYmm<VnniNonNegativePolicy>,
-    /*lane_bytes=*/4,
-    GemvYmm,
-    /*kc_groups_cached=*/0,
-    /*group_multiple=*/1,
-    /*padded_input=*/false,
-    /*split_blocks=*/1,
-    /*rows_first=*/false,
-    /*panel_major_bytes=*/0,
-    /*rows_first_small_filter=*/true,
-};
+extern const IsaKernels kAvxVnniNonNegativeKernels = YmmKernels<VnniNonNegativePolicy>("avxvnni");
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

@@ -534,6 +534,28 @@ inline void GemvYmm(const GemvArgs& t) {
   }
 }
 
+// An instruction set's table for the ymm kernels with operand policy
+// Policy (its panel format follows kInt16). u8_activations names the
+// packing's column offsets, -128 * sum(w) for every byte form: the avx2
+// and avxvnni kernels for non-negative inputs share kFormatYmmU8 entries
+// with avxvnni's shifted form in the cache and read no offsets.
+template <class Policy>
+constexpr IsaKernels YmmKernels(const char* name) {
+  IsaKernels k{name,
+               Policy::kInt16 ? kFormatYmmI16 : kFormatYmmU8,
+               /*block=*/kYmmBlock,
+               /*k_per_group=*/Policy::kInt16 ? 2 : 4,
+               /*kc_groups=*/kYmmKcGroups,
+               /*mr=*/kYmmMr,
+               /*u8_activations=*/!Policy::kInt16,
+               PanelYmm<Policy::kInt16>,
+               GemmTileYmm<Policy>};
+  k.lane_bytes = 4;
+  k.gemv = GemvYmm;
+  k.rows_first_small_filter = true;
+  return k;
+}
+
 }  // namespace
 }  // namespace cpu
 }  // namespace tf_fused_int8
