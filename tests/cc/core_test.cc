@@ -1077,29 +1077,28 @@ void TestNonNegativeInputs(int cases) {
     g.batch = 2; g.in_h = geo.h; g.in_w = geo.w; g.in_c = geo.ci;
     g.filter_h = g.filter_w = geo.k; g.out_c = geo.co;
     EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "non-negative geometry");
-    std::vector<int8_t> input(g.InputElements()), filter(g.FilterElements());
-    std::vector<float> scale(g.out_c), bias(g.out_c);
+    Buffers b;
+    b.input.resize(g.InputElements());
+    b.filter.resize(g.FilterElements());
+    b.scale.resize(g.out_c);
+    b.bias.resize(g.out_c);
     const double max_acc = double(g.ReductionDepth()) * 127.0 * 128.0;
     for (int64_t c = 0; c < g.out_c; ++c) {
-      scale[c] = float(254.0 / max_acc * double(c + 1) / double(g.out_c));
-      if (c % 3 == 1) scale[c] = -scale[c];
-      bias[c] = float(c % 7) - 3.0f + (c % 2 ? 0.5f : 0.0f);
+      b.scale[c] = float(254.0 / max_acc * double(c + 1) / double(g.out_c));
+      if (c % 3 == 1) b.scale[c] = -b.scale[c];
+      b.bias[c] = float(c % 7) - 3.0f + (c % 2 ? 0.5f : 0.0f);
     }
-    a.input = input.data();
-    a.filter = filter.data();
-    a.bias = bias.data();
-    a.conv_input_scale = scale.data();
-    a.per_channel_scale = true;
+    PointAt(b, 0.0f, &a);  // no side input
     // Weights: 0 all -128, 1 all 127, 2 alternating, 3 random.
     for (int weights = 0; weights < 4; ++weights) {
-      for (size_t j = 0; j < filter.size(); ++j) {
-        filter[j] = static_cast<int8_t>(
+      for (size_t j = 0; j < b.filter.size(); ++j) {
+        b.filter[j] = static_cast<int8_t>(
             weights == 0 ? -128 : weights == 1 ? 127
             : weights == 2 ? (j % 2 ? 127 : -128) : int(rng() % 256) - 128);
       }
       // Activations: every one 127, or random in [0, 127].
       for (int acts = 0; acts < 2; ++acts) {
-        for (auto& x : input) x = static_cast<int8_t>(acts == 0 ? 127 : rng() % 128);
+        for (auto& x : b.input) x = static_cast<int8_t>(acts == 0 ? 127 : rng() % 128);
         for (Activation act : {Activation::kNone, Activation::kRelu}) {
           a.activation = act;
           a.input_non_negative = act == Activation::kRelu;
