@@ -67,6 +67,23 @@ constexpr int kMr = 32;                              // micro-tile rows (two A t
 constexpr int64_t kKcGroups = 128;
 // K panel of cached weights: in practice all of K (no partial sums).
 constexpr int64_t kKcGroupsCached = 4096;
+// Cached weights: the first micro-tile to read each (panel, block pair)
+// prefetches into L2 the weight tiles of the pair kPrefetchAhead pairs later
+// (see set_prefetch in GemmTileAmx). At batch 1 the weights of the 14x14 and
+// 7x7 layers come from memory once per call (ResNet50's 25 MB do not stay in L3
+// from one call to the next), 16 streams of 8 KiB per panel that the hardware
+// prefetchers start late on: ResNet50's chain at batch 1 on one thread
+// (bench_sequence, the step profiler's steps, Intel Xeon with AMX, 2 MB L2) ran
+// its 7x7 3x3 -> 512 layers 245-253 -> 181-185 us (about 9.4 -> 12.8 GB/s of
+// weights; a plain read loop streams 13 GB/s from memory here), 1x1 -> 2048
+// 1.22-1.32x, the 14x14 stage's 1x1 layers 1.13-1.21x, the whole chain
+// 0.88-0.91x the time (in TF, the step profiler through the InferenceRunner,
+// builds alternated seven times: steps 0.95x, 6 of 7 pairs faster); 1, 2 and 4
+// pairs ahead measured alike. Only the first reader prefetches: every micro-
+// tile doing so (the later ones find the weights in L2) made MobileNetV2
+// 1.03-1.05x slower and ResNet50 on two threads 1.04-1.07x. Two threads at
+// batch 1, MobileNetV2, and batch 8 measured unchanged (within 2-3%).
+constexpr int64_t kPrefetchAhead = 2;
 
 // ---------------------------------------------------------------- packing
 
@@ -145,6 +162,11 @@ struct TileContext {
   int64_t first;        // the first row's pixel (or virtual pixel: padded input)
   int64_t rows;         // rows of the micro-tile (1 .. 32)
   int64_t b0;           // the first block's index within the item
+  // Cached weights: the two blocks' tiles of a later micro-tile
+  // (kPrefetchAhead), prefetched into L2 one K step's tiles per K step,
+  // for the first pf_steps steps (0: none).
+  const int8_t* pf[2];
+  int64_t pf_steps;
 };
 
 // A finished micro-tile whose C tiles wait in `c` for their epilogue, which
@@ -269,7 +291,20 @@ void MicroTile(const TileContext& t, Pending* prev, Pending* next,
   const int8_t* b0 = t.b[0];
   const int8_t* b1 = t.b[1];
   const int64_t* koff = t.koff;
+  const int8_t* pf0 = t.pf[0];
+  const int8_t* pf1 = t.pf[1];
+  const int64_t pf_steps = t.pf_steps;
   auto step = [&](int64_t s) {
+    if (s < pf_steps) {
+      for (int i = 0; i < kTileGroups; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf0 + s * kTileBytes + kGroupBytes * i),
+                     _MM_HINT_T1);
+      }
+      for (int i = 0; i < kTileGroups; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf1 + s * kTileBytes + kGroupBytes * i),
+                     _MM_HINT_T1);
+      }
+    }
     _tile_loadd(6, b0 + s * kTileBytes, kGroupBytes);
     if constexpr (NT == 2) _tile_loadd(7, b1 + s * kTileBytes, kGroupBytes);
     _tile_loadd(4, a0 + koff[s], t.lda);
@@ -440,6 +475,7 @@ bool GemmTileAmx(const GemmTileArgs& t) {
   const int64_t mtiles = (t.rows + kMr - 1) / kMr;
   const int64_t panels = (groups + kc - 1) / kc;
   const int64_t units = mtiles * panels;
+  const bool m_major = cached && !t.panel_major;
   // Verifies (cached) or packs (on the fly) panel q for all the item's blocks.
   auto prepare_panel = [&](int64_t q) {
     const int64_t g0 = q * kc, g1 = Min(groups, g0 + kc);
@@ -456,11 +492,27 @@ bool GemmTileAmx(const GemmTileArgs& t) {
   if (cached) {
     for (int64_t q = 0; q < panels; ++q) prepare_panel(q);
   }
+  // Micro-tile m = 0 is the first to read each (panel, pair) of cached
+  // weights: its call on (panel q, pair) prefetches into tc->pf the
+  // weights of the first reader `ahead` pairs later, in q-major order
+  // (none past the item's last).
+  auto set_prefetch = [&](int64_t m, int64_t q, int64_t pair, int64_t ahead,
+                          TileContext* tc) {
+    tc->pf_steps = 0;
+    const int64_t pos = q * npairs + pair + ahead;
+    if (!cached || m != 0 || pos >= panels * npairs) return;
+    const int64_t pq = pos / npairs, pb = 2 * (pos % npairs);
+    const int64_t pg0 = pq * kc;
+    for (int j = 0; j < 2; ++j) {
+      const int64_t bj = Min(pb + j, nblocks - 1);
+      tc->pf[j] = t.w->data + ((t.block_begin + bj) * groups + pg0) * kGroupBytes;
+    }
+    tc->pf_steps = (Min(groups, pg0 + kc) - pg0) / kTileGroups;
+  };
   TileContext tc;
   tc.partial_ld = partial_ld;
   tc.koff = koff;
   int64_t koff_panel = -1;
-  const bool m_major = cached && !t.panel_major;
   for (int64_t u = 0; u < units; ++u) {
     const int64_t m = m_major ? u / panels : u % mtiles;
     const int64_t q = m_major ? u % panels : u / mtiles;
@@ -507,6 +559,7 @@ bool GemmTileAmx(const GemmTileArgs& t) {
                          : t.panel_buffer + bj * panel_bytes;
       }
       tc.b0 = b;
+      set_prefetch(m, q, pair, kPrefetchAhead, &tc);
       tc.partial = t.partial != nullptr ? t.partial + r * partial_ld + b * kBlock : nullptr;
       CompilerBarrier();
       RunMicroTile(mt, nt, tc, prev, next, e);
