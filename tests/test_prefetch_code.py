@@ -45,6 +45,9 @@ EXPECTED = [
      "the next (panel, block)'s weights, one line per k-group (tc.pf)"),
     ("void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<12, 2, true>",
      "prefetcht1", 1, "the same, narrow blocks"),
+    ("tf_fused_int8::cpu::(anonymous namespace)::GemmTileAmx", "prefetcht1", 32,
+     "the weight tiles two block pairs ahead, 32 lines per K step, in every "
+     "MicroTile<MT, NT> inlined into it (kPrefetchAhead, gemm_amx.cc)"),
     ("tf_fused_int8::cpu::(anonymous namespace)::GemvZmmImpl", "prefetcht0", 8,
      "the filter's column strip 16 rows ahead of the GEMV's K loop "
      "(GemvRows)"),
