@@ -69,12 +69,16 @@ inline int8_t EpilogueScalar(int32_t acc, float scale, float bias,
 // 128. An infinite scale, bias or side scale makes the bound infinite (clamp
 // kept); so does a NaN side scale (the comparison fails). The clamp is one
 // MINPS per 16 outputs (8 on ymm); the x86 GEMM micro-tiles and depthwise
-// kernels (avx512vnni, avxvnni, avx2) leave it out where they may
-// (epilogue_avx512.h, epilogue_avx2.h; the amx path, which was not measured,
-// keeps it). MobileNetV2 int8, batch 1, Zen 5, the step profiler, old and
+// kernels (avx512vnni, avxvnni, avx2, amx) leave it out where they may
+// (epilogue_avx512.h, epilogue_avx2.h). MobileNetV2 int8, batch 1, Zen 5, the step profiler, old and
 // new builds alternated three times (medians per step): the 53 steps 1072
 // -> 1026 us on one thread and 686 -> 622 us on two; 112x112x16 -> 96 88.6
 // -> 81.1 and 52.2 -> 45.7 us, the stem 54.6 -> 51.9 and 34.7 -> 29.7.
+// The amx path per block since 2026-12-05 (with its epilogue's constants
+// copied out of reach of the output stores), bench_core, one AMX Xeon
+// thread, batch 1: 56x56x64 -> 256 139 -> 129 us, 56x56x24 -> 144 77 ->
+// 70, 14x14x64 -> 384 13.8 -> 13.0, the 7x7 stem 269 -> 249, 3x3 layers
+// 0.97-1.0x; MobileNetV2's chain (bench_sequence) 0.97x on one thread.
 inline bool UpperClampNeeded(int32_t hi, double max_abs_acc,
                              float max_abs_scale, float max_abs_bias,
                              bool has_side, float side_scale) {

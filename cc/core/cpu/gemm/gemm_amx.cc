@@ -26,8 +26,12 @@
 // Epilogue: a micro-tile's C tiles are stored to a scratch and put through
 // epilogue_avx512.h (Epilogue16x4Natural: four rows of 16 natural-order
 // channels at a time), bit for bit the contract as on avx512vnni, in two
-// halves between the next micro-tile's K steps (Pending). Between K panels
-// the C tiles go to and come back from GemmTileArgs::partial.
+// halves between the next micro-tile's K steps (Pending), without the upper
+// clamp for blocks where UpperClampNeeded (epilogue.h) allows. Between K
+// panels the C tiles go to and come back from GemmTileArgs::partial. The
+// epilogue is most of a small-K layer's time: 56x56x64 -> 256 at batch 1
+// (bench_core, one thread) ran 57 us with only the tile work and 89 us with
+// only the epilogue, 140 us with both; they barely overlap.
 //
 // Tile state: every gemm_tile call loads the tile configuration at its start
 // (LDTILECFG: eight tiles of 16 rows x 64 bytes) and releases the tiles
@@ -48,6 +52,7 @@
 #include "cc/core/cpu/amx_tiles.h"
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/epilogue.h"
 #include "cc/core/epilogue_avx512.h"
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
@@ -181,6 +186,7 @@ struct Pending {
 // What the epilogue needs besides a pending micro-tile.
 struct EpilogueContext {
   const Block16Consts* consts;  // the item's blocks
+  const uint8_t* clamp_hi;      // per item block: Epilogue512Consts::clamp_hi
   int64_t block_begin;        // the item's first block
   const int8_t* side;         // EpilogueArgs::side (null: none)
   int8_t* output;
@@ -196,25 +202,32 @@ struct EpilogueContext {
 // item block ib.
 inline void EpilogueRun(const int32_t* c, int64_t row, int64_t count,
                         int64_t pixel, int64_t ib, const EpilogueContext& e) {
-  const Block16Consts& bc = e.consts[ib];
+  // Local copies: the int8 output stores may alias any memory, so loads
+  // through e would be repeated after every store.
+  const Block16Consts bc = e.consts[ib];
+  const Epilogue512Consts ec = *e.ec;
   const int64_t n0 = (e.block_begin + ib) * kBlock;
   const __mmask16 mask = ChannelMask(n0, e.co);
   const int64_t ldo = e.co;
   int8_t* out = e.output + pixel * ldo + n0;
   const int8_t* side = e.side != nullptr ? e.side + pixel * ldo + n0 : nullptr;
   c += 16 * row;
-  int64_t r = 0;
-  for (; r + 4 <= count; r += 4) {
-    Epilogue16x4Natural(_mm512_load_si512(c + 16 * r), _mm512_load_si512(c + 16 * (r + 1)),
-                        _mm512_load_si512(c + 16 * (r + 2)), _mm512_load_si512(c + 16 * (r + 3)),
-                        bc.scale, bc.bias, side != nullptr ? side + r * ldo : nullptr,
-                        ldo, *e.ec, mask, out + r * ldo);
-  }
-  for (; r < count; ++r) {
-    Epilogue16Natural(_mm512_load_si512(c + 16 * r), bc.scale, bc.bias,
-                      side != nullptr ? side + r * ldo : nullptr, *e.ec, mask,
-                      out + r * ldo);
-  }
+  WithClampHi(e.clamp_hi[ib] != 0, [&](auto clamp_hi) {
+    constexpr bool kClampHi = decltype(clamp_hi)::value;
+    int64_t r = 0;
+    for (; r + 4 <= count; r += 4) {
+      Epilogue16x4Natural<kClampHi>(
+          _mm512_load_si512(c + 16 * r), _mm512_load_si512(c + 16 * (r + 1)),
+          _mm512_load_si512(c + 16 * (r + 2)), _mm512_load_si512(c + 16 * (r + 3)),
+          bc.scale, bc.bias, side != nullptr ? side + r * ldo : nullptr, ldo, ec, mask,
+          out + r * ldo);
+    }
+    for (; r < count; ++r) {
+      Epilogue16Natural<kClampHi>(_mm512_load_si512(c + 16 * r), bc.scale, bc.bias,
+                                  side != nullptr ? side + r * ldo : nullptr, ec, mask,
+                                  out + r * ldo);
+    }
+  });
 }
 
 // The epilogue of one C tile: rows [0, rows) from (virtual) pixel `first`.
@@ -392,6 +405,7 @@ class ScratchBytes {
 // pending micro-tiles, the A buffer and the K step offsets.
 struct AmxScratch {
   std::vector<Block16Consts> consts;
+  std::vector<uint8_t> clamp_hi;  // per block: Epilogue512Consts::clamp_hi
   Pending pending[2];
   ScratchBytes a;
   std::vector<int64_t> koff;  // K step offsets of one panel
@@ -426,12 +440,21 @@ bool GemmTileAmx(const GemmTileArgs& t) {
   const Epilogue512Consts ec = MakeEpilogue512Consts(ep.side_scale, ep.lo, ep.hi);
   AmxScratch& scratch = t_amx;
   scratch.consts.resize(static_cast<size_t>(nblocks));
+  scratch.clamp_hi.resize(static_cast<size_t>(nblocks));
   for (int64_t b = 0; b < nblocks; ++b) {
-    FillBlock16Consts(ep, (t.block_begin + b) * kBlock, co, &scratch.consts[b]);
+    Block16Consts& bc = scratch.consts[b];
+    FillBlock16Consts(ep, (t.block_begin + b) * kBlock, co, &bc);
+    // |acc| <= K * 2^14 with K the packed depth (zero groups add nothing);
+    // lanes past Co hold zeros, which do not change the maxima.
+    scratch.clamp_hi[b] = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * 4),
+                                           AbsMaxIgnoringNaN(bc.scale, kBlock),
+                                           AbsMaxIgnoringNaN(bc.bias, kBlock),
+                                           ep.side != nullptr, ep.side_scale);
   }
   const bool padded = t.padded != nullptr;
   EpilogueContext e;
   e.consts = scratch.consts.data();
+  e.clamp_hi = scratch.clamp_hi.data();
   e.block_begin = t.block_begin;
   e.side = ep.side;
   e.output = t.output;
