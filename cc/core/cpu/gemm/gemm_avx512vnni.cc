@@ -250,6 +250,11 @@ struct ZmmU8Copy : ZmmS8Copy {  // its loads; these stores
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
                      _mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80))));
   }
+  static void Copy32(uint8_t* dst, const int8_t* src) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                        _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))));
+  }
 };
 
 // ------------------------------------------------------------------- GEMM

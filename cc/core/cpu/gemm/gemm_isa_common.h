@@ -234,6 +234,17 @@ struct HasCopy16<Copy, decltype(void(Copy::Copy16(nullptr, nullptr)))> {
   static constexpr bool value = true;
 };
 
+// Whether the policy has Copy32(dst, src): 32 input bytes with one load and
+// one store (a run of 17-32 bytes in CopyWindows, instead of two Copy16).
+template <class Copy, class = void>
+struct HasCopy32 {
+  static constexpr bool value = false;
+};
+template <class Copy>
+struct HasCopy32<Copy, decltype(void(Copy::Copy32(nullptr, nullptr)))> {
+  static constexpr bool value = true;
+};
+
 // As ConvertRun, for a run whose last vector's read is known to stay inside
 // the input (no bounds check). Runs of at most 16 bytes (a window row of a
 // stem: 3x3x3 is 9 bytes, 7x7x3 21) go through Copy16 where the policy has
@@ -256,13 +267,19 @@ inline void ConvertInterior(uint8_t* dst, const int8_t* src, int64_t n) {
 // `count` interior windows of kFh rows of kRun bytes each (a stem: 3x3x3
 // is 3 runs of 9 bytes, 7x7x3 7 of 21), window i's row ky at src + i *
 // src_step + ky * ky_step, written to row + i * lda, ky's run at ky * kRun:
-// every run through Copy16 (two for runs of 17-32 bytes), the loops and the
-// run length known at compile time. The generic loop (ConvertInterior per
+// every run through Copy16 (runs of 17-32 bytes through one Copy32 where the
+// policy has it, else two Copy16), the loops and the run length known at
+// compile time. Like the two Copy16, Copy32 reads and writes 32 bytes from
+// the run's start: the next run's bytes are written again after it, the last
+// run's extra bytes lie past K (zero weights). The generic loop (ConvertInterior per
 // run) spent about 13 cycles a 3x3x3 window on its bookkeeping, 42% of
 // MobileNetV2's stem on AVX-512 (perf, one Zen 5 thread). With this
 // (bench_core, avx512vnni, one Zen 5 thread, 9 rounds alternated, median
 // time ratio): MobileNetV2's 224x224x3 3x3 s2 -> 32 0.79 at batch 1 and
-// 0.78 at batch 8, ResNet50's 7x7 s2 -> 64 0.94.
+// 0.78 at batch 8, ResNet50's 7x7 s2 -> 64 0.94. Copy32 for the 7x7x3 runs
+// of 21 bytes (the AVX-512 policies; bench_core, one AMX Xeon thread,
+// alternated): amx 0.92-0.98x at batch 1 (three rounds), 0.92x at batch 8,
+// avx512vnni 0.93-0.97x.
 template <class Copy, int kFh, int kRun>
 inline void CopyWindows(uint8_t* row, const int8_t* src, int64_t count,
                         int64_t src_step, int64_t lda, int64_t ky_step) {
@@ -272,8 +289,12 @@ inline void CopyWindows(uint8_t* row, const int8_t* src, int64_t count,
     for (int ky = 0; ky < kFh; ++ky) {
       uint8_t* out = row + ky * kRun * Copy::kElemBytes;
       const int8_t* in = src + ky * ky_step;
-      Copy::Copy16(out, in);
-      if constexpr (kRun > 16) Copy::Copy16(out + 16 * Copy::kElemBytes, in + 16);
+      if constexpr (kRun > 16 && HasCopy32<Copy>::value) {
+        Copy::Copy32(out, in);
+      } else {
+        Copy::Copy16(out, in);
+        if constexpr (kRun > 16) Copy::Copy16(out + 16 * Copy::kElemBytes, in + 16);
+      }
     }
   }
 }
@@ -341,6 +362,10 @@ struct ZmmS8Copy {
   static void Copy16(uint8_t* dst, const int8_t* src) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  }
+  static void Copy32(uint8_t* dst, const int8_t* src) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
   }
 };
 #endif
