@@ -444,12 +444,9 @@ bool GemmTileAmx(const GemmTileArgs& t) {
   for (int64_t b = 0; b < nblocks; ++b) {
     Block16Consts& bc = scratch.consts[b];
     FillBlock16Consts(ep, (t.block_begin + b) * kBlock, co, &bc);
-    // |acc| <= K * 2^14 with K the packed depth (zero groups add nothing);
-    // lanes past Co hold zeros, which do not change the maxima.
-    scratch.clamp_hi[b] = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * 4),
-                                           AbsMaxIgnoringNaN(bc.scale, kBlock),
-                                           AbsMaxIgnoringNaN(bc.bias, kBlock),
-                                           ep.side != nullptr, ep.side_scale);
+    scratch.clamp_hi[b] = BlockUpperClampNeeded(ep, groups * 4,
+                                                AbsMaxIgnoringNaN(bc.scale, kBlock),
+                                                AbsMaxIgnoringNaN(bc.bias, kBlock));
   }
   const bool padded = t.padded != nullptr;
   EpilogueContext e;

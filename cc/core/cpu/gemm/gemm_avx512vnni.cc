@@ -795,13 +795,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       // Read only by the last panel's epilogue.
       if (tc.last) {
         FillBlockConsts(ep, n0, co, nz == 4, &bc);
-        // |acc| <= K * 2^14 with K at most the packed depth (zero groups
-        // past the filter's K add nothing); the block's lanes past Co hold
-        // zeros, which do not change the maxima.
-        ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * 4),
-                                       AbsMax64IgnoringNaN(bc.scale),
-                                       AbsMax64IgnoringNaN(bc.bias),
-                                       ep.side != nullptr, ep.side_scale);
+        ec.clamp_hi = BlockUpperClampNeeded(ep, groups * 4, AbsMax64IgnoringNaN(bc.scale),
+                                            AbsMax64IgnoringNaN(bc.bias));
       }
       tc.mask = ByteMask(width);
       const int8_t* next = nullptr;

@@ -29,6 +29,7 @@
 #include <cstring>
 
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/epilogue.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -179,6 +180,16 @@ inline void FillBlock16Consts(const EpilogueArgs& ep, int64_t n0, int64_t co,
     bc->scale[p] = in ? ep.scale[ep.per_channel_scale ? c : 0] : 0.0f;
     bc->bias[p] = in ? ep.bias[c] : 0.0f;
   }
+}
+
+// UpperClampNeeded (epilogue.h) for one channel block of a GEMM call: k the
+// packed depth (|acc| <= k * 2^14; zero groups past the filter's K add
+// nothing), max_abs_scale and max_abs_bias the block's largest |scale| and
+// |bias| (lanes past Co hold zeros, which do not change them).
+inline bool BlockUpperClampNeeded(const EpilogueArgs& ep, int64_t k, float max_abs_scale,
+                                  float max_abs_bias) {
+  return UpperClampNeeded(ep.hi, MaxAbsAcc(k), max_abs_scale, max_abs_bias,
+                          ep.side != nullptr, ep.side_scale);
 }
 
 // Whether the im2col rows are the input pixels themselves (1x1, stride 1,

@@ -335,12 +335,8 @@ bool GemmTileYmm(const GemmTileArgs& t) {
       const int64_t n0 = nb * kYmmBlock;
       const int64_t valid = Min(kYmmBlock, co - n0);
       FillBlock16Consts(ep, n0, co, &bc);
-      // |acc| <= K * 2^14, K at most the packed depth (groups * kpg); lanes
-      // past Co hold zeros, which do not change the maxima.
-      ec.clamp_hi = UpperClampNeeded(ep.hi, MaxAbsAcc(groups * kpg),
-                                     AbsMax16IgnoringNaN(bc.scale),
-                                     AbsMax16IgnoringNaN(bc.bias), ep.side != nullptr,
-                                     ep.side_scale);
+      ec.clamp_hi = BlockUpperClampNeeded(ep, groups * kpg, AbsMax16IgnoringNaN(bc.scale),
+                                          AbsMax16IgnoringNaN(bc.bias));
       tc.count = static_cast<int>(valid);
       const int8_t* next = nullptr;
       int64_t next_lines = 0;
