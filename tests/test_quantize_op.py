@@ -121,6 +121,46 @@ def test_every_cpu_path(path):
             err_msg=f"{path} n={n} scale={scale}")
 
 
+def near_ties(scale):
+  """Every tie (k + 0.5) * scale for k in [-130, 130] and the 6 float32
+  values on each side of it."""
+  s = np.float32(scale)
+  with np.errstate(over="ignore"):  # 2e38 * 130 is inf
+    ties = ((np.arange(-130, 131) + np.float32(0.5)) * s).astype(np.float32)
+  xs = [ties]
+  up, down = ties, ties
+  for _ in range(6):
+    up = np.nextafter(up, np.float32(np.inf))
+    down = np.nextafter(down, np.float32(-np.inf))
+    xs += [up, down]
+  return np.concatenate(xs)
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_values_near_a_rounding_boundary_on_every_path(path):
+  """The vector bodies multiply by 1 / scale and divide only where the
+  product lies near a rounding boundary (cc/core/cpu/quantize/). Around
+  every tie, at many scales, each value must still come out as x / scale
+  does; for some of them x * (1 / scale) rounds elsewhere (asserted, so the
+  sweep would catch a body that never divided). A scale of 2e38, whose
+  reciprocal is below FLT_MIN, takes the division throughout."""
+  rng = np.random.default_rng(11)
+  scales = [1 / 127.5, 1 / 255, 0.0123456, 3.0, 2e38] + list(
+      np.exp2(rng.uniform(-12, 4, 24)))
+  apart = 0
+  with op_harness.forced_kernel(path):
+    for scale in scales:
+      s = np.float32(scale)
+      x = near_ties(s)
+      want = numpy_quantize(x, s)
+      with np.errstate(over="ignore", invalid="ignore"):
+        product = np.clip(np.rint(x * (np.float32(1) / s)), -128, 127).astype(np.int8)
+      apart += int(np.sum(product != want))
+      np.testing.assert_array_equal(tf_fused_int8.quantize_to_int8(x, s).numpy(), want,
+                                    err_msg=f"{path} scale={scale!r}")
+  assert apart > 0
+
+
 @pytest.mark.parametrize("path", op_harness.unavailable_paths()[:2])
 def test_forced_path_this_cpu_lacks_still_quantizes(path):
   """The convolutions reject a forced path this CPU lacks; the quantize op

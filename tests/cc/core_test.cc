@@ -38,6 +38,7 @@
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/lut/lut.h"
 #include "cc/core/cpu/peak/peak.h"
+#include "cc/core/cpu/round_int8.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
 #include "cc/core/layer_norm.h"
@@ -2413,7 +2414,9 @@ void TestQuantizeOn(const KernelPath* path) {
     }
   }
   std::mt19937 rng(7);
-  const float scales[] = {1.0f / 127.5f, 0.0078125f, 0.0123456f, 3.0f, 1e-20f};
+  // 2e38: its reciprocal is below FLT_MIN (the bodies divide throughout).
+  const float scales[] = {1.0f / 127.5f, 0.0078125f, 0.0123456f, 3.0f, 1e-20f,
+                          0.0312891f, 2e38f};
   const int64_t lengths[] = {0, 1, 7, 15, 31, 33, 63, 64, 65, 127, 8191, 8192, 8193, 3 * 8192 + 5, 100003};
   const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2), OddParallelFor(3)};
   for (float scale : scales) {
@@ -2429,6 +2432,14 @@ void TestQuantizeOn(const KernelPath* path) {
         if (kind == 0) v = static_cast<float>(static_cast<int>(v / scale)) * scale;
         if (kind == 1) v = (std::floor(v / scale) + 0.5f) * scale;
         if (kind == 2) v = (i % 3 == 0) ? nan : (i % 3 == 1 ? inf : -inf);
+        // Within a few ulps of a tie: where x times the reciprocal and x /
+        // scale can round apart (the bodies must divide those).
+        if (kind == 3 || kind == 4) {
+          v = (std::floor(v / scale) + 0.5f) * scale;
+          for (int u = static_cast<int>(i % 4); u >= 0; --u) {
+            v = std::nextafter(v, kind == 3 ? inf : -inf);
+          }
+        }
         x[static_cast<size_t>(i)] = v;
       }
       for (const ParallelFor& pf : pfs) {
@@ -2447,6 +2458,45 @@ void TestQuantizeOn(const KernelPath* path) {
                static_cast<long long>(n));
       }
     }
+  }
+  // Values a few ulps from every tie k + 0.5 (k in [-130, 130]) at 64
+  // scales: x times fl(1 / scale) rounds to another integer than x / scale
+  // for some of them (counted: the sweep must contain such values, or it
+  // could not catch a body that skipped the division), and every one must
+  // come out as the division's.
+  {
+    std::uniform_real_distribution<float> log_scale(-12.0f, 4.0f);
+    int64_t apart = 0, checked = 0;
+    for (int si = 0; si < 64; ++si) {
+      const float scale = std::exp2(log_scale(rng));
+      const float recip = 1.0f / scale;
+      std::vector<float> x;
+      for (int k = -130; k <= 130; ++k) {
+        const float tie = (static_cast<float>(k) + 0.5f) * scale;
+        float up = tie, down = tie;
+        x.push_back(tie);
+        for (int u = 0; u < 6; ++u) {
+          up = std::nextafter(up, inf);
+          down = std::nextafter(down, -inf);
+          x.push_back(up);
+          x.push_back(down);
+        }
+      }
+      std::vector<int8_t> q(x.size(), 99);
+      quantize(x.data(), static_cast<int64_t>(x.size()), scale, q.data(), ParallelFor());
+      int bad = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const int8_t want = QuantizeOneReference(x[i], scale);
+        apart += cpu::RoundClipToInt8(x[i] * recip) != want;
+        ++checked;
+        if (q[i] != want && bad++ < 3) {
+          EXPECT(false, "near tie: scale=%.9g x=%.9g: got %d want %d", scale, x[i], q[i],
+                 want);
+        }
+      }
+    }
+    EXPECT(apart > 0, "near ties: no value where the product rounds apart (%lld checked)",
+           static_cast<long long>(checked));
   }
   EXPECT(ValidQuantizeScale(1e-30f) && ValidQuantizeScale(3.0f), "valid scales");
   EXPECT(!ValidQuantizeScale(0.0f) && !ValidQuantizeScale(-1.0f) &&
