@@ -156,6 +156,13 @@ struct Plan {
   bool panel_major = false;  // GemmTileArgs::panel_major
 };
 
+// Whether out_c channels split into `groups` groups of at most
+// `group_channels` each leave the widest group over 1.125x the mean group
+// (see per_block_items in MakePlan).
+bool Lopsided(int64_t group_channels, int64_t groups, int64_t out_c) {
+  return 8 * std::min(group_channels, out_c) * groups > 9 * out_c;
+}
+
 // kc: the K panel size in groups (isa.kc_groups, or up to
 // isa.kc_groups_cached for weights from the cache: RunGemmConv). The GEMM's
 // rows are the output pixels, or the virtual pixels of a padded input.
@@ -186,8 +193,34 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
       threads > 1 && CeilDiv(p.pixels, isa.mr) >= 2 * threads &&
       ((isa.rows_first && g.out_c <= 2 * p.pixels) ||
        (isa.rows_first_small_filter && small_filter));
+  // An ISA with rows_first (amx) also splits rows, wherever each thread
+  // gets a micro-tile row, in place of a channel split that would be
+  // lopsided (and so become per-block items, below): MobileNetV2's 7x7x576
+  // -> 160 and 7x7x960 -> 160 (160 channels: 5 block pairs, 3 : 2), where
+  // the per-block items (32 rows x 32 channels) ran slower on two threads
+  // than one thread's whole layer. bench_core, amx, batch 1, two threads
+  // (Xeon with AMX, KVM): 7x7x576 -> 160 6.0-6.7 -> 4.6-5.2 us, 7x7x960 ->
+  // 160 10.2-10.8 -> 6.4-6.7 (one thread 5.1 and 8.0). In MobileNetV2's
+  // chain (bench_sequence, batch 1, two threads, four alternations) the
+  // three such steps 38-43 -> 29-34 us; the steps after them (160 -> 960,
+  // a channel split reading rows both threads wrote either way) 41-46
+  // against 41-47; in TF (step profiler, InferenceRunner, the two .so
+  // alternated three times) 42-54 -> 33-37 us, the next steps 44-49 ->
+  // 45-46, the steps' sum 0.99x in each pair. Even splits stay channel splits: split by rows, 7x7x160
+  // -> 960 ran 1.03-1.05x slower alone and 1.04-1.14x in the chain (each
+  // thread then reads all 154 KB of weights), 7x7x320 -> 1280 1.08x alone
+  // and the same in the chain, 7x7x960 -> 320 1.01-1.08x slower alone and
+  // 0.89x in one chain run (not enough to change it on).
+  bool rows_over_lopsided = false;
+  if (threads > 1 && isa.rows_first && !rows_first &&
+      CeilDiv(p.pixels, isa.mr) >= threads && g.out_c >= p.pixels) {
+    const int64_t groups = std::min<int64_t>(runs, threads);
+    rows_over_lopsided = Lopsided(CeilDiv(runs, groups) * split * isa.block, groups,
+                                  g.out_c);
+  }
+  const bool split_rows = rows_first || rows_over_lopsided;
   int64_t n_groups = 1;
-  if (threads > 1 && g.out_c >= p.pixels && !rows_first) {
+  if (threads > 1 && g.out_c >= p.pixels && !split_rows) {
     n_groups = std::min<int64_t>(runs, threads);
   }
   const int64_t group_channels = CeilDiv(runs, n_groups) * split * isa.block;
@@ -203,7 +236,7 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
       m_tiles = RoundUp(m_tiles, 4 * threads);
     } else if (m_tiles >= threads) {
       m_tiles = RoundUp(m_tiles, threads);
-    } else if (rows_first) {
+    } else if (split_rows) {
       m_tiles = threads;
     } else {
       n_groups = std::min(runs, CeilDiv(2 * threads, m_tiles));
@@ -235,11 +268,10 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
   // (7x7x160 -> 960, 8 : 7 blocks, took 25 -> 38 us as 30 small items on
   // Zen 4; 7x7x960 -> 160 and 7x7x160 -> 960 unchanged on Zen 5). The ymm
   // paths (avx2, avxvnni: 7x7x960 -> 320 0.97-1.01) are unchanged; amx
-  // was not measured.
+  // splits rows instead wherever it can (rows_over_lopsided above).
   p.per_block_items = false;
   if (threads > 1 && p.n_groups > 1 &&
-      8 * std::min(p.blocks_per_group * isa.block, g.out_c) * p.n_groups >
-          9 * g.out_c) {
+      Lopsided(p.blocks_per_group * isa.block, p.n_groups, g.out_c)) {
     p.per_block_items = true;
     p.blocks_per_group = split;
     p.n_groups = runs;
