@@ -612,6 +612,7 @@ extern const IsaKernels kAmxKernels = {
     /*rows_first=*/true,
     /*panel_major_bytes=*/int64_t{1} << 20,
     /*rows_first_small_filter=*/true,
+    /*tile_row_granule=*/16,
 };
 
 }  // namespace cpu

@@ -248,8 +248,10 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
     m_tiles = std::min(CeilDiv(p.pixels, isa.mr), CeilDiv(threads, n_groups));
   }
   m_tiles = std::max<int64_t>(1, std::min(m_tiles, p.pixels));
-  // Even tile heights, multiples of the micro-tile height where possible.
-  p.tile_rows = RoundUp(CeilDiv(p.pixels, m_tiles), isa.mr);
+  // Even tile heights, multiples of isa.tile_row_granule (the micro-tile
+  // height unless the ISA names a finer one) where possible.
+  const int64_t granule = isa.tile_row_granule > 0 ? isa.tile_row_granule : isa.mr;
+  p.tile_rows = RoundUp(CeilDiv(p.pixels, m_tiles), granule);
   p.m_tiles = CeilDiv(p.pixels, p.tile_rows);
   p.blocks_per_group = CeilDiv(runs, n_groups) * split;
   p.n_groups = CeilDiv(p.blocks, p.blocks_per_group);

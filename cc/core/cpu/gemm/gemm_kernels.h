@@ -306,6 +306,22 @@ struct IsaKernels {
   // depthwise layers after them 0.76-0.78x, the sum of the steps 0.96x
   // (0.94-1.04). The ARM paths were not measured with it.
   bool rows_first_small_filter = false;
+  // Row tiles (MakePlan) are multiples of this many rows (0: mr). amx: 16,
+  // one A tile: a 32-row micro-tile's last 16 rows may be left out (a
+  // 16-row micro-tile, MicroTile<1, NT>), so tiles of 16-row multiples
+  // split the rows between threads more evenly. Two threads, batch 1, Xeon
+  // with AMX (KVM): MobileNetV2's 196-row layers split 128 : 68 rows (4
+  // micro-tiles against 2.5) before, 112 : 84 (3.5 against 3) now, and
+  // ResNet50's 3136 rows 1664 : 1472 before, 1600 : 1536 now.
+  // bench_sequence, builds alternated three times: MobileNetV2's 14x14
+  // pointwise steps 176-183 -> 154-169 us; ResNet50's chain 3324-3498 ->
+  // 3191-3287 us. In TF (step profiler, InferenceRunner, the two .so
+  // alternated): MobileNetV2's steps 0.94-0.95x (three pairs, whole calls
+  // 0.94-0.96x); ResNet50's steps 0.93-1.04x (seven pairs: within the
+  // VM's noise), its 14x14 1024 -> 256 layers (split by rows) 0.96x in
+  // each of four pairs. One thread: unchanged (the tiles differ only where
+  // their micro-tile counts do not).
+  int64_t tile_row_granule = 0;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
