@@ -14,9 +14,10 @@ namespace tf_fused_int8 {
 namespace cpu {
 
 // 1.5 * 2^23: for |v| <= 2^22, (v + kRoundInt8Magic) - kRoundInt8Magic is v
-// rounded to an integer in the current rounding mode (round to nearest
-// even, TF's and the C++ default): the sum lies in [2^23, 2^24), where
-// float32's spacing is exactly 1. Both additions are plain IEEE operations
+// rounded to an integer in round to nearest even (TF's and the C++ default
+// mode): the sum lies in [2^23, 2^24), where float32's spacing is exactly
+// 1. (In the directed modes the sum's rounding is not v's: toward zero it
+// rounds a negative v down, -2.7 to -3 where nearbyint gives -2.) Both additions are plain IEEE operations
 // (no -ffast-math, and -ffp-contract=off, so they are not merged).
 constexpr float kRoundInt8Magic = 12582912.0f;
 
