@@ -2465,35 +2465,47 @@ void TestQuantizeOn(const KernelPath* path) {
   // for some of them (counted: the sweep must contain such values, or it
   // could not catch a body that skipped the division), and every one must
   // come out as the division's.
+  // k * scale (k in [k0, k1], plus `shift`) and `ulps` float32 values on
+  // each side of it, the center itself too where with_center.
+  auto around = [&](int k0, int k1, float shift, float scale, int ulps, bool with_center) {
+    std::vector<float> x;
+    for (int k = k0; k <= k1; ++k) {
+      const float center = (static_cast<float>(k) + shift) * scale;
+      float up = center, down = center;
+      if (with_center) x.push_back(center);
+      for (int u = 0; u < ulps; ++u) {
+        up = std::nextafter(up, inf);
+        down = std::nextafter(down, -inf);
+        x.push_back(up);
+        x.push_back(down);
+      }
+    }
+    return x;
+  };
+  // Quantizes x on one thread; every value must come out as the reference's.
+  auto expect_reference = [&](const std::vector<float>& x, float scale, const char* what) {
+    std::vector<int8_t> q(x.size(), 99);
+    quantize(x.data(), static_cast<int64_t>(x.size()), scale, q.data(), ParallelFor());
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const int8_t want = QuantizeOneReference(x[i], scale);
+      if (q[i] != want && bad++ < 3) {
+        EXPECT(false, "%s: scale=%.9g x=%.9g: got %d want %d", what, scale, x[i], q[i],
+               want);
+      }
+    }
+  };
   {
     std::uniform_real_distribution<float> log_scale(-12.0f, 4.0f);
     int64_t apart = 0, checked = 0;
     for (int si = 0; si < 64; ++si) {
       const float scale = std::exp2(log_scale(rng));
       const float recip = 1.0f / scale;
-      std::vector<float> x;
-      for (int k = -130; k <= 130; ++k) {
-        const float tie = (static_cast<float>(k) + 0.5f) * scale;
-        float up = tie, down = tie;
-        x.push_back(tie);
-        for (int u = 0; u < 6; ++u) {
-          up = std::nextafter(up, inf);
-          down = std::nextafter(down, -inf);
-          x.push_back(up);
-          x.push_back(down);
-        }
-      }
-      std::vector<int8_t> q(x.size(), 99);
-      quantize(x.data(), static_cast<int64_t>(x.size()), scale, q.data(), ParallelFor());
-      int bad = 0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        const int8_t want = QuantizeOneReference(x[i], scale);
-        apart += cpu::RoundClipToInt8(x[i] * recip) != want;
+      const std::vector<float> x = around(-130, 130, 0.5f, scale, 6, true);
+      expect_reference(x, scale, "near tie");
+      for (float v : x) {
+        apart += cpu::RoundClipToInt8(v * recip) != QuantizeOneReference(v, scale);
         ++checked;
-        if (q[i] != want && bad++ < 3) {
-          EXPECT(false, "near tie: scale=%.9g x=%.9g: got %d want %d", scale, x[i], q[i],
-                 want);
-        }
       }
     }
     EXPECT(apart > 0, "near ties: no value where the product rounds apart (%lld checked)",
@@ -2517,26 +2529,9 @@ void TestQuantizeOn(const KernelPath* path) {
     std::uniform_real_distribution<float> log_scale(-10.0f, 3.0f);
     for (int si = 0; si < 16; ++si) {
       const float scale = std::exp2(log_scale(rng));
-      std::vector<float> x;
-      for (int k = -128; k <= 127; ++k) {
-        float up = static_cast<float>(k) * scale, down = up;
-        for (int u = 0; u < 4; ++u) {
-          up = std::nextafter(up, inf);
-          down = std::nextafter(down, -inf);
-          x.push_back(up);
-          x.push_back(down);
-        }
-      }
-      std::vector<int8_t> q(x.size(), 99);
-      quantize(x.data(), static_cast<int64_t>(x.size()), scale, q.data(), ParallelFor());
-      int bad = 0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        const int8_t want = QuantizeOneReference(x[i], scale);
-        if (q[i] != want && bad++ < 3) {
-          EXPECT(false, "rounding mode %d: scale=%.9g x=%.9g: got %d want %d", mode, scale,
-                 x[i], q[i], want);
-        }
-      }
+      expect_reference(around(-128, 127, 0.0f, scale, 4, false), scale,
+                       mode == FE_UPWARD ? "upward" : mode == FE_DOWNWARD ? "downward"
+                                                                          : "toward zero");
     }
     std::fesetround(saved);
   }
