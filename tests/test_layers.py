@@ -136,6 +136,23 @@ def test_eager_fast_call_only_where_it_changes_nothing(keras_calls):
   # An eager functional model call: the layer's call is fast, same bits.
   np.testing.assert_array_equal(model([x, side]).numpy(), want)
   assert "QuantizedFusedConv2D" not in keras_calls
+  # training=False / None, which the model passes on to every layer and
+  # which Keras drops for a call() without `training`: still fast, the
+  # same bits. training=True (Keras would tell nested layers): Keras's
+  # path, the same bits.
+  for training in (False, None):
+    np.testing.assert_array_equal(
+        model([x, side], training=training).numpy(), want)
+    np.testing.assert_array_equal(
+        layer(x, side_input=side, training=training).numpy(), want)
+    assert "QuantizedFusedConv2D" not in keras_calls
+  np.testing.assert_array_equal(model([x, side], training=True).numpy(), want)
+  assert "QuantizedFusedConv2D" in keras_calls
+  keras_calls.clear()
+  np.testing.assert_array_equal(
+      layer(x, side_input=side, training=True).numpy(), want)
+  assert keras_calls == ["QuantizedFusedConv2D"]
+  keras_calls.clear()
   # A tensor with a Keras mask: Keras's path (which warns that the layer
   # drops the mask), the same bits.
   masked = tf.identity(x)
@@ -510,8 +527,16 @@ def test_eager_fast_call_of_the_quantization_layers(keras_calls):
       dq, keras.layers.Layer.__call__(relu, via_keras[0])))
   np.testing.assert_array_equal(xq.numpy(), via_keras[0].numpy())
   np.testing.assert_array_equal(y.numpy(), via_keras[1].numpy())
+  # In a functional model called with training=False (passed on to every
+  # layer): still the fast path, the same bits.
+  inp = keras.Input(x.shape[1:])
+  model = keras.Model(inp, dq(relu(q(inp))))
+  keras_calls.clear()
+  np.testing.assert_array_equal(model(x, training=False).numpy(), y.numpy())
+  assert keras_calls == ["Functional"]
   keras_calls.clear()
   x16 = tf.cast(x, tf.float16)
   np.testing.assert_array_equal(q(x16).numpy(),
                                 keras.layers.Layer.__call__(q, x16).numpy())
   assert keras_calls[0] == "Quantize"
+
