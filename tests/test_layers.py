@@ -540,3 +540,38 @@ def test_eager_fast_call_of_the_quantization_layers(keras_calls):
                                 keras.layers.Layer.__call__(q, x16).numpy())
   assert keras_calls[0] == "Quantize"
 
+
+def test_eager_fast_call_of_the_keras_derived_int8_layers(keras_calls):
+  """Int8MaxPooling2D / Int8AveragePooling2D / Int8GlobalMaxPooling2D /
+  Int8ZeroPadding2D / Int8Flatten (Keras layers with an int8 twist) take
+  the fast path once built, on eager int8 tensors and with training=False,
+  with Keras's bits; a float input keeps its Keras pooling (also bit for
+  bit against Keras's path)."""
+  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  x = tf.constant(rng.integers(-128, 128, (2, 9, 8, 16)).astype(np.int8))
+  made = [
+      quantization.Int8MaxPooling2D(3, strides=2, zero_padding=1),
+      quantization.Int8MaxPooling2D(2, padding="same"),
+      quantization.Int8AveragePooling2D(3, strides=1, padding="same"),
+      quantization.Int8GlobalMaxPooling2D(),
+      quantization.Int8ZeroPadding2D(((1, 2), (0, 3))),
+      quantization.Int8Flatten(),
+  ]
+  for layer in made:
+    first = layer(x)  # builds: Keras's path
+    keras_calls.clear()
+    for kw in ({}, {"training": False}):
+      got = layer(x, **kw)
+      assert keras_calls == [], (type(layer).__name__, kw)
+      assert got.dtype == tf.int8
+      np.testing.assert_array_equal(got.numpy(), first.numpy())
+    np.testing.assert_array_equal(
+        keras.layers.Layer.__call__(layer, x).numpy(), first.numpy())
+  xf = tf.constant(rng.normal(0, 3, (2, 9, 8, 16)).astype(np.float32))
+  for layer in made[:3]:
+    keras_calls.clear()
+    got = layer(xf)
+    assert keras_calls == []
+    np.testing.assert_array_equal(
+        got.numpy(), keras.layers.Layer.__call__(layer, xf).numpy())
