@@ -500,13 +500,16 @@ def test_models_table_has_a_row_per_forced_path():
                cpu_kernel="avx512vnni", ms=1.6, exact=None),
           _row("ours", 6.0, suite="models", layer="M", mode="runner",
                cpu_kernel="avx2", forced="avx2", ms=3.0, exact=None),
+          _row("ours", 4.0, suite="models", layer="M", mode="eager",
+               cpu_kernel="avx512vnni", ms=2.4, exact=None),
           _row("tf_fp32", 1.0, suite="models", layer="M", mode="graph",
                ms=12.0, exact=None)]
   text = tables.models_table(rows, {})
   lines = [l.split() for l in text.splitlines() if l.startswith("M ")]
-  assert len(lines) == 6, text
-  # tf.function, its concrete function, the runner, then the forced paths.
-  auto, concrete, runner, avx2, amx, runner_avx2 = lines
+  assert len(lines) == 7, text
+  # tf.function, its concrete function, the runner, the eager call, then
+  # the forced paths.
+  auto, concrete, runner, eager, avx2, amx, runner_avx2 = lines
   # model batch thr kernel ours tf-fp32 litert vs-tf-fp32 vs-litert
   assert auto[3:] == ["avx512vnni", "2.000", "12.000", "3.000", "6.00x",
                       "1.50x"], text
@@ -514,6 +517,8 @@ def test_models_table_has_a_row_per_forced_path():
                           "3.000", "7.50x", "1.88x"], text
   assert runner[3:] == ["runner", "avx512vnni", "1.500", "12.000", "3.000",
                         "8.00x", "2.00x"], text
+  assert eager[3:] == ["eager", "avx512vnni", "2.400", "12.000", "3.000",
+                       "5.00x", "1.25x"], text
   assert avx2[3:] == ["forced", "avx2", "4.000", "12.000", "3.000", "3.00x",
                       "0.75x"], text
   assert amx[3:] == ["forced", "amx", "err", "12.000", "3.000", "-", "-"], text
@@ -551,6 +556,8 @@ print(json.dumps(dict(
                              runs["ours@portable"]().numpy())),
     concrete_same=bool(np.array_equal(runs["ours"]().numpy(),
                                       runs["ours_concrete"]().numpy())),
+    eager_same=bool(np.array_equal(runs["ours"]().numpy(),
+                                   runs["ours_eager"]().numpy())),
     runner_same=bool(np.array_equal(runs["ours"]().numpy(),
                                     runs["ours_runner"]()) and
                      np.array_equal(runs["ours"]().numpy(),
@@ -571,13 +578,16 @@ def test_models_suite_forces_each_path_per_call(tmp_path):
                   r"TF_FUSED_INT8_CPU_KERNEL=no_such_path is not one of ",
                   out["status"]["ours@no_such_path"]), out["status"]
   assert out["status"]["ours_concrete"] is None
+  assert out["status"]["ours_eager"] is None
   assert out["status"]["ours_runner"] is None
   assert out["status"]["ours_runner@portable"] is None
   assert out["status"]["ours_runner@no_such_path"] is not None
   assert out["keys"] == ["ours", "ours@portable", "ours_concrete",
-                         "ours_runner", "ours_runner@portable", "tf_fp32"]
+                         "ours_eager", "ours_runner", "ours_runner@portable",
+                         "tf_fp32"]
   assert out["same"]
   assert out["concrete_same"]  # the concrete function: the same bits
+  assert out["eager_same"]  # the eager call: the same bits
   assert out["runner_same"]  # InferenceRunner: the same bits
   assert out["env_after"] is None
 

@@ -36,7 +36,8 @@ FAMILY = {
     "openvino_fp32": "openvino", "openvino_int8": "openvino",
 }
 # The models suite's other ways of calling our model: impl -> its rows' mode.
-OURS_MODES = {"ours_concrete": "concrete", "ours_runner": "runner"}
+OURS_MODES = {"ours_concrete": "concrete", "ours_runner": "runner",
+              "ours_eager": "eager"}
 PEER_ALIASES = {
     "onnxruntime": ("onnxruntime_u8", "onnxruntime_s8"),
     "torch": ("torch_x86", "torch_onednn"),
@@ -247,7 +248,8 @@ def selected_impls():
     # ours_concrete: the same tf.function's concrete function for the
     # input's signature, called directly (models only, auto path);
     # ours_runner: the same model through InferenceRunner (models only),
-    # also with each --paths path forced.
+    # also with each --paths path forced; ours_eager: the model called
+    # eagerly, model(x, training=False) (auto path).
     impls.insert(1, "ours_concrete")
     impls.insert(2, "ours_runner")
     impls += [f"ours_runner@{p}" for p in FLAGS.paths]

@@ -149,9 +149,9 @@ def exactness_table(rows):
 
 
 # Our rows of one (model, batch, threads), after the tf.function's: its
-# concrete function, then InferenceRunner (each row's "mode"; the label that
-# prefixes its kernel).
-OURS_MODE_ORDER = {"concrete": 1, "runner": 2}
+# concrete function, then InferenceRunner, then the eager call (each row's
+# "mode"; the label that prefixes its kernel).
+OURS_MODE_ORDER = {"concrete": 1, "runner": 2, "eager": 3}
 
 
 def models_table(rows, models):
@@ -190,7 +190,8 @@ def models_table(rows, models):
            "= that tf.function's concrete function for the input's signature, "
            "called directly (as a SavedModel signature is); 'runner "
            "P' = the same model through tf_fused_int8.InferenceRunner (frozen, "
-           "run in the calling thread, numpy in and out); 'forced "
+           "run in the calling thread, numpy in and out); 'eager P' = "
+           "the model called eagerly, model(x, training=False); 'forced "
            "P' = the same model with TF_FUSED_INT8_CPU_KERNEL=P (--paths)."]
   for name, info in models.items():
     lines.append(f"{name}: {info['macs'] / 1e9:.2f} GMACs per image, "

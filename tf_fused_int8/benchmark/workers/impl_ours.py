@@ -316,7 +316,13 @@ class Family(protocol.KeyedRuns):
       run = self.tfi.InferenceRunner(load(path))
       xn = x.numpy()
       return lambda: run(xn)
+    def build_eager(path):
+      # The model called eagerly, as a script calling a Keras model does:
+      # each layer an eager op (or a few), Keras's functional call around.
+      m = load(path)
+      return lambda: m(x, training=False)
     builders = {"ours": lambda: build(model["int8_keras"]),
+                "ours_eager": lambda: build_eager(model["int8_keras"]),
                 "ours_concrete": lambda: build_concrete(model["int8_keras"]),
                 "ours_runner": lambda: build_runner(model["int8_keras"]),
                 "tf_fp32": lambda: build(model["float_keras"])}
