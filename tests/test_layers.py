@@ -568,6 +568,13 @@ def test_eager_fast_call_of_the_keras_derived_int8_layers(keras_calls):
       np.testing.assert_array_equal(got.numpy(), first.numpy())
     np.testing.assert_array_equal(
         keras.layers.Layer.__call__(layer, x).numpy(), first.numpy())
+  # An input of the wrong rank: Keras's InputSpec error, as on Keras's path
+  # (never a silently wrong shape: GlobalMaxPooling2D would reduce the
+  # wrong axes of a rank-3 tensor).
+  x3 = x[:, 0]
+  for layer in made[:5]:
+    with pytest.raises(ValueError, match="expected ndim=4, found ndim=3"):
+      layer(x3)
   xf = tf.constant(rng.normal(0, 3, (2, 9, 8, 16)).astype(np.float32))
   for layer in made[:3]:
     keras_calls.clear()

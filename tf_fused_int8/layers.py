@@ -261,6 +261,13 @@ class _EagerCall:
 
   def __call__(self, *args, **kwargs):
     if self.built and self._eager_call_ok(args, kwargs):
+      if self.input_spec is not None:
+        # Keras's own check of the first input against the layer's
+        # InputSpec (the Keras-derived int8 layers: a rank-3 tensor to
+        # GlobalMaxPooling2D would otherwise reduce the wrong axes).
+        params = _call_parameters(type(self))
+        self._assert_input_compatibility(
+            args[0] if args else kwargs.get(params[0] if params else None))
       if not self._called:
         self._called = True
       if "training" in kwargs and "training" not in _call_parameters(type(self)):
