@@ -193,6 +193,10 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
       threads > 1 && CeilDiv(p.pixels, isa.mr) >= 2 * threads &&
       ((isa.rows_first && g.out_c <= 2 * p.pixels) ||
        (isa.rows_first_small_filter && small_filter));
+  int64_t n_groups = 1;
+  if (threads > 1 && g.out_c >= p.pixels && !rows_first) {
+    n_groups = std::min<int64_t>(runs, threads);
+  }
   // An ISA with rows_first (amx) also splits rows, wherever each thread
   // gets a micro-tile row, in place of a channel split that would be
   // lopsided (and so become per-block items, below): MobileNetV2's 7x7x576
@@ -206,23 +210,17 @@ Plan MakePlan(const ConvGeometry& g, const IsaKernels& isa, int threads,
   // a channel split reading rows both threads wrote either way) 41-46
   // against 41-47; in TF (step profiler, InferenceRunner, the two .so
   // alternated three times) 42-54 -> 33-37 us, the next steps 44-49 ->
-  // 45-46, the steps' sum 0.99x in each pair. Even splits stay channel splits: split by rows, 7x7x160
-  // -> 960 ran 1.03-1.05x slower alone and 1.04-1.14x in the chain (each
-  // thread then reads all 154 KB of weights), 7x7x320 -> 1280 1.08x alone
-  // and the same in the chain, 7x7x960 -> 320 1.01-1.08x slower alone and
-  // 0.89x in one chain run (not enough to change it on).
-  bool rows_over_lopsided = false;
-  if (threads > 1 && isa.rows_first && !rows_first &&
-      CeilDiv(p.pixels, isa.mr) >= threads && g.out_c >= p.pixels) {
-    const int64_t groups = std::min<int64_t>(runs, threads);
-    rows_over_lopsided = Lopsided(CeilDiv(runs, groups) * split * isa.block, groups,
-                                  g.out_c);
-  }
+  // 45-46, the steps' sum 0.99x in each pair. Even splits stay channel
+  // splits: split by rows, 7x7x160 -> 960 ran 1.03-1.05x slower alone and
+  // 1.04-1.14x in the chain (each thread then reads all 154 KB of weights),
+  // 7x7x320 -> 1280 1.08x alone and the same in the chain, 7x7x960 -> 320
+  // 1.01-1.08x slower alone and 0.89x in one chain run (not enough to
+  // change it on).
+  const bool rows_over_lopsided =
+      isa.rows_first && n_groups > 1 && CeilDiv(p.pixels, isa.mr) >= threads &&
+      Lopsided(CeilDiv(runs, n_groups) * split * isa.block, n_groups, g.out_c);
+  if (rows_over_lopsided) n_groups = 1;
   const bool split_rows = rows_first || rows_over_lopsided;
-  int64_t n_groups = 1;
-  if (threads > 1 && g.out_c >= p.pixels && !split_rows) {
-    n_groups = std::min<int64_t>(runs, threads);
-  }
   const int64_t group_channels = CeilDiv(runs, n_groups) * split * isa.block;
   int64_t max_rows = std::min(kMaxRows, kAPanelBytes / p.lda);
   if (p.panels > 1) {
