@@ -260,47 +260,49 @@ class _EagerCall:
   """
 
   def __call__(self, *args, **kwargs):
-    if self.built and self._eager_call_ok(args, kwargs):
-      if self.input_spec is not None:
-        # Keras's own check of the first input against the layer's
-        # InputSpec (the Keras-derived int8 layers: a rank-3 tensor to
-        # GlobalMaxPooling2D would otherwise reduce the wrong axes).
-        params = _call_parameters(type(self))
-        self._assert_input_compatibility(
-            args[0] if args else kwargs.get(params[0] if params else None))
-      if not self._called:
-        self._called = True
-      if "training" in kwargs and "training" not in _call_parameters(type(self)):
-        kwargs = {k: v for k, v in kwargs.items() if k != "training"}
-      return self.call(*args, **kwargs)
-    return super().__call__(*args, **kwargs)
+    call_kwargs = self._eager_call_kwargs(args, kwargs) if self.built else None
+    if call_kwargs is None:
+      return super().__call__(*args, **kwargs)
+    if self.input_spec is not None:
+      # Keras's own check of the first input against the layer's InputSpec
+      # (the Keras-derived int8 layers: a rank-3 tensor to GlobalMaxPooling2D
+      # would otherwise reduce the wrong axes).
+      params = _call_parameters(type(self))
+      self._assert_input_compatibility(
+          args[0] if args else call_kwargs.get(params[0] if params else None))
+    if not self._called:
+      self._called = True
+    return self.call(*args, **call_kwargs)
 
-  def _eager_call_ok(self, args, kwargs):
+  def _eager_call_kwargs(self, args, kwargs):
+    """The keyword arguments to pass to call() on the fast path, or None
+    where this call takes Keras's path."""
     if not tf.executing_eagerly() or self.activity_regularizer is not None:
-      return False
+      return None
     params = _call_parameters(type(self))
     if len(args) > len(params):
-      return False
-    values = list(args)
+      return None
+    call_kwargs = {}
     for k, v in kwargs.items():
       if k in params:
-        values.append(v)
+        call_kwargs[k] = v
       elif k != "training" or not (v is None or v is False):
         # Keras's CallSpec drops a call-context argument that call() does
-        # not take; inference values only (see the class docstring).
-        return False
-    for value in values:
+        # not take (left out of call_kwargs); inference values only (see the
+        # class docstring).
+        return None
+    for value in args + tuple(call_kwargs.values()):
       if value is None:
         continue
       if not isinstance(value, tf.Tensor) or _has_keras_mask(value):
-        return False
+        return None
       # A float input the dtype policy would cast (autocast to another
       # compute dtype): Keras's path. (DTypes are interned: `is` first.)
       dtype = value.dtype
       if (dtype is not tf.int8 and dtype.is_floating and
           dtype != self.compute_dtype):
-        return False
-    return keras.distribution.distribution() is None
+        return None
+    return call_kwargs if keras.distribution.distribution() is None else None
 
 
 def _has_keras_mask(value):
