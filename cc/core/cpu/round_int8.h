@@ -17,8 +17,9 @@ namespace cpu {
 // rounded to an integer in round to nearest even (TF's and the C++ default
 // mode): the sum lies in [2^23, 2^24), where float32's spacing is exactly
 // 1. (In the directed modes the sum's rounding is not v's: toward zero it
-// rounds a negative v down, -2.7 to -3 where nearbyint gives -2.) Both additions are plain IEEE operations
-// (no -ffast-math, and -ffp-contract=off, so they are not merged).
+// rounds a negative v down, -2.7 to -3 where nearbyint gives -2.) Both
+// additions are plain IEEE operations (no -ffast-math, and
+// -ffp-contract=off, so they are not merged).
 constexpr float kRoundInt8Magic = 12582912.0f;
 
 inline int8_t RoundClipToInt8(float v) {

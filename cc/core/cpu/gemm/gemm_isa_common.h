@@ -281,9 +281,10 @@ inline void ConvertInterior(uint8_t* dst, const int8_t* src, int64_t n) {
 // every run through Copy16 (runs of 17-32 bytes through one Copy32 where the
 // policy has it, else two Copy16), the loops and the run length known at
 // compile time. Like the two Copy16, Copy32 reads and writes 32 bytes from
-// the run's start: the next run's bytes are written again after it, the last
-// run's extra bytes lie past K (zero weights). The generic loop (ConvertInterior per
-// run) spent about 13 cycles a 3x3x3 window on its bookkeeping, 42% of
+// the run's start: the next run's bytes are written again after it, the
+// last run's extra bytes lie past K (zero weights). The generic loop
+// (ConvertInterior per run) spent about 13 cycles a 3x3x3 window on its
+// bookkeeping, 42% of
 // MobileNetV2's stem on AVX-512 (perf, one Zen 5 thread). With this
 // (bench_core, avx512vnni, one Zen 5 thread, 9 rounds alternated, median
 // time ratio): MobileNetV2's 224x224x3 3x3 s2 -> 32 0.79 at batch 1 and
