@@ -531,6 +531,14 @@ def _tensor_key(t):
   return key
 
 
+def _layer_key(t):
+  """_tensor_key(t) as part of a layer name: ':' is not allowed in the name
+  scopes a layer's name becomes in a graph (a tensor of a shared layer's
+  second call, `add_13:1:0`, named its Dequantize `add_13:1:0_dequantize`,
+  and the model then failed in every tf.function)."""
+  return _tensor_key(t).replace(":", "_")
+
+
 def _rank4_channels(t):
   return len(t.shape) == 4 and t.shape[-1] is not None
 
@@ -1995,14 +2003,14 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     if id(t) not in float_of:
       q = int8_of[id(t)]
       float_of[id(t)] = Dequantize(
-          scale_of[id(t)], name=names(f"{_tensor_key(t)}_dequantize"))(q)
+          scale_of[id(t)], name=names(f"{_layer_key(t)}_dequantize"))(q)
       counts["dequantize"] += 1
     return float_of[id(t)]
 
   def get_int8(t):
     if id(t) not in int8_of:
       int8_of[id(t)] = Quantize(
-          scale_of[id(t)], name=names(f"{_tensor_key(t)}_quantize"))(
+          scale_of[id(t)], name=names(f"{_layer_key(t)}_quantize"))(
               get_float(t))
       counts["quantize"] += 1
     return int8_of[id(t)]
