@@ -25,6 +25,7 @@ from tf_fused_int8 import quantization
 from tf_fused_int8.quantization import Dequantize
 from tf_fused_int8.quantization import Quantize
 from tf_fused_int8.quantization import quantize_model
+from tf_fused_int8.quantized_model import QuantizedModel
 from tf_fused_int8.runner import InferenceRunner
 
 __version__ = "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "Quantize",
     "QuantizedConvSequence",
     "QuantizedDense",
+    "QuantizedModel",
     "QuantizedFusedConv2D",
     "activation_lut",
     "depthwise_filter_to_oihw_vect_i",

@@ -91,11 +91,13 @@ from tf_fused_int8.layers import QuantizedConvSequence
 from tf_fused_int8.layers import QuantizedDense
 from tf_fused_int8.layers import QuantizedFusedConv2D
 from tf_fused_int8.layers import depthwise_to_grouped_kernel
+from tf_fused_int8.quantized_model import QuantizedModel
 
 __all__ = [
     "Dequantize",
     "Quantize",
     "QuantizationWarning",
+    "QuantizedModel",
     "calibrate",
     "fold_batch_norm",
     "fuse_conv_sequences",
@@ -1942,7 +1944,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       False keeps them float (float logits, more time in the head).
 
   Returns:
-    A new ``keras.Model`` with the float model's inputs and outputs in which
+    A new ``QuantizedModel`` (a functional ``keras.Model`` whose eager calls
+    run a traced function: tf_fused_int8/quantized_model.py) with the float
+    model's inputs and outputs in which
     every quantizable conv stack is one ``QuantizedFusedConv2D`` (BN folded,
     ReLU / ReLU6 / ReLU(max_value=m) fused, residual Add as side input, a
     preceding ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
@@ -2151,8 +2155,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     _call_float_copy(node, clones, float_of,
                      {id(t): get_float(t) for t in node.input_tensors})
   new_outputs = keras.tree.map_structure(get_float, src.output)
-  qmodel = keras.Model(new_inputs, new_outputs,
-                       name=name or f"{model.name}_int8")
+  qmodel = QuantizedModel(new_inputs, new_outputs,
+                          name=name or f"{model.name}_int8")
   if verbose:
     print(f"quantize_model: {counts['conv']} QuantizedFusedConv2D "
           f"({counts['depthwise']} depthwise, {counts['bn']} "
@@ -2219,7 +2223,7 @@ class _Sequence:
 def fuse_conv_sequences(model, name=None):
   """Runs each chain of QuantizedFusedConv2D layers as one graph node.
 
-  Returns a new ``keras.Model`` (same inputs, outputs and layers, the
+  Returns a new ``QuantizedModel`` (same inputs, outputs and layers, the
   layers shared with `model`) in which every run of at least two
   ``QuantizedFusedConv2D`` layers (each reading the run's input or an
   earlier layer's output; residual side inputs included) that reads one
@@ -2285,4 +2289,4 @@ def fuse_conv_sequences(model, name=None):
     for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
       tensor_of[id(t)] = y
   outputs = keras.tree.map_structure(lambda t: tensor_of[id(t)], model.output)
-  return keras.Model(inputs, outputs, name=name or model.name)
+  return QuantizedModel(inputs, outputs, name=name or model.name)

@@ -1,0 +1,236 @@
+"""QuantizedModel: the model quantize_model / fuse_conv_sequences return.
+
+Called eagerly with one input tensor of a shape it has seen before, it runs a
+concrete function of itself traced for that shape. Its results must be the
+bits of Keras's own eager path (Functional.__call__) for every input, and
+every call outside the documented conditions must take Keras's path.
+"""
+
+import gc
+import os
+import weakref
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import test_conv_sequence
+import test_quantization
+import tf_fused_int8
+from keras.src.models.functional import Functional  # pylint: disable=g-direct-keras-import
+from tf_fused_int8 import quantization
+from tf_fused_int8 import quantized_model
+
+QM = tf_fused_int8.QuantizedModel
+L = keras.layers
+
+
+@pytest.fixture(name="keras_calls")
+def fixture_keras_calls(monkeypatch):
+  """The models and layers whose calls went through Keras's Layer.__call__."""
+  seen = []
+  keras_call = keras.layers.Layer.__call__
+
+  def counting(self, *args, **kwargs):
+    seen.append(type(self).__name__)
+    return keras_call(self, *args, **kwargs)
+  monkeypatch.setattr(keras.layers.Layer, "__call__", counting)
+  return seen
+
+
+def _keras_path(model, x, **kwargs):
+  return Functional.__call__(model, x, **kwargs)
+
+
+def _assert_same(got, want):
+  got, want = keras.tree.flatten(got), keras.tree.flatten(want)
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def _traced(model):
+  calls = model.__dict__.get("_tfi_compiled_calls")
+  return {} if calls is None else calls.functions
+
+
+_MODELS = {
+    "mobilenet_like": lambda: test_conv_sequence._quantized(  # pylint: disable=protected-access
+        test_conv_sequence._mobilenet_like())[0],  # pylint: disable=protected-access
+    "resnet_like": lambda: test_conv_sequence._quantized(  # pylint: disable=protected-access
+        test_conv_sequence._resnet_like())[0],  # pylint: disable=protected-access
+}
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["quantized", "fused"])
+@pytest.mark.parametrize("name", sorted(_MODELS))
+def test_eager_calls_give_keras_bits_and_trace_on_a_shapes_second_call(
+    name, fused, keras_calls):
+  model = _MODELS[name]()
+  if fused:
+    model = quantization.fuse_conv_sequences(model)
+  assert type(model) is QM  # pylint: disable=unidiomatic-typecheck
+  shape = model.inputs[0].shape[1:]
+  for batch in (1, 3):
+    x = test_quantization.images(batch, seed=20 + batch, shape=shape)
+    want = _keras_path(model, tf.constant(x))
+    keras_calls.clear()
+    _assert_same(model(tf.constant(x)), want)  # first call of the shape
+    assert keras_calls and keras_calls[0] == "QuantizedModel"
+    assert (tuple(x.shape), tf.float32) not in _traced(model)
+    _assert_same(model(tf.constant(x)), want)  # the second: traced
+    assert (tuple(x.shape), tf.float32) in _traced(model)
+    # From then on the traced function, whatever the input's values, and
+    # with numpy arrays and training=None / False too.
+    for i, call in enumerate([
+        lambda t: model(t), lambda t: model(t.numpy()),
+        lambda t: model(t, training=False), lambda t: model(t, training=None)]):
+      x = test_quantization.images(batch, seed=40 + i, shape=shape)
+      want = _keras_path(model, tf.constant(x))
+      keras_calls.clear()
+      _assert_same(call(tf.constant(x)), want)
+      assert keras_calls == [], (i, keras_calls)
+  assert len(_traced(model)) == 2
+  # Extreme inputs (every value far outside the calibrated range).
+  for v in (-1e6, 1e6, 0.0):
+    x = tf.fill([3] + list(shape), v)
+    _assert_same(model(x), _keras_path(model, x))
+
+
+def test_other_calls_take_keras_path(keras_calls):
+  model = quantization.fuse_conv_sequences(_MODELS["mobilenet_like"]())
+  shape = model.inputs[0].shape[1:]
+  x = tf.constant(test_quantization.images(2, seed=3, shape=shape))
+  model(x)
+  model(x)
+  assert len(_traced(model)) == 1
+
+  def keras_path_taken(call):
+    keras_calls.clear()
+    out = call()
+    assert keras_calls and keras_calls[0] == "QuantizedModel", keras_calls
+    return out
+
+  want = _keras_path(model, x)
+  # training=True, a mask, an input of another dtype (Keras converts it).
+  _assert_same(keras_path_taken(lambda: model(x, training=True)), want)
+  _assert_same(keras_path_taken(lambda: model(x, mask=None)), want)
+  _assert_same(keras_path_taken(lambda: model(tf.cast(x, tf.float64))), want)
+  _assert_same(keras_path_taken(lambda: model(x.numpy().astype(np.float64))), want)
+  # A tensor with a Keras mask.
+  masked = tf.identity(x)
+  masked._keras_mask = tf.ones(x.shape[:3], tf.bool)  # pylint: disable=protected-access
+  keras_path_taken(lambda: model(masked))
+  # A wrong shape: Keras's own error, on every call (nothing traced).
+  bad = tf.zeros([2, shape[0] + 1, shape[1], shape[2]])
+  for _ in range(3):
+    keras_calls.clear()
+    with pytest.raises(ValueError):
+      model(bad)
+    assert keras_calls and keras_calls[0] == "QuantizedModel"
+  assert len(_traced(model)) == 1
+  # In a graph: Keras's path, traced into the caller's function.
+  keras_calls.clear()
+  _assert_same(tf.function(model)(x), want)
+  assert "QuantizedModel" in keras_calls
+  # Symbolic: the model as a layer of a larger model (which is Keras's
+  # Functional and calls it eagerly through Keras's path).
+  inp = keras.Input(shape)
+  outer = keras.Model(inp, model(inp)["logits"])
+  np.testing.assert_array_equal(outer(x).numpy(), want["logits"].numpy())
+
+
+def test_a_model_with_two_inputs_takes_keras_path(keras_calls):
+  a, b = (keras.Input((6, 6, 4), dtype="int8", name=n) for n in "ab")
+  qfc = tf_fused_int8.QuantizedFusedConv2D
+  y = qfc(4, 1, name="tail", use_side_input=True)(
+      qfc(4, 3, padding="same", name="c")(a), side_input=b)
+  model = quantization.fuse_conv_sequences(keras.Model({"a": a, "b": b}, y))
+  assert type(model) is QM  # pylint: disable=unidiomatic-typecheck
+  rng = np.random.default_rng(5)
+  x = {k: rng.integers(-128, 128, (2, 6, 6, 4)).astype(np.int8) for k in "ab"}
+  for _ in range(3):
+    keras_calls.clear()
+    _assert_same(model(x), _keras_path(model, x))
+    assert keras_calls[0] == "QuantizedModel"
+  assert not _traced(model)
+
+
+def test_at_most_max_traced_shapes(keras_calls):
+  model = _MODELS["resnet_like"]()
+  shape = model.inputs[0].shape[1:]
+  n = quantized_model._MAX_TRACED  # pylint: disable=protected-access
+  for batch in range(1, n + 3):
+    x = tf.constant(test_quantization.images(batch, seed=batch, shape=shape))
+    want = _keras_path(model, x)
+    for _ in range(2):  # the first call, then the second (traced or not)
+      _assert_same(model(x), want)
+    keras_calls.clear()
+    _assert_same(model(x), want)
+    assert bool(keras_calls) == (batch > n), (batch, keras_calls)
+  assert len(_traced(model)) == n
+
+
+def test_weight_updates_reach_the_traced_function():
+  model = _MODELS["resnet_like"]()
+  shape = model.inputs[0].shape[1:]
+  x = tf.constant(test_quantization.images(2, seed=8, shape=shape))
+  model(x)
+  before = model(x)
+  assert len(_traced(model)) == 1
+  conv = next(l for l in model.layers
+              if isinstance(l, tf_fused_int8.QuantizedFusedConv2D))
+  w = conv.get_weights()
+  w[0] = np.random.default_rng(1).integers(-128, 128, w[0].shape).astype(np.int8)
+  conv.set_weights(w)
+  after = model(x)
+  _assert_same(after, _keras_path(model, x))
+  assert not np.array_equal(after["features"].numpy(), before["features"].numpy())
+
+
+def test_saving_loading_and_export_after_traced_calls(tmp_path, keras_calls):
+  model = quantization.fuse_conv_sequences(_MODELS["mobilenet_like"]())
+  shape = model.inputs[0].shape[1:]
+  x = tf.constant(test_quantization.images(3, seed=6, shape=shape))
+  model(x)
+  want = model(x)
+  assert len(_traced(model)) == 1
+  path = os.path.join(tmp_path, "m.keras")
+  model.save(path)
+  again = keras.models.load_model(path)
+  assert type(again) is QM  # pylint: disable=unidiomatic-typecheck
+  again(x)
+  again(x)  # traced
+  keras_calls.clear()
+  _assert_same(again(x), want)
+  assert keras_calls == []
+  export = os.path.join(tmp_path, "sm")
+  model.export(export, verbose=False)
+  served = tf.saved_model.load(export)
+  _assert_same(served.serve(x), want)
+  saved = os.path.join(tmp_path, "tfsm")
+  tf.saved_model.save(model, saved)
+  assert tf.saved_model.load(saved) is not None
+  # The runner freezes the same model.
+  runner = tf_fused_int8.InferenceRunner(model)
+  for k, v in runner(x.numpy()).items():
+    np.testing.assert_array_equal(v, want[k].numpy())
+
+
+def _traced_model_ref():
+  model = _MODELS["resnet_like"]()
+  shape = model.inputs[0].shape[1:]
+  x = tf.constant(test_quantization.images(1, seed=2, shape=shape))
+  model(x)
+  model(x)
+  traced = len(_traced(model))
+  return weakref.ref(model), traced
+
+
+def test_the_model_is_freed_after_traced_calls():
+  ref, traced = _traced_model_ref()
+  assert traced == 1
+  gc.collect()
+  assert ref() is None
