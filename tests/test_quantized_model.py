@@ -56,6 +56,10 @@ def _traced(model):
   return {} if calls is None else calls.functions
 
 
+def _key(x, device=""):
+  return (tuple(x.shape), tf.float32, device)
+
+
 _MODELS = {
     "mobilenet_like": lambda: test_conv_sequence._quantized(  # pylint: disable=protected-access
         test_conv_sequence._mobilenet_like())[0],  # pylint: disable=protected-access
@@ -79,9 +83,9 @@ def test_eager_calls_give_keras_bits_and_trace_on_a_shapes_second_call(
     keras_calls.clear()
     _assert_same(model(tf.constant(x)), want)  # first call of the shape
     assert keras_calls and keras_calls[0] == "QuantizedModel"
-    assert (tuple(x.shape), tf.float32) not in _traced(model)
+    assert _key(x) not in _traced(model)
     _assert_same(model(tf.constant(x)), want)  # the second: traced
-    assert (tuple(x.shape), tf.float32) in _traced(model)
+    assert _key(x) in _traced(model)
     # From then on the traced function, whatever the input's values, and
     # with numpy arrays and training=None / False too.
     for i, call in enumerate([
@@ -171,6 +175,24 @@ def test_at_most_max_traced_shapes(keras_calls):
     _assert_same(model(x), want)
     assert bool(keras_calls) == (batch > n), (batch, keras_calls)
   assert len(_traced(model)) == n
+
+
+def test_a_device_scope_is_traced_on_its_own(keras_calls):
+  model = _MODELS["resnet_like"]()
+  shape = model.inputs[0].shape[1:]
+  x = tf.constant(test_quantization.images(2, seed=4, shape=shape))
+  want = _keras_path(model, x)
+  model(x)
+  model(x)
+  with tf.device("/CPU:0"):
+    _assert_same(model(x), want)  # the first call under this scope
+    assert len(_traced(model)) == 1
+    _assert_same(model(x), want)
+    keras_calls.clear()
+    _assert_same(model(x), want)
+    assert keras_calls == []
+  assert set(_traced(model)) == {
+      _key(x), _key(x, "/job:localhost/replica:0/task:0/device:CPU:0")}
 
 
 def test_weight_updates_reach_the_traced_function():

@@ -23,7 +23,9 @@ When it applies (anything else takes Keras's own path, unchanged):
 * the shape's second call: the first call of a shape runs through Keras, the
   second traces (once) and runs the function; at most ``_MAX_TRACED``
   shapes a model are traced, later shapes stay on Keras's path (a stream of
-  ever-new shapes never pays for tracing).
+  ever-new shapes never pays for tracing). A call under another
+  ``tf.device`` scope counts as another shape (its function places its ops
+  there).
 
 The traced function reads the model's variables, so ``set_weights`` /
 ``assign`` (``set_conv_weights``) are seen by later calls; replacing a layer
@@ -40,6 +42,7 @@ import keras
 import tensorflow as tf
 
 from keras.src.models.functional import Functional  # pylint: disable=g-direct-keras-import
+from tensorflow.python.eager import context as _context  # pylint: disable=g-direct-tensorflow-import
 
 from tf_fused_int8.layers import _has_keras_mask
 
@@ -48,9 +51,9 @@ _MAX_TRACED = 8
 
 
 class _CompiledCalls:
-  """A model's traced functions (by shape and dtype) and the shapes called
-  once. Not a dict or a Trackable, so that nothing that walks a model's
-  attributes (saving, tracking) descends into it."""
+  """A model's traced functions (by shape, dtype and device scope) and the
+  keys called once. Not a dict or a Trackable, so that nothing that walks a
+  model's attributes (saving, tracking) descends into it."""
 
   __slots__ = ("functions", "seen", "lock")
 
@@ -116,7 +119,9 @@ class QuantizedModel(Functional):
       calls = _CompiledCalls()
       # Past Keras's __setattr__, which would track it.
       object.__setattr__(self, "_tfi_compiled_calls", calls)
-    key = (tuple(x.shape), x.dtype)
+    # The device scope too: a function traced under tf.device(...) places
+    # its ops there (as tf.function keys its traces on it).
+    key = (tuple(x.shape), x.dtype, _context.context().device_name)
     fn = calls.functions.get(key)
     if fn is not None:
       return fn
