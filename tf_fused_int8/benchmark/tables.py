@@ -191,8 +191,10 @@ def models_table(rows, models):
            "called directly (as a SavedModel signature is); 'runner "
            "P' = the same model through tf_fused_int8.InferenceRunner (frozen, "
            "run in the calling thread, numpy in and out); 'eager P' = "
-           "the model called eagerly, model(x, training=False); 'forced "
-           "P' = the same model with TF_FUSED_INT8_CPU_KERNEL=P (--paths)."]
+           "the model called eagerly, model(x, training=False) (a "
+           "QuantizedModel: from a shape's second call its traced function); "
+           "'forced P' = the same model with TF_FUSED_INT8_CPU_KERNEL=P "
+           "(--paths)."]
   for name, info in models.items():
     lines.append(f"{name}: {info['macs'] / 1e9:.2f} GMACs per image, "
                  f"{info['int8_regions']} int8 region(s), cosine(float, int8 "

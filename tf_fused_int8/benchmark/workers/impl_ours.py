@@ -317,8 +317,9 @@ class Family(protocol.KeyedRuns):
       xn = x.numpy()
       return lambda: run(xn)
     def build_eager(path):
-      # The model called eagerly, as a script calling a Keras model does:
-      # each layer an eager op (or a few), Keras's functional call around.
+      # The model called eagerly, as a script calling a Keras model does
+      # (Keras's advice for small batches): a QuantizedModel, which from a
+      # shape's second call runs its traced function (quantized_model.py).
       m = load(path)
       return lambda: m(x, training=False)
     builders = {"ours": lambda: build(model["int8_keras"]),
