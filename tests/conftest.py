@@ -26,3 +26,19 @@ def _same_random_state_every_run():
   import keras  # pylint: disable=g-import-not-at-top
   keras.utils.set_random_seed(20261201)
   yield
+
+
+@pytest.fixture
+def keras_calls(monkeypatch):
+  """The layers and models whose calls went through Keras's Layer.__call__
+  (type names, in call order): the eager fast paths (layers._EagerCall,
+  QuantizedModel) leave it empty."""
+  import keras  # pylint: disable=g-import-not-at-top
+  seen = []
+  keras_call = keras.layers.Layer.__call__
+
+  def counting(self, *args, **kwargs):
+    seen.append(type(self).__name__)
+    return keras_call(self, *args, **kwargs)
+  monkeypatch.setattr(keras.layers.Layer, "__call__", counting)
+  return seen

@@ -77,19 +77,6 @@ def test_layer_matches_reference(case):
   assert layer.compute_output_shape(case.input_shape) == case.output_shape
 
 
-@pytest.fixture
-def keras_calls(monkeypatch):
-  """The layers whose calls went through Keras's Layer.__call__."""
-  seen = []
-  keras_call = keras.layers.Layer.__call__
-
-  def counting(self, *args, **kwargs):
-    seen.append(type(self).__name__)
-    return keras_call(self, *args, **kwargs)
-  monkeypatch.setattr(keras.layers.Layer, "__call__", counting)
-  return seen
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name() for c in CASES])
 def test_eager_fast_call_gives_keras_calls_bits(case, keras_calls):
   """layers._EagerCall: a built layer called eagerly on tf tensors runs

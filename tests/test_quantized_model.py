@@ -23,20 +23,6 @@ from tf_fused_int8 import quantization
 from tf_fused_int8 import quantized_model
 
 QM = tf_fused_int8.QuantizedModel
-L = keras.layers
-
-
-@pytest.fixture(name="keras_calls")
-def fixture_keras_calls(monkeypatch):
-  """The models and layers whose calls went through Keras's Layer.__call__."""
-  seen = []
-  keras_call = keras.layers.Layer.__call__
-
-  def counting(self, *args, **kwargs):
-    seen.append(type(self).__name__)
-    return keras_call(self, *args, **kwargs)
-  monkeypatch.setattr(keras.layers.Layer, "__call__", counting)
-  return seen
 
 
 def _keras_path(model, x, **kwargs):
