@@ -23,6 +23,7 @@ from tf_fused_int8 import quantization
 from tf_fused_int8 import quantized_model
 
 QM = tf_fused_int8.QuantizedModel
+L = keras.layers
 
 
 def _keras_path(model, x, **kwargs):
@@ -130,6 +131,35 @@ def test_other_calls_take_keras_path(keras_calls):
   inp = keras.Input(shape)
   outer = keras.Model(inp, model(inp)["logits"])
   np.testing.assert_array_equal(outer(x).numpy(), want["logits"].numpy())
+
+
+def test_an_input_the_model_rejects_is_traced_at_most_once(keras_calls):
+  """Input sizes free (None): an image too small for the 5x5 VALID filter
+  passes the fast path's shape check, and every call gives Keras's own
+  error; its key is tried once and never traced again."""
+  inp = keras.Input((None, None, 3))
+  model = keras.Model(inp, L.Conv2D(4, 5)(L.Conv2D(4, 3, padding="same")(inp)))
+  test_quantization.randomize(model, np.random.default_rng(2))
+  qmodel = quantization.quantize_model(
+      model, test_quantization.images(8, seed=1, shape=(9, 9, 3)), verbose=0)
+  assert type(qmodel) is QM  # pylint: disable=unidiomatic-typecheck
+  small = tf.constant(test_quantization.images(1, seed=2, shape=(3, 3, 3)))
+  with pytest.raises(ValueError) as first:
+    _keras_path(qmodel, small)
+  for _ in range(3):
+    keras_calls.clear()
+    with pytest.raises(ValueError) as got:
+      qmodel(small)
+    assert str(got.value) == str(first.value)
+    assert keras_calls and keras_calls[0] == "QuantizedModel"
+  assert not _traced(qmodel)
+  assert len(qmodel.__dict__["_tfi_compiled_calls"].failed) == 1
+  # Other sizes still run, traced.
+  x = tf.constant(test_quantization.images(2, seed=3, shape=(11, 7, 3)))
+  want = _keras_path(qmodel, x)
+  for _ in range(3):
+    _assert_same(qmodel(x), want)
+  assert _key(x) in _traced(qmodel)
 
 
 def test_a_model_with_two_inputs_takes_keras_path(keras_calls):

@@ -55,11 +55,12 @@ class _CompiledCalls:
   keys called once. Not a dict or a Trackable, so that nothing that walks a
   model's attributes (saving, tracking) descends into it."""
 
-  __slots__ = ("functions", "seen", "lock")
+  __slots__ = ("functions", "seen", "failed", "lock")
 
   def __init__(self):
     self.functions = {}
     self.seen = set()
+    self.failed = set()  # keys whose tracing raised: Keras's path, untraced
     self.lock = threading.Lock()
 
 
@@ -133,10 +134,17 @@ class QuantizedModel(Functional):
         if len(calls.seen) < 4 * _MAX_TRACED:
           calls.seen.add(key)
         return None
-      if len(calls.functions) >= _MAX_TRACED:
+      if len(calls.functions) >= _MAX_TRACED or key in calls.failed:
         return None
-      fn = tf.function(self._graph_call).get_concrete_function(
-          tf.TensorSpec(x.shape, x.dtype))
+      try:
+        fn = tf.function(self._graph_call).get_concrete_function(
+            tf.TensorSpec(x.shape, x.dtype))
+      except Exception:  # pylint: disable=broad-except
+        # An input the model rejects (Keras's path raised on the first
+        # call too): Keras's path gives its own error, and no later call
+        # of this key traces again.
+        calls.failed.add(key)
+        return None
       calls.functions[key] = fn
       return fn
 
