@@ -178,6 +178,59 @@ def test_a_model_with_two_inputs_takes_keras_path(keras_calls):
   assert not _traced(model)
 
 
+def test_predict_of_one_small_batch_runs_the_traced_function(monkeypatch):
+  """predict(x, verbose=0) of at most batch_size rows and predict_on_batch
+  give Keras's own predict's arrays; from a shape's third call they run
+  the traced function, not Keras's predict loop."""
+  model = quantization.fuse_conv_sequences(_MODELS["mobilenet_like"]())
+  shape = model.inputs[0].shape[1:]
+  keras_predicts = []
+  for name in ("predict", "predict_on_batch"):
+    original = getattr(keras.Model, name)
+
+    def counting(self, *args, original=original, name=name, **kwargs):
+      keras_predicts.append(name)
+      return original(self, *args, **kwargs)
+    monkeypatch.setattr(keras.Model, name, counting)
+
+  def same(got, want):
+    assert set(got) == set(want)
+    for k in want:
+      assert isinstance(got[k], np.ndarray) and got[k].dtype == want[k].dtype
+      np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+  for batch in (1, 5):
+    x = test_quantization.images(batch, seed=batch, shape=shape)
+    want = keras.Model.predict(model, x, verbose=0)
+    for call in (lambda: model.predict(x, verbose=0),
+                 lambda: model.predict(x, batch_size=batch, verbose=0),
+                 lambda: model.predict_on_batch(x),
+                 lambda: model.predict_on_batch(tf.constant(x))):
+      keras_predicts.clear()
+      same(call(), want)
+      same(call(), want)  # traced by now
+      keras_predicts.clear()
+      same(call(), want)
+      assert keras_predicts == [], keras_predicts
+    assert _key(x) in _traced(model)
+  # Keras's own predict: a progress bar, callbacks, several batches, steps.
+  x = test_quantization.images(5, seed=5, shape=shape)
+  want = keras.Model.predict(model, x, verbose=0)
+  seen = []
+
+  class Spy(keras.callbacks.Callback):
+
+    def on_predict_batch_end(self, batch, logs=None):
+      seen.append(batch)
+
+  for kwargs in ({}, {"verbose": 1}, {"verbose": 0, "callbacks": [Spy()]},
+                 {"verbose": 0, "batch_size": 2}, {"verbose": 0, "steps": 1}):
+    keras_predicts.clear()
+    same(model.predict(x, **kwargs), want)
+    assert keras_predicts == ["predict"], (kwargs, keras_predicts)
+  assert seen == [0]
+
+
 def test_at_most_max_traced_shapes(keras_calls):
   model = _MODELS["resnet_like"]()
   shape = model.inputs[0].shape[1:]

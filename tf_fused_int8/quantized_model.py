@@ -27,6 +27,14 @@ When it applies (anything else takes Keras's own path, unchanged):
   ``tf.device`` scope counts as another shape (its function places its ops
   there).
 
+``predict_on_batch(x)`` and ``predict(x, verbose=0)`` on one numpy batch (at
+most ``batch_size`` rows, no callbacks, no ``steps``) run the same traced
+function under the same conditions and return what Keras's would: Keras's
+``predict`` builds its data pipeline and callback loop on every call (about
+50 ms for one image, the float model alike). A progress bar (``verbose``
+not 0), callbacks, several batches, a distribution strategy or
+``run_eagerly`` take Keras's own ``predict``.
+
 The traced function reads the model's variables, so ``set_weights`` /
 ``assign`` (``set_conv_weights``) are seen by later calls; replacing a layer
 or changing a layer's Python attributes after a shape was traced is not
@@ -82,6 +90,39 @@ class QuantizedModel(Functional):
           self._called = True
         return fn(x)
     return super().__call__(*args, **kwargs)
+
+  def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+    """Keras's predict. One numpy batch (at most batch_size rows, default
+    32) with verbose=0, no callbacks and no steps runs the eager call's
+    traced function (same ops on the same batch, same bits) instead of
+    Keras's data pipeline and loop, which cost tens of ms a call."""
+    if (verbose == 0 and not callbacks and steps is None and
+        isinstance(x, np.ndarray) and x.ndim >= 1 and
+        0 < len(x) <= (batch_size or 32)):
+      y = self._predict_fast(x)
+      if y is not None:
+        return y
+    return super().predict(x, batch_size=batch_size, verbose=verbose,
+                           steps=steps, callbacks=callbacks)
+
+  def predict_on_batch(self, x):
+    """Keras's predict_on_batch; a numpy array or tensor the eager call
+    would run traced runs the same traced function."""
+    y = self._predict_fast(x)
+    return y if y is not None else super().predict_on_batch(x)
+
+  def _predict_fast(self, x):
+    """predict's outputs (numpy, the model's output structure) from the
+    traced function, or None where Keras's own predict must run."""
+    if (self.run_eagerly or self._distribute_strategy is not None or
+        tf.distribute.has_strategy()):
+      return None
+    t = self._eager_input((x,), {})
+    fn = self._compiled_call(t) if t is not None else None
+    if fn is None:
+      return None
+    self.stop_predicting = False
+    return keras.tree.map_structure(lambda v: v.numpy(), fn(t))
 
   def _eager_input(self, args, kwargs):
     """The call's input tensor where the fast path may run it, else None."""
