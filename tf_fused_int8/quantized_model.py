@@ -49,10 +49,16 @@ import numpy as np
 import keras
 import tensorflow as tf
 
-from keras.src.models.functional import Functional  # pylint: disable=g-direct-keras-import
 from tensorflow.python.eager import context as _context  # pylint: disable=g-direct-tensorflow-import
 
 from tf_fused_int8.layers import _has_keras_mask
+
+try:
+  from keras.src.models.functional import Functional  # pylint: disable=g-direct-keras-import,g-import-not-at-top
+except ImportError:  # a Keras that moved it: the class of a functional model
+  _probe = keras.Input((1,))
+  Functional = type(keras.Model(_probe, _probe))
+  del _probe
 
 # Shapes traced per model (each keeps one concrete function and its graph).
 _MAX_TRACED = 8
