@@ -110,6 +110,13 @@ def test_other_calls_take_keras_path(keras_calls):
   _assert_same(keras_path_taken(lambda: model(x, mask=None)), want)
   _assert_same(keras_path_taken(lambda: model(tf.cast(x, tf.float64))), want)
   _assert_same(keras_path_taken(lambda: model(x.numpy().astype(np.float64))), want)
+  # run_eagerly (Keras's switch for debugging), then off again.
+  model.run_eagerly = True
+  _assert_same(keras_path_taken(lambda: model(x)), want)
+  model.run_eagerly = False
+  keras_calls.clear()
+  _assert_same(model(x), want)
+  assert keras_calls == []
   # A tensor with a Keras mask.
   masked = tf.identity(x)
   masked._keras_mask = tf.ones(x.shape[:3], tf.bool)  # pylint: disable=protected-access

@@ -19,7 +19,8 @@ When it applies (anything else takes Keras's own path, unchanged):
 * no keyword argument but ``training=None`` or ``training=False`` (both are
   inference for every layer a quantized model holds; ``training=True`` takes
   Keras's path);
-* no Keras distribution set;
+* no Keras distribution set, and ``model.run_eagerly`` not set (Keras's
+  switch for debugging: every call then runs layer by layer);
 * the shape's second call: the first call of a shape runs through Keras, the
   second traces (once) and runs the function; at most ``_MAX_TRACED``
   shapes a model are traced, later shapes stay on Keras's path (a stream of
@@ -120,8 +121,7 @@ class QuantizedModel(Functional):
   def _predict_fast(self, x):
     """predict's outputs (numpy, the model's output structure) from the
     traced function, or None where Keras's own predict must run."""
-    if (self.run_eagerly or self._distribute_strategy is not None or
-        tf.distribute.has_strategy()):
+    if self._distribute_strategy is not None or tf.distribute.has_strategy():
       return None
     t = self._eager_input((x,), {})
     fn = self._compiled_call(t) if t is not None else None
@@ -132,7 +132,7 @@ class QuantizedModel(Functional):
 
   def _eager_input(self, args, kwargs):
     """The call's input tensor where the fast path may run it, else None."""
-    if len(args) != 1 or not tf.executing_eagerly():
+    if len(args) != 1 or not tf.executing_eagerly() or self.run_eagerly:
       return None
     for k, v in kwargs.items():
       if k != "training" or not (v is None or v is False):
