@@ -90,6 +90,27 @@ def test_eager_calls_give_keras_bits_and_trace_on_a_shapes_second_call(
     _assert_same(model(x), _keras_path(model, x))
 
 
+def test_both_ways_of_calling_the_traced_function(monkeypatch, keras_calls):
+  """TensorFlow 2.21's ConcreteFunction has _call_flat(tensor_inputs,
+  captured_inputs), which the fast path calls; without it, the plain call:
+  the same bits either way."""
+  model = _MODELS["resnet_like"]()
+  shape = model.inputs[0].shape[1:]
+  x = tf.constant(test_quantization.images(2, seed=12, shape=shape))
+  want = _keras_path(model, x)
+  model(x)
+  model(x)
+  assert quantized_model._FLAT_CALL == [True]  # pylint: disable=protected-access
+  for flat in (True, False):
+    monkeypatch.setattr(quantized_model, "_FLAT_CALL", [flat])
+    keras_calls.clear()
+    _assert_same(model(x), want)
+    assert keras_calls == []
+  fn = next(iter(_traced(model).values()))
+  assert quantized_model._flat_call_supported(fn)  # pylint: disable=protected-access
+  assert not quantized_model._flat_call_supported(lambda x: x)  # pylint: disable=protected-access
+
+
 def test_other_calls_take_keras_path(keras_calls):
   model = quantization.fuse_conv_sequences(_MODELS["mobilenet_like"]())
   shape = model.inputs[0].shape[1:]
