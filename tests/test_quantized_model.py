@@ -90,16 +90,24 @@ def test_eager_calls_give_keras_bits_and_trace_on_a_shapes_second_call(
     _assert_same(model(x), _keras_path(model, x))
 
 
+def _traced_resnet_like(seed):
+  """The ResNet-like quantized model, a batch x of 2, Keras's outputs on x,
+  after the two calls that trace x's shape."""
+  model = _MODELS["resnet_like"]()
+  shape = model.inputs[0].shape[1:]
+  x = tf.constant(test_quantization.images(2, seed=seed, shape=shape))
+  want = _keras_path(model, x)
+  model(x)
+  model(x)
+  assert _key(x) in _traced(model)
+  return model, x, want
+
+
 def test_both_ways_of_calling_the_traced_function(monkeypatch, keras_calls):
   """TensorFlow 2.21's ConcreteFunction has _call_flat(tensor_inputs,
   captured_inputs), which the fast path calls; without it, the plain call:
   the same bits either way."""
-  model = _MODELS["resnet_like"]()
-  shape = model.inputs[0].shape[1:]
-  x = tf.constant(test_quantization.images(2, seed=12, shape=shape))
-  want = _keras_path(model, x)
-  model(x)
-  model(x)
+  model, x, want = _traced_resnet_like(seed=12)
   assert quantized_model._FLAT_CALL == [True]  # pylint: disable=protected-access
   for flat in (True, False):
     monkeypatch.setattr(quantized_model, "_FLAT_CALL", [flat])
@@ -275,12 +283,7 @@ def test_at_most_max_traced_shapes(keras_calls):
 
 
 def test_a_device_scope_is_traced_on_its_own(keras_calls):
-  model = _MODELS["resnet_like"]()
-  shape = model.inputs[0].shape[1:]
-  x = tf.constant(test_quantization.images(2, seed=4, shape=shape))
-  want = _keras_path(model, x)
-  model(x)
-  model(x)
+  model, x, want = _traced_resnet_like(seed=4)
   with tf.device("/CPU:0"):
     _assert_same(model(x), want)  # the first call under this scope
     assert len(_traced(model)) == 1
@@ -293,12 +296,7 @@ def test_a_device_scope_is_traced_on_its_own(keras_calls):
 
 
 def test_weight_updates_reach_the_traced_function():
-  model = _MODELS["resnet_like"]()
-  shape = model.inputs[0].shape[1:]
-  x = tf.constant(test_quantization.images(2, seed=8, shape=shape))
-  model(x)
-  before = model(x)
-  assert len(_traced(model)) == 1
+  model, x, before = _traced_resnet_like(seed=8)
   conv = next(l for l in model.layers
               if isinstance(l, tf_fused_int8.QuantizedFusedConv2D))
   w = conv.get_weights()
