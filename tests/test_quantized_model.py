@@ -8,6 +8,7 @@ every call outside the documented conditions must take Keras's path.
 
 import gc
 import os
+import threading
 import weakref
 
 import keras
@@ -293,6 +294,31 @@ def test_a_device_scope_is_traced_on_its_own(keras_calls):
     assert keras_calls == []
   assert set(_traced(model)) == {
       _key(x), _key(x, "/job:localhost/replica:0/task:0/device:CPU:0")}
+
+
+def test_calls_from_several_threads():
+  """Python threads calling one model at once, each shape's first calls
+  among them: one function traced per shape, Keras's bits everywhere."""
+  model = _MODELS["mobilenet_like"]()
+  shape = model.inputs[0].shape[1:]
+  inputs = [tf.constant(test_quantization.images(1 + i % 2, seed=i, shape=shape))
+            for i in range(8)]
+  wants = [_keras_path(model, x) for x in inputs]
+  errors = []
+
+  def work(i):
+    try:
+      for _ in range(4):
+        _assert_same(model(inputs[i]), wants[i])
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+  threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors, errors
+  assert set(_traced(model)) == {_key(inputs[0]), _key(inputs[1])}
 
 
 def test_weight_updates_reach_the_traced_function():
