@@ -286,7 +286,7 @@ class _EagerCall:
     for k, v in kwargs.items():
       if k in params:
         call_kwargs[k] = v
-      elif k != "training" or not (v is None or v is False):
+      elif not _is_inference_training(k, v):
         # Keras's CallSpec drops a call-context argument that call() does
         # not take (left out of call_kwargs); inference values only (see the
         # class docstring).
@@ -303,6 +303,14 @@ class _EagerCall:
           dtype != self.compute_dtype):
         return None
     return call_kwargs if keras.distribution.distribution() is None else None
+
+
+def _is_inference_training(name, value):
+  """Whether the keyword argument name=value is `training=None` or
+  `training=False`: the call-context argument that means inference for
+  every layer of a quantized model, which the eager fast paths
+  (_EagerCall, QuantizedModel) take."""
+  return name == "training" and (value is None or value is False)
 
 
 def _has_keras_mask(value):

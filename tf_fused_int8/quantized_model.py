@@ -54,6 +54,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context as _context  # pylint: disable=g-direct-tensorflow-import
 
 from tf_fused_int8.layers import _has_keras_mask
+from tf_fused_int8.layers import _is_inference_training
 
 try:
   from keras.src.models.functional import Functional  # pylint: disable=g-direct-keras-import,g-import-not-at-top
@@ -135,9 +136,8 @@ class QuantizedModel(Functional):
     """The call's input tensor where the fast path may run it, else None."""
     if len(args) != 1 or not tf.executing_eagerly() or self.run_eagerly:
       return None
-    for k, v in kwargs.items():
-      if k != "training" or not (v is None or v is False):
-        return None
+    if not all(_is_inference_training(k, v) for k, v in kwargs.items()):
+      return None
     inputs = self._inputs
     if len(inputs) != 1:
       return None
