@@ -24,20 +24,44 @@ def _lib():
   return lib
 
 
+_CACHE_STATS = ("hits", "misses", "stale", "evictions", "pinned_hits",
+                "entries", "bytes", "released", "pinned_entries")
+
+
+def _cache_stats(fn):
+  out = (ctypes.c_int64 * len(_CACHE_STATS))()
+  fn(out)
+  return dict(zip(_CACHE_STATS, out))
+
+
+def packed_weights_stats():
+  """The packed-weights cache's counters (packed_weights.h): hits, misses,
+  stale, evictions, pinned_hits, entries, bytes, released, pinned_entries."""
+  return _cache_stats(_lib().tf_fused_int8_packed_weights_stats)
+
+
+def depthwise_cache_stats():
+  """The depthwise prepared-weights cache's counters, as
+  packed_weights_stats's (depthwise.h)."""
+  return _cache_stats(_lib().tf_fused_int8_depthwise_cache_stats)
+
+
+def pinned_buffers():
+  """How many weight buffers the pins' registry knows (weight_pin.h)."""
+  _lib().tf_fused_int8_pinned_buffers.restype = ctypes.c_int64
+  return _lib().tf_fused_int8_pinned_buffers()
+
+
 def pinned_hits():
   """The packed-weights cache's pinned hits: calls that used a packing of
   a variable's buffer unchecked (packed_weights.h)."""
-  out = (ctypes.c_int64 * 7)()
-  _lib().tf_fused_int8_packed_weights_stats(out)
-  return out[4]
+  return packed_weights_stats()["pinned_hits"]
 
 
 def depthwise_pinned_hits():
   """The depthwise prepared-weights cache's pinned hits: calls that used a
   preparation of variables' buffers without comparing them (depthwise.h)."""
-  out = (ctypes.c_int64 * 7)()
-  _lib().tf_fused_int8_depthwise_cache_stats(out)
-  return out[4]
+  return depthwise_cache_stats()["pinned_hits"]
 
 
 def assert_depthwise_used_pinned(call):

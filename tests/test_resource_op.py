@@ -9,6 +9,7 @@ kernel validation error through variables; variables that are not variables,
 uninitialized or of the wrong dtype refused with a named error."""
 
 import collections
+import gc
 
 import numpy as np
 import pytest
@@ -207,6 +208,69 @@ def test_variable_updates_are_seen(shape):
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f3, vb.numpy(), vs.numpy()), "scatter add")
   vf.assign(f0)  # whole assignment in copy-on-read mode
   op_harness.assert_same_bits(fn(x).numpy(), _want(x, f0, vb.numpy(), vs.numpy()), "assign again")
+
+
+# The caches keep what they packed or prepared from a variable's buffer for
+# as long as the variable lives, outside their LRU bounds (bounded_lru.h):
+# more live filters than a cache's 256 unpinned entries are each packed
+# once (several models in one process had evicted each other's packings on
+# every call), and the entries go, with the buffers they hold, once their
+# variables do.
+@pytest.mark.parametrize("kind", ["gemm", "depthwise"])
+def test_live_variables_keep_their_packed_weights(kind):
+  if not op_harness.uses_packed_weights():
+    pytest.skip("the portable and reference paths cache nothing")
+  stats = (op_harness.packed_weights_stats if kind == "gemm"
+           else op_harness.depthwise_cache_stats)
+  rng = np.random.default_rng(8)
+  n, c = 300, 16
+  x = rng.integers(-128, 128, (1, 6, 6, c)).astype(np.int8)
+  fshape = (1, 1, c, c) if kind == "gemm" else (3, 3, 1, c)
+
+  def variables():
+    return (tf.Variable(rng.integers(-128, 128, fshape).astype(np.int8)),
+            tf.Variable(rng.normal(0, 20, c).astype(np.float32)),
+            tf.Variable(np.full(c, 1e-2, np.float32)))
+
+  weights = [variables() for _ in range(n)]
+
+  def run_all(what):
+    for i, (vf, vb, vs) in enumerate(weights):
+      got = _conv(x, vf, vb, vs).numpy()
+      if i % 37 == 0:
+        op_harness.assert_same_bits(
+            got, _want(x, vf.numpy(), vb.numpy(), vs.numpy()), f"{what} {i}")
+
+  before = stats()
+  run_all("first")
+  first = stats()
+  assert first["pinned_entries"] >= before["pinned_entries"] + n, (before, first)
+  assert first["evictions"] == before["evictions"], (before, first)
+  run_all("again")
+  again = stats()
+  assert again["pinned_hits"] - first["pinned_hits"] >= n, (first, again)
+  assert again["misses"] == first["misses"], (first, again)
+
+  # Half the variables go; the next insertion drops their entries.
+  del weights[: n // 2]
+  gc.collect()
+  vf, vb, vs = variables()
+  op_harness.assert_same_bits(_conv(x, vf, vb, vs).numpy(),
+                              _want(x, vf.numpy(), vb.numpy(), vs.numpy()), "new")
+  after = stats()
+  assert after["released"] - again["released"] >= n // 2, (again, after)
+  assert after["pinned_entries"] <= again["pinned_entries"] - n // 2 + 1, (again, after)
+  run_all("rest")
+  assert stats()["misses"] == after["misses"]
+  # The pins' registry forgets buffers whose pins have all gone: the first
+  # new call's insertion drops the entries (their pins go), the second's
+  # new pins prune the registry.
+  del weights[:]
+  gc.collect()
+  for _ in range(2):
+    vf, vb, vs = variables()
+    _conv(x, vf, vb, vs).numpy()
+  assert op_harness.pinned_buffers() < n, op_harness.pinned_buffers()
 
 
 def test_depthwise_variable_updates_are_seen():

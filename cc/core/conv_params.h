@@ -74,6 +74,24 @@ inline void OutputBounds(Activation activation, int32_t output_min,
   *hi = h;
 }
 
+// What keeps a caller's weight buffer allocated and unchanged for the
+// weight caches (FusedConvArgs::filter_pin and epilogue_pin): the TF layer's
+// pin holds a reference to a resource variable's (or a weight constant's)
+// buffer. The caches keep the pin with what they packed or prepared from
+// that buffer, and keep such an entry outside their LRU bounds for as long
+// as Held() says the buffer's owner still holds it (gemm/packed_weights.h):
+// a model that is alive keeps its packed weights, however many models or
+// bytes the process has; once the owner is gone (the model deleted, the
+// variable assigned a new buffer) the entry is dropped at the cache's next
+// insertion.
+class WeightPin {
+ public:
+  virtual ~WeightPin() = default;
+  // Whether anything besides pins still holds the pinned bytes. Once false
+  // it must stay false (nothing can reach the bytes but the pins).
+  virtual bool Held() const = 0;
+};
+
 // Everything a kernel needs for one call. Plain pointers, no ownership
 // (filter_pin aside).
 struct FusedConvArgs {
@@ -102,7 +120,7 @@ struct FusedConvArgs {
   // variable, which TF copies before writing while anything else holds it.
   // A cached packing of a pinned filter keeps the pin, and later calls that
   // pass a pin for it skip the check against the filter (packed_weights.h).
-  std::shared_ptr<const void> filter_pin;
+  std::shared_ptr<const WeightPin> filter_pin;
   // Optional. true: the caller promises that every input byte is in [0,
   // 127] (it is the output of a convolution whose Relu or output_min made
   // it so: the sequence op knows its steps'); the avx2 and avxvnni paths
@@ -114,7 +132,7 @@ struct FusedConvArgs {
   // kernels prepare all three once (depthwise.h's cache): a call that pins
   // both uses a prepared entry that was pinned too without comparing its
   // operands with them.
-  std::shared_ptr<const void> epilogue_pin;
+  std::shared_ptr<const WeightPin> epilogue_pin;
 
   // Side input takes part only when given and its scale is non-zero.
   bool HasSideInput() const {

@@ -15,6 +15,7 @@
 #include "cc/core/fused_conv.h"
 #include "cc/tf/cpu_conv.h"
 #include "cc/tf/step_times.h"
+#include "cc/tf/weight_pin.h"
 
 extern "C" {
 
@@ -63,26 +64,33 @@ __attribute__((visibility("default"))) const char* tf_fused_int8_kernel_path() {
   return result.c_str();
 }
 
-// The packed-weights cache's counters, for tests (ctypes): out[0..6] =
-// hits, misses, stale, evictions, pinned_hits, entries, bytes.
+// The packed-weights cache's counters, for tests (ctypes): out[0..8] =
+// hits, misses, stale, evictions, pinned_hits, entries, bytes, released,
+// pinned_entries.
 __attribute__((visibility("default"))) void tf_fused_int8_packed_weights_stats(
     int64_t* out) {
   const tf_fused_int8::cpu::PackedWeightsCacheStats s =
       tf_fused_int8::cpu::PackedWeightsCache::Global().Stats();
-  const int64_t v[] = {s.hits, s.misses, s.stale, s.evictions,
-                       s.pinned_hits, s.entries, s.bytes};
-  for (int i = 0; i < 7; ++i) out[i] = v[i];
+  const int64_t v[] = {s.hits,    s.misses, s.stale,    s.evictions,     s.pinned_hits,
+                       s.entries, s.bytes,  s.released, s.pinned_entries};
+  for (int i = 0; i < 9; ++i) out[i] = v[i];
 }
 
 // The depthwise prepared-weights cache's counters, for tests (ctypes):
-// out[0..6] = hits, misses, stale, evictions, pinned_hits, entries, bytes.
+// out[0..8] as tf_fused_int8_packed_weights_stats's.
 __attribute__((visibility("default"))) void tf_fused_int8_depthwise_cache_stats(
     int64_t* out) {
   const tf_fused_int8::cpu::DepthwiseCacheStats s =
       tf_fused_int8::cpu::GetDepthwiseCacheStats();
-  const int64_t v[] = {s.hits, s.misses, s.stale, s.evictions,
-                       s.pinned_hits, s.entries, s.bytes};
-  for (int i = 0; i < 7; ++i) out[i] = v[i];
+  const int64_t v[] = {s.hits,    s.misses, s.stale,    s.evictions,     s.pinned_hits,
+                       s.entries, s.bytes,  s.released, s.pinned_entries};
+  for (int i = 0; i < 9; ++i) out[i] = v[i];
+}
+
+// How many weight buffers the pins' registry knows (cc/tf/weight_pin.h),
+// for tests.
+__attribute__((visibility("default"))) int64_t tf_fused_int8_pinned_buffers() {
+  return tf_fused_int8::PinnedBufferCountForTesting();
 }
 
 // The sequence op's per-step times (cc/tf/step_times.h) as text, one

@@ -41,6 +41,7 @@
 #include "cc/tf/pool_parallel_for.h"
 #include "cc/tf/step_times.h"
 #include "cc/tf/weight_constant.h"
+#include "cc/tf/weight_pin.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -322,8 +323,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     // packed and prepared weights (each step's filter, bias and scale are
     // slices of them).
     WeightPins pin;
-    if (filters_shared) pin.filter = std::make_shared<const Tensor>(filters);
-    if (epilogue_shared) pin.epilogue = std::make_shared<const Tensor>(epilogue);
+    if (filters_shared) pin.filter = PinBuffer(filters);
+    if (epilogue_shared) pin.epilogue = PinBuffer(epilogue);
 
     const Tensor& input = ctx->input(0);
     const int64_t slices = BatchSlices(ctx, input);

@@ -34,7 +34,7 @@ struct CpuConvOptions {
 // null): what keeps the resource variables' buffers that the filter, and
 // the bias and conv_input_scale, are read from.
 struct WeightPins {
-  std::shared_ptr<const void> filter, epilogue;
+  std::shared_ptr<const WeightPin> filter, epilogue;  // weight_pin.h
 };
 
 // A temporary tensor as the options ask: a plain tensor from TF's CPU

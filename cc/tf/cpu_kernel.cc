@@ -27,6 +27,7 @@
 #include "cc/tf/cpu_conv.h"
 #include "cc/tf/pool_parallel_for.h"
 #include "cc/tf/weight_constant.h"
+#include "cc/tf/weight_pin.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -185,10 +186,8 @@ WeightPins PinsFor(const ConvAttrs& attrs, const Tensor& filter, bool filter_sha
                    const Tensor& bias, const Tensor& scale, bool epilogue_shared) {
   WeightPins pins;
   if (attrs.vect) return pins;
-  if (filter_shared) pins.filter = std::make_shared<const Tensor>(filter);
-  if (epilogue_shared) {
-    pins.epilogue = std::make_shared<const std::pair<Tensor, Tensor>>(bias, scale);
-  }
+  if (filter_shared) pins.filter = PinBuffer(filter);
+  if (epilogue_shared) pins.epilogue = PinBoth(PinBuffer(bias), PinBuffer(scale));
   return pins;
 }
 

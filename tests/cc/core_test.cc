@@ -1508,6 +1508,27 @@ void TestDepthwiseChangedOperands() {
               long(after.hits - before.hits));
 }
 
+// A weight pin for these tests (conv_params.h WeightPin): Held() while
+// *held is true (null: always); sets *destroyed when its last reference
+// goes. The flags are the test's, observed after the pin is gone.
+class TestPin : public WeightPin {
+ public:
+  TestPin(const bool* held, bool* destroyed) : held_(held), destroyed_(destroyed) {}
+  ~TestPin() override {
+    if (destroyed_ != nullptr) *destroyed_ = true;
+  }
+  bool Held() const override { return held_ == nullptr || *held_; }
+
+ private:
+  const bool* held_;
+  bool* destroyed_;
+};
+
+std::shared_ptr<const WeightPin> MakeTestPin(const bool* held = nullptr,
+                                             bool* destroyed = nullptr) {
+  return std::make_shared<const TestPin>(held, destroyed);
+}
+
 // Pinned depthwise operands (FusedConvArgs::filter_pin and epilogue_pin): a
 // call pinning both on an entry pinned the same way uses it without
 // comparing; every other mix compares (a filter pin alone vouches for no
@@ -1531,9 +1552,8 @@ void TestDepthwisePinnedOperands() {
     auto stale = [] { return cpu::GetDepthwiseCacheStats().stale; };
     cpu::ClearDepthwiseCacheForTesting();
     bool* dropped = new bool(false);  // observed below, then leaked (tiny)
-    std::shared_ptr<const void> filter_pin(
-        dropped, [](const bool* d) { *const_cast<bool*>(d) = true; });
-    const std::shared_ptr<const void> epilogue_pin = std::make_shared<int>(0);
+    std::shared_ptr<const WeightPin> filter_pin = MakeTestPin(nullptr, dropped);
+    const std::shared_ptr<const WeightPin> epilogue_pin = MakeTestPin();
     // 1. Unpinned entry; a pinned call after the bias changed compares.
     check("unpinned first");
     b.bias[3] += 5.0f;
@@ -1828,9 +1848,7 @@ void TestPinnedFilters() {
       check("unpinned first");
       b.filter[b.filter.size() / 2] ^= 0x55;
       bool* deleted = new bool(false);
-      a.filter_pin = std::shared_ptr<const void>(deleted, [](const bool* d) {
-        *const_cast<bool*>(d) = true;  // observed below, then leaked (tiny)
-      });
+      a.filter_pin = MakeTestPin(nullptr, deleted);  // deleted: leaked (tiny)
       check("pinned after unpinned, bytes changed");
       // 2. Pinned entry, pinned call: a hit used unchecked.
       const cpu::PackedWeightsCacheStats before = cache.Stats();
@@ -1840,7 +1858,7 @@ void TestPinnedFilters() {
              KernelPathName(p), long(l.co));
       // 3. Pinned entry, unpinned call after the bytes changed (the caller
       // broke no promise: it made none): checked, repacked.
-      std::shared_ptr<const void> pin = a.filter_pin;
+      std::shared_ptr<const WeightPin> pin = a.filter_pin;
       a.filter_pin = nullptr;
       b.filter[0] ^= 0x33;
       check("unpinned after pinned, bytes changed");
@@ -1866,7 +1884,7 @@ void TestPinnedFilters() {
     RunFusedConv(a, g_paths.back(), ParallelFor());
     const int64_t unpinned = cache.Stats().bytes;
     cache.Clear();
-    a.filter_pin = std::make_shared<int>(0);
+    a.filter_pin = MakeTestPin();
     RunFusedConv(a, g_paths.back(), ParallelFor());
     const int64_t pinned = cache.Stats().bytes;
     if (g_paths.back() != KernelPath::kPortable &&
@@ -1919,6 +1937,107 @@ void TestCacheBound() {
   cpu::SetWeightModeForTesting(0);
   std::printf("cache bound: %ld entries, %ld bytes, %ld evictions\n",
               long(after.entries), long(after.bytes), long(after.evictions));
+}
+
+// Pinned entries are outside the caches' bounds (bounded_lru.h): more
+// pinned filters than kMaxEntries (GEMM) and kDepthwiseCacheMaxEntries
+// (depthwise) stay cached while their pins are Held(), so a second round is
+// all pinned hits with no packing; once half the owners are gone, the next
+// insertion drops exactly their entries and releases their pins.
+void TestPinnedEntriesOutsideBounds() {
+  const KernelPath p = g_paths.back();
+  if (p == KernelPath::kPortable || p == KernelPath::kReference) return;
+  SetWeightMode(1);  // GEMM: always through the cache
+  struct Kind {
+    const char* name;
+    int64_t bound;
+    bool depthwise;
+  };
+  const Kind kinds[] = {{"gemm", cpu::PackedWeightsCache::kMaxEntries, false},
+                        {"depthwise", cpu::kDepthwiseCacheMaxEntries, true}};
+  for (const Kind& kind : kinds) {
+    auto stats = [&] {
+      cpu::PackedWeightsCacheStats s;
+      if (kind.depthwise) {
+        const cpu::DepthwiseCacheStats d = cpu::GetDepthwiseCacheStats();
+        s.hits = d.hits, s.misses = d.misses, s.evictions = d.evictions;
+        s.pinned_hits = d.pinned_hits, s.entries = d.entries;
+        s.released = d.released, s.pinned_entries = d.pinned_entries;
+      } else {
+        s = cpu::PackedWeightsCache::Global().Stats();
+      }
+      return s;
+    };
+    cpu::PackedWeightsCache::Global().Clear();
+    cpu::ClearDepthwiseCacheForTesting();
+    const int64_t n = kind.bound + 10, half = n / 2;
+    std::mt19937 rng(23);
+    std::vector<Buffers> bufs(static_cast<size_t>(n));
+    std::vector<FusedConvArgs> args;
+    std::unique_ptr<bool[]> held(new bool[n]), destroyed(new bool[n]);
+    for (int64_t i = 0; i < n; ++i) {
+      held[i] = true;
+      destroyed[i] = false;
+      args.push_back(kind.depthwise
+                         ? LayerCase(1, 4, 4, 16, 3, 16, 1, false, &rng, &bufs[i], 16)
+                         : LayerCase(1, 4, 4, 8, 1, 16, 1, false, &rng, &bufs[i]));
+      args[i].filter_pin = MakeTestPin(&held[i], &destroyed[i]);
+      args[i].epilogue_pin = MakeTestPin();
+    }
+    std::vector<int8_t> got, want;
+    auto run_all = [&](const char* round) {
+      for (int64_t i = 0; i < n; ++i) {
+        got.resize(args[i].geo.OutputElements());
+        want.resize(got.size());
+        EXPECT(RunMatchesReference(args[i], p, &got, &want), "%s pinned bound, %s, filter %ld",
+               kind.name, round, long(i));
+      }
+    };
+    const cpu::PackedWeightsCacheStats s0 = stats();
+    run_all("first round");
+    const cpu::PackedWeightsCacheStats s1 = stats();
+    EXPECT(s1.pinned_entries == n && s1.evictions == s0.evictions,
+           "%s: %ld pinned entries of %ld, %ld evictions", kind.name,
+           long(s1.pinned_entries), long(n), long(s1.evictions - s0.evictions));
+    run_all("second round");
+    const cpu::PackedWeightsCacheStats s2 = stats();
+    EXPECT(s2.pinned_hits == s1.pinned_hits + n && s2.misses == s1.misses,
+           "%s: second round %ld pinned hits, %ld misses (of %ld)", kind.name,
+           long(s2.pinned_hits - s1.pinned_hits), long(s2.misses - s1.misses), long(n));
+    // The owners of the first half go; the tests' own references too.
+    for (int64_t i = 0; i < n; ++i) {
+      if (i < half) held[i] = false;
+      args[i].filter_pin = nullptr;
+      args[i].epilogue_pin = nullptr;
+    }
+    EXPECT(!destroyed[0], "%s: a pin was released before its entry", kind.name);
+    // One insertion (an unpinned filter) drops exactly their entries.
+    Buffers extra_buf;
+    FusedConvArgs extra =
+        kind.depthwise ? LayerCase(1, 4, 4, 16, 3, 16, 1, false, &rng, &extra_buf, 16)
+                       : LayerCase(1, 4, 4, 8, 1, 16, 1, false, &rng, &extra_buf);
+    got.resize(extra.geo.OutputElements());
+    want.resize(got.size());
+    EXPECT(RunMatchesReference(extra, p, &got, &want), "%s: extra filter", kind.name);
+    const cpu::PackedWeightsCacheStats s3 = stats();
+    EXPECT(s3.released == s2.released + half && s3.pinned_entries == n - half &&
+               s3.entries == n - half + 1,
+           "%s: %ld released (want %ld), %ld pinned entries, %ld entries", kind.name,
+           long(s3.released - s2.released), long(half), long(s3.pinned_entries),
+           long(s3.entries));
+    bool released_match = true;  // exactly the first half's pins destroyed
+    for (int64_t i = 0; i < n; ++i) released_match &= destroyed[i] == (i < half);
+    EXPECT(released_match, "%s: released pins do not match the owners gone", kind.name);
+    cpu::PackedWeightsCache::Global().Clear();
+    cpu::ClearDepthwiseCacheForTesting();
+    bool all_gone = true;
+    for (int64_t i = 0; i < n; ++i) all_gone &= destroyed[i];
+    EXPECT(all_gone, "%s: Clear kept pins", kind.name);
+  }
+  SetWeightMode(0);
+  std::printf("pinned entries outside the bounds: %ld gemm, %ld depthwise filters\n",
+              long(cpu::PackedWeightsCache::kMaxEntries + 10),
+              long(cpu::kDepthwiseCacheMaxEntries + 10));
 }
 
 // Convolutions on a padded input (gemm_kernels.h, GemmTileArgs::padded: the
@@ -3075,6 +3194,7 @@ int main() {
   TestDepthwisePinnedOperands();
   TestCacheBound();
   TestPinnedFilters();
+  TestPinnedEntriesOutsideBounds();
   TestPaddedInput();
   TestInPlaceRows();
   TestConcurrentCalls();

@@ -53,6 +53,7 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/fused_conv.h"
+#include "tools/bench/held_pin.h"
 #include "tools/bench/spin_pool.h"
 
 int main(int argc, char** argv) {
@@ -138,8 +139,7 @@ int main(int argc, char** argv) {
   // preparation are used with no check).
   const char* pin_env = std::getenv("BENCH_CORE_PIN");
   const bool pin = pin_env != nullptr && std::atoi(pin_env) == 1;
-  std::shared_ptr<const void> pin_token(static_cast<const void*>(&ws),
-                                        [](const void*) {});
+  const std::shared_ptr<const WeightPin> pin_token = bench::MakeHeldPin();
   if (pin) {
     a.filter_pin = pin_token;
     a.epilogue_pin = pin_token;

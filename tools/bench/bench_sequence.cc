@@ -49,6 +49,7 @@
 
 #include "cc/core/conv_params.h"
 #include "cc/core/fused_conv.h"
+#include "tools/bench/held_pin.h"
 #include "tools/bench/spin_pool.h"
 
 namespace {
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
     biases[i].assign(g.out_c, 1.0f);
     scales[i].assign(g.out_c, 40.0f / (std::sqrt(float(g.ReductionDepth())) * 74 * 74));
   }
-  std::shared_ptr<const void> pin(static_cast<const void*>(&filters), [](const void*) {});
+  const std::shared_ptr<const WeightPin> pin = bench::MakeHeldPin();
 
   ParallelFor pf;
   std::unique_ptr<bench::SpinPool> pool;

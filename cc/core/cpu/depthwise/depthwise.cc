@@ -261,7 +261,11 @@ class PreparedCache {
       // with: later pinned calls use it unchecked.
       if (pinned) {
         if (Entry* e = lru_.Find(key)) {
-          if (e->weights == found.weights) e->PinTo(a);
+          if (e->weights == found.weights) {
+            Entry held = *e;
+            held.PinTo(a);
+            Insert(key, std::move(held));
+          }
         }
       }
       return found.weights;
@@ -271,9 +275,8 @@ class PreparedCache {
     if (pinned) fresh.PinTo(a);
     std::lock_guard<std::mutex> lock(mu_);
     ++(found.weights != nullptr ? stats_.stale : stats_.misses);
-    const int64_t bytes = fresh.weights->bytes;
     std::shared_ptr<const PreparedWeights> w = fresh.weights;
-    stats_.evictions += lru_.Insert(key, std::move(fresh), bytes);
+    Insert(key, std::move(fresh));
     return w;
   }
 
@@ -287,6 +290,7 @@ class PreparedCache {
     DepthwiseCacheStats s = stats_;
     s.entries = lru_.size();
     s.bytes = lru_.bytes();
+    s.pinned_entries = lru_.pinned_size();
     return s;
   }
 
@@ -295,7 +299,7 @@ class PreparedCache {
   // bias and scale they vouch for; an unpinned one neither.
   struct Entry {
     std::shared_ptr<const PreparedWeights> weights;
-    std::shared_ptr<const void> filter_pin, epilogue_pin;
+    std::shared_ptr<const WeightPin> filter_pin, epilogue_pin;
     const float* bias = nullptr;
     const float* scale = nullptr;
     // Takes a's pins and the addresses they vouch for.
@@ -330,6 +334,21 @@ class PreparedCache {
       }
     };
   };
+  // Requires mu_. A pinned entry goes outside the bounds (bounded_lru.h)
+  // while both its pins are Held(); every insertion first drops those whose
+  // pins no longer are.
+  void Insert(const Key& key, Entry e) {
+    stats_.released += lru_.DropPinnedIf([](const Entry& x) {
+      return !x.filter_pin->Held() || !x.epilogue_pin->Held();
+    });
+    const int64_t bytes = e.weights->bytes;
+    if (e.filter_pin != nullptr) {
+      lru_.InsertPinned(key, std::move(e), bytes);
+    } else {
+      stats_.evictions += lru_.Insert(key, std::move(e), bytes);
+    }
+  }
+
   std::mutex mu_;
   BoundedLru<Key, Entry, Key::Hash> lru_{
       kDepthwiseCacheMaxEntries, kDepthwiseCacheMaxBytes};

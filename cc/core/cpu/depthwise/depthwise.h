@@ -37,7 +37,10 @@
 // per layer) and prepares afresh on any difference, so a changed or reused
 // buffer is never served stale. At most kDepthwiseCacheMaxEntries entries
 // and kDepthwiseCacheMaxBytes bytes (least recently used evicted first,
-// cc/core/cpu/bounded_lru.h).
+// cc/core/cpu/bounded_lru.h), pinned entries aside: prepared from pinned
+// operands (FusedConvArgs::filter_pin and epilogue_pin), they are outside
+// the bounds while both pins are Held() (the model lives) and dropped at
+// the next insertion once not (depthwise.cc, PreparedCache).
 //
 // Like gemm/gemm_kernels.h, this header is included by baseline and ISA translation
 // units: declarations and plain structs only, no inline code.
@@ -149,9 +152,10 @@ constexpr int64_t kDepthwiseCacheMaxBytes = int64_t{64} << 20;
 struct DepthwiseCacheStats {
   // stale: hits whose operands had changed (prepared again); pinned_hits:
   // the hits used without comparing the operands (a pinned call on a pinned
-  // entry: FusedConvArgs::epilogue_pin).
+  // entry: FusedConvArgs::epilogue_pin); released, pinned_entries: as
+  // PackedWeightsCacheStats's (pinned entries are outside the bounds).
   int64_t hits = 0, misses = 0, stale = 0, evictions = 0, pinned_hits = 0;
-  int64_t entries = 0, bytes = 0;
+  int64_t entries = 0, bytes = 0, released = 0, pinned_entries = 0;
 };
 DepthwiseCacheStats GetDepthwiseCacheStats();
 // Tests only: drops every entry (and the pins they hold).

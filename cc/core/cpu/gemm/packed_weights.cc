@@ -141,21 +141,28 @@ Key MakeKey(const int8_t* filter, const ConvGeometry& g,
 struct PackedWeightsCache::Impl {
   struct Entry {
     std::shared_ptr<const PackedWeights> weights;
-    std::shared_ptr<const void> pin;  // see the header comment
+    std::shared_ptr<const WeightPin> pin;  // see the header comment
   };
   mutable std::mutex mu;
   BoundedLru<Key, Entry, Key::Hash> lru{kMaxEntries, kMaxBytes};
   PackedWeightsCacheStats stats;
 
   // Requires mu.
+  // Every insertion first drops the pinned entries whose owner is gone
+  // (header comment).
   void Insert(const Key& key, std::shared_ptr<const PackedWeights> w,
-              std::shared_ptr<const void> pin, int64_t pin_bytes) {
+              std::shared_ptr<const WeightPin> pin, int64_t pin_bytes) {
+    stats.released += lru.DropPinnedIf([](const Entry& e) { return !e.pin->Held(); });
     // A pinned filter without a copy in the entry is memory the entry keeps.
     const int64_t size = static_cast<int64_t>(w->bytes()) +
                          (pin != nullptr && w->view().filter_copy == nullptr
                               ? pin_bytes
                               : 0);
-    stats.evictions += lru.Insert(key, Entry{std::move(w), std::move(pin)}, size);
+    if (pin != nullptr) {
+      lru.InsertPinned(key, Entry{std::move(w), std::move(pin)}, size);
+    } else {
+      stats.evictions += lru.Insert(key, Entry{std::move(w), nullptr}, size);
+    }
   }
 };
 
@@ -170,7 +177,7 @@ PackedWeightsCache& PackedWeightsCache::Global() {
 
 std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
     const int8_t* filter, const int8_t* key_address, const ConvGeometry& g,
-    const IsaKernels& isa, const std::shared_ptr<const void>& pin, bool* fresh) {
+    const IsaKernels& isa, const std::shared_ptr<const WeightPin>& pin, bool* fresh) {
   const Key key = MakeKey(key_address, g, isa);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -197,7 +204,7 @@ std::shared_ptr<const PackedWeights> PackedWeightsCache::Get(
 
 std::shared_ptr<const PackedWeights> PackedWeightsCache::Replace(
     const int8_t* filter, const int8_t* key_address, const ConvGeometry& g,
-    const IsaKernels& isa, const std::shared_ptr<const void>& pin) {
+    const IsaKernels& isa, const std::shared_ptr<const WeightPin>& pin) {
   std::shared_ptr<const PackedWeights> w = PackedWeights::Pack(filter, g, isa);
   std::lock_guard<std::mutex> lock(impl_->mu);
   ++impl_->stats.stale;
@@ -215,6 +222,7 @@ PackedWeightsCacheStats PackedWeightsCache::Stats() const {
   PackedWeightsCacheStats s = impl_->stats;
   s.entries = impl_->lru.size();
   s.bytes = impl_->lru.bytes();
+  s.pinned_entries = impl_->lru.pinned_size();
   return s;
 }
 

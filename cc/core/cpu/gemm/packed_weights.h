@@ -45,13 +45,19 @@
 // (no memcmp, no panel check). A pinned call that finds an entry packed
 // without a pin repacks it under its pin (the bytes may have changed since);
 // an unpinned call that finds a pinned entry checks it as usual. The pinned
-// buffer's bytes count towards kMaxBytes (for a filter without a copy).
+// buffer's bytes count in the entry's bytes (for a filter without a copy).
 //
 // Bound and eviction: at most kMaxEntries entries and kMaxBytes bytes of
-// packed data; inserting beyond either evicts least recently used entries
-// first. A packing larger than kMaxBytes alone is used for its call and not
-// cached. Entries are reference counted (std::shared_ptr), so evicting or
-// replacing an entry that a running call still uses is safe.
+// packed data from unpinned filters; inserting beyond either evicts least
+// recently used entries first. A packing larger than kMaxBytes alone is used
+// for its call and not cached. Pinned entries are outside both bounds
+// (bounded_lru.h): they stay while their pin is Held() (conv_params.h), that
+// is while the model owning the buffer lives, and every insertion drops
+// those whose pin no longer is (stats: released). So the memory they take
+// is about one packing of each live model's weights, as in any engine that
+// packs its weights once. Entries are reference counted (std::shared_ptr),
+// so evicting or replacing an entry that a running call still uses is
+// safe.
 //
 // Thread safety: every cache operation takes one mutex; packing runs outside
 // it (two threads missing on the same filter may both pack; one wins).
@@ -92,16 +98,19 @@ class PackedWeights {
 };
 
 struct PackedWeightsCacheStats {
-  // pinned_hits: hits of a pinned call on a pinned entry (used unchecked).
+  // pinned_hits: hits of a pinned call on a pinned entry (used unchecked);
+  // released: pinned entries dropped because their owner was gone;
+  // pinned_entries: those of entries kept outside the bounds.
   int64_t hits = 0, misses = 0, stale = 0, evictions = 0, pinned_hits = 0;
-  int64_t entries = 0, bytes = 0;
+  int64_t entries = 0, bytes = 0, released = 0, pinned_entries = 0;
 };
 
 // The process-wide cache (see the header comment).
 class PackedWeightsCache {
  public:
-  // Enough for every GEMM layer of the large keras.applications models
-  // (DenseNet121: 120 convolutions), which now cache at batch 1 too.
+  // Bounds on unpinned entries: enough for every GEMM layer of the large
+  // keras.applications models (DenseNet121: 120 convolutions), which now
+  // cache at batch 1 too.
   static constexpr int64_t kMaxEntries = 256;
   static constexpr int64_t kMaxBytes = int64_t{256} << 20;  // 256 MiB
 
@@ -119,14 +128,14 @@ class PackedWeightsCache {
                                            const int8_t* key_address,
                                            const ConvGeometry& g,
                                            const IsaKernels& isa,
-                                           const std::shared_ptr<const void>& pin,
+                                           const std::shared_ptr<const WeightPin>& pin,
                                            bool* fresh);
   // Repacks after a failed verification and replaces the entry.
   std::shared_ptr<const PackedWeights> Replace(const int8_t* filter,
                                                const int8_t* key_address,
                                                const ConvGeometry& g,
                                                const IsaKernels& isa,
-                                               const std::shared_ptr<const void>& pin);
+                                               const std::shared_ptr<const WeightPin>& pin);
   void Clear();
   PackedWeightsCacheStats Stats() const;
 
