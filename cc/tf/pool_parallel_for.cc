@@ -21,12 +21,26 @@
 //    thread was measured at about 20 us on this project's VMs (an idle vCPU
 //    has to be woken): MobileNetV2's 14x14x64 -> 384 pointwise layer ran in
 //    36 us on one thread, 40 us on two with a wake-up per call, 20 us on
-//    two with helpers spinning 2 ms. Spinning long hurts the float ops that
-//    follow the int8 region (TF's MatMul of MobileNetV2's head ran 0.25 ms
-//    on one thread and 0.88 ms on two beside a 1 ms spin); 100 us was the
-//    best of 0 / 100 / 150 / 1000 on whole models (2 threads, Zen 4 VM:
-//    MobileNetV2 b1 3.50 vs 3.80 ms without spinning, b8 16.3 vs 17.7 ms,
-//    ResNet50 b8 85.3 vs 87.1 ms, ResNet50 b1 unchanged).
+//    two with helpers spinning 2 ms. Before helpers yielded (below),
+//    spinning long hurt the float ops that follow the int8 region (TF's
+//    MatMul of MobileNetV2's head ran 0.25 ms on one thread and 0.88 ms on
+//    two beside a 1 ms spin), and 100 us was the best of 0 / 100 / 150 /
+//    1000 on whole models (2 threads, Zen 4 VM). With the yields, 1000 us
+//    is better: a helper still spinning when the next model call starts
+//    keeps its vCPU out of the halt state, whose wake-up (an IPI through
+//    the hypervisor) TF pays twice per tf.function call (its inter-op
+//    thread, then the caller): an empty tf.function call here took 370-460
+//    us, 170-260 with a spinning process beside it. Xeon with AMX (KVM), 2
+//    threads, batch 1, medians of 200 calls, 100 us -> 1000 us builds
+//    alternated in separate processes: MobileNetV2 tf.function 2.30-2.34
+//    -> 1.84-2.30 ms, its concrete function 2.05-2.14 -> 1.75-2.09,
+//    InferenceRunner 1.65-1.76 -> 1.49-1.58, eager 2.05-2.25 -> 1.75-2.00;
+//    the same model with a float Dense head (TF's MatMul after the int8
+//    region) 3.03-3.25 -> 2.71-2.90, 2.85-3.05 -> 2.32-2.65, 2.33-2.40 ->
+//    1.87-1.95, 2.82-2.87 -> 2.34-2.40; ResNet50 5.66-5.73 -> 4.73-5.38,
+//    4.61 -> 4.40-4.50 through the runner; MobileNetV2 at batch 8 within
+//    noise. 3000 us ran as 1000 (within 5%). The cost: after each call a
+//    helper keeps a vCPU busy (yielding) for 1 ms.
 //  * A spinning helper calls sched_yield every kYieldSpins pauses (about
 //    10 us): on 2 vCPUs a thread that becomes runnable behind a spinning
 //    helper (the caller back from a wait, TF's own threads) otherwise waits
@@ -82,7 +96,7 @@ namespace {
 
 constexpr int64_t kInlineCycles = 60000;
 constexpr int64_t kHotInlineCycles = 15000;
-constexpr int64_t kSpinMicros = 100;
+constexpr int64_t kSpinMicros = 1000;
 constexpr int kYieldSpins = 512;  // a power of two
 
 inline void CpuRelax() {
