@@ -8,6 +8,7 @@ every call outside the documented conditions must take Keras's path.
 
 import gc
 import os
+import re
 import threading
 import weakref
 
@@ -250,22 +251,69 @@ def test_predict_of_one_small_batch_runs_the_traced_function(monkeypatch):
       same(call(), want)
       assert keras_predicts == [], keras_predicts
     assert _key(x) in _traced(model)
-  # Keras's own predict: a progress bar, callbacks, several batches, steps.
+  # A progress bar and callbacks: the traced function between the same
+  # callback calls as Keras's loop (the same CallbackList); several batches
+  # and steps: Keras's own predict.
   x = test_quantization.images(5, seed=5, shape=shape)
   want = keras.Model.predict(model, x, verbose=0)
-  seen = []
 
   class Spy(keras.callbacks.Callback):
 
-    def on_predict_batch_end(self, batch, logs=None):
-      seen.append(batch)
+    def __init__(self):
+      super().__init__()
+      self.seen = []
 
-  for kwargs in ({}, {"verbose": 1}, {"verbose": 0, "callbacks": [Spy()]},
-                 {"verbose": 0, "batch_size": 2}, {"verbose": 0, "steps": 1}):
+    def on_predict_begin(self, logs=None):
+      self.seen.append(("begin", logs))
+
+    def on_predict_batch_begin(self, batch, logs=None):
+      self.seen.append(("batch_begin", batch, logs))
+
+    def on_predict_batch_end(self, batch, logs=None):
+      # Keras's CallbackList flattens the outputs into the logs.
+      self.seen.append(("batch_end", batch, sorted(logs)))
+      self.logs = {k: np.asarray(v) for k, v in logs.items()}
+
+    def on_predict_end(self, logs=None):
+      self.seen.append(("end", logs))
+
+  keras_spy = Spy()
+  keras.Model.predict(model, x, verbose=0, callbacks=[keras_spy])
+  assert [e[0] for e in keras_spy.seen] == ["begin", "batch_begin", "batch_end", "end"]
+  for kwargs in ({"verbose": 0, "callbacks": [Spy()]},
+                 {"verbose": 1, "callbacks": [Spy()]}):
+    keras_predicts.clear()
+    same(model.predict(x, **kwargs), want)
+    assert keras_predicts == [], (kwargs, keras_predicts)
+    assert kwargs["callbacks"][0].seen == keras_spy.seen, kwargs
+    same(kwargs["callbacks"][0].logs, keras_spy.logs)
+    assert kwargs["callbacks"][0].model is model
+  for kwargs in ({"verbose": 0, "batch_size": 2}, {"verbose": 0, "steps": 1}):
     keras_predicts.clear()
     same(model.predict(x, **kwargs), want)
     assert keras_predicts == ["predict"], (kwargs, keras_predicts)
-  assert seen == [0]
+
+
+def test_predict_prints_keras_progress_bar(capsys):
+  """predict(x) with the default verbose, traced, prints what Keras's
+  predict prints (its own ProgbarLogger), timings aside."""
+  model = quantization.fuse_conv_sequences(_MODELS["mobilenet_like"]())
+  x = test_quantization.images(2, seed=8, shape=model.inputs[0].shape[1:])
+  want = keras.Model.predict(model, x)
+  keras_out = capsys.readouterr().out
+  for _ in range(3):  # Keras's path, then traced
+    got = model.predict(x)
+  ours = capsys.readouterr().out
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k])
+  assert _key(x) in _traced(model)
+
+  def bar(text):
+    # The last bar printed, its timing removed.
+    last = text.replace("\r", "\n").strip().splitlines()[-1]
+    return re.sub(r"\d+(\.\d+)?[mu]?s(/step)?", "T", last)
+  assert "1/1" in bar(keras_out)
+  assert bar(ours) == bar(keras_out), (ours, keras_out)
 
 
 def test_at_most_max_traced_shapes(keras_calls):

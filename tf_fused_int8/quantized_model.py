@@ -28,13 +28,17 @@ When it applies (anything else takes Keras's own path, unchanged):
   ``tf.device`` scope counts as another shape (its function places its ops
   there).
 
-``predict_on_batch(x)`` and ``predict(x, verbose=0)`` on one numpy batch (at
-most ``batch_size`` rows, no callbacks, no ``steps``) run the same traced
+``predict_on_batch(x)`` and ``predict(x)`` on one batch (a numpy array or
+tensor of at most ``batch_size`` rows, no ``steps``) run the same traced
 function under the same conditions and return what Keras's would: Keras's
-``predict`` builds its data pipeline and callback loop on every call (about
-50 ms for one image, the float model alike). A progress bar (``verbose``
-not 0), callbacks, several batches, a distribution strategy or
-``run_eagerly`` take Keras's own ``predict``.
+``predict`` builds its data pipeline and step loop on every call (about 50
+ms for one image, the float model alike). ``predict`` keeps Keras's
+callbacks: the same ``CallbackList`` Keras would make (its progress bar for
+``verbose`` not 0, the caller's callbacks) gets the same calls for the one
+step (``on_predict_begin``, ``on_predict_batch_begin(0)``,
+``on_predict_batch_end(0, {"outputs": ...})``, ``on_predict_end``). Several
+batches, ``steps``, a distribution strategy or ``run_eagerly`` take Keras's
+own ``predict``.
 
 The traced function reads the model's variables, so ``set_weights`` /
 ``assign`` (``set_conv_weights``) are seen by later calls; replacing a layer
@@ -101,14 +105,19 @@ class QuantizedModel(Functional):
     return super().__call__(*args, **kwargs)
 
   def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
-    """Keras's predict. One numpy batch (at most batch_size rows, default
-    32) with verbose=0, no callbacks and no steps runs the eager call's
-    traced function (same ops on the same batch, same bits) instead of
-    Keras's data pipeline and loop, which cost tens of ms a call."""
-    if (verbose == 0 and not callbacks and steps is None and
-        isinstance(x, np.ndarray) and x.ndim >= 1 and
-        0 < len(x) <= (batch_size or 32)):
-      y = self._predict_fast(x)
+    """Keras's predict. One batch (a numpy array or tensor of at most
+    batch_size rows, default 32) without steps runs the eager call's traced
+    function (same ops on the same batch, same bits) between the callback
+    calls Keras's loop makes for one step, instead of Keras's data pipeline
+    and loop, which cost tens of ms a call."""
+    if steps is None and _one_batch(x, batch_size):
+      hooks = None
+      if verbose != 0 or callbacks:
+        hooks = (callbacks if isinstance(callbacks, keras.callbacks.CallbackList)
+                 else keras.callbacks.CallbackList(
+                     callbacks, add_progbar=verbose != 0, verbose=verbose,
+                     epochs=1, steps=1, model=self))
+      y = self._predict_fast(x, hooks)
       if y is not None:
         return y
     return super().predict(x, batch_size=batch_size, verbose=verbose,
@@ -120,9 +129,11 @@ class QuantizedModel(Functional):
     y = self._predict_fast(x)
     return y if y is not None else super().predict_on_batch(x)
 
-  def _predict_fast(self, x):
+  def _predict_fast(self, x, hooks=None):
     """predict's outputs (numpy, the model's output structure) from the
-    traced function, or None where Keras's own predict must run."""
+    traced function, or None where Keras's own predict must run. hooks: a
+    keras.callbacks.CallbackList called as Keras's predict loop calls it
+    for one step (None: no callbacks, as predict_on_batch)."""
     if self._distribute_strategy is not None or tf.distribute.has_strategy():
       return None
     t = self._eager_input((x,), {})
@@ -130,7 +141,15 @@ class QuantizedModel(Functional):
     if fn is None:
       return None
     self.stop_predicting = False
-    return keras.tree.map_structure(lambda v: v.numpy(), _run(fn, t))
+    if hooks is None:
+      y = _run(fn, t)
+    else:
+      hooks.on_predict_begin()
+      hooks.on_predict_batch_begin(0)
+      y = _run(fn, t)
+      hooks.on_predict_batch_end(0, {"outputs": y})
+      hooks.on_predict_end()
+    return keras.tree.map_structure(lambda v: v.numpy(), y)
 
   def _eager_input(self, args, kwargs):
     """The call's input tensor where the fast path may run it, else None."""
@@ -199,6 +218,18 @@ class QuantizedModel(Functional):
   def _graph_call(self, x):
     # Traced in a graph, where __call__ takes Keras's path.
     return self(x, training=False)
+
+
+def _one_batch(x, batch_size):
+  """Whether Keras's predict would cut x into exactly one batch: a numpy
+  array or eager tensor with 1 to batch_size (default 32) rows."""
+  if isinstance(x, np.ndarray):
+    rows = len(x) if x.ndim >= 1 else 0
+  elif isinstance(x, tf.Tensor) and tf.executing_eagerly():
+    rows = x.shape[0] if x.shape.rank else 0
+  else:
+    return False
+  return rows is not None and 0 < rows <= (batch_size or 32)
 
 
 def _flat_call_supported(fn):
