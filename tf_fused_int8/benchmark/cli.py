@@ -622,7 +622,8 @@ def run_models(impls, work_dir, notes):
         models = prepared_models(workers["ours"], work_dir)
       for batch in (int(b) for b in FLAGS.batches):
         for name, info in models.items():
-          rows += run_one_model(name, info, batch, impls, workers, threads)
+          rows += run_one_model(name, info, batch, impls, workers, threads,
+                                notes)
     finally:
       for w in workers.values():
         w.close()
@@ -682,13 +683,30 @@ def setup_on_workers(workers, impls, replies, op, **msg):
   return entries, errors
 
 
-def run_one_model(name, info, batch, impls, workers, threads):
+def repacked_while_timing(before, after):
+  """How many weight-cache misses and stale entries (weights packed or
+  prepared again) our worker counted between two cache_stats replies."""
+  return sum(after[kind][field] - before[kind][field]
+             for kind in ("gemm", "depthwise") for field in ("misses", "stale"))
+
+
+def run_one_model(name, info, batch, impls, workers, threads, notes):
   key = f"{name}|{batch}"
   # The forced paths travel in the model's dict (as in a layer's spec).
   entries, errors = setup_on_workers(workers, impls, {}, "setup_model",
                                      key=key, batch=batch,
                                      model=dict(info, paths=list(FLAGS.paths)))
+  # Every implementation ran once in setup: from here on our weight caches
+  # should only hit. A miss means our rows timed repacking (as they did when
+  # the worker's six copies of ResNet50 outgrew the cache's bounds).
+  ours = workers["ours"]
+  before = ours.call("cache_stats")
   seconds = time_interleaved(entries, key) if entries else {}
+  repacked = repacked_while_timing(before, ours.call("cache_stats"))
+  if repacked:
+    notes.add(f"{name} batch {batch}, {threads} thread(s): our weight caches "
+              f"packed weights again {repacked} times while timing: our rows "
+              "include that repacking")
   for worker in workers.values():
     worker.call("release", key=key)
   macs = info["macs"] * batch
