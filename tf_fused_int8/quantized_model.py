@@ -111,13 +111,17 @@ class QuantizedModel(Functional):
     calls Keras's loop makes for one step, instead of Keras's data pipeline
     and loop, which cost tens of ms a call."""
     if steps is None and _one_batch(x, batch_size):
-      hooks = None
+      make_hooks = None
       if verbose != 0 or callbacks:
-        hooks = (callbacks if isinstance(callbacks, keras.callbacks.CallbackList)
-                 else keras.callbacks.CallbackList(
-                     callbacks, add_progbar=verbose != 0, verbose=verbose,
-                     epochs=1, steps=1, model=self))
-      y = self._predict_fast(x, hooks)
+        def make_hooks():
+          # Made only once the fast path is sure (it sets the callbacks'
+          # model and params).
+          if isinstance(callbacks, keras.callbacks.CallbackList):
+            return callbacks
+          return keras.callbacks.CallbackList(
+              callbacks, add_progbar=verbose != 0, verbose=verbose, epochs=1,
+              steps=1, model=self)
+      y = self._predict_fast(x, make_hooks)
       if y is not None:
         return y
     return super().predict(x, batch_size=batch_size, verbose=verbose,
@@ -129,11 +133,12 @@ class QuantizedModel(Functional):
     y = self._predict_fast(x)
     return y if y is not None else super().predict_on_batch(x)
 
-  def _predict_fast(self, x, hooks=None):
+  def _predict_fast(self, x, make_hooks=None):
     """predict's outputs (numpy, the model's output structure) from the
-    traced function, or None where Keras's own predict must run. hooks: a
-    keras.callbacks.CallbackList called as Keras's predict loop calls it
-    for one step (None: no callbacks, as predict_on_batch)."""
+    traced function, or None where Keras's own predict must run.
+    make_hooks: returns the keras.callbacks.CallbackList to call as Keras's
+    predict loop calls it for one step (None: no callbacks, as
+    predict_on_batch)."""
     if self._distribute_strategy is not None or tf.distribute.has_strategy():
       return None
     t = self._eager_input((x,), {})
@@ -141,9 +146,10 @@ class QuantizedModel(Functional):
     if fn is None:
       return None
     self.stop_predicting = False
-    if hooks is None:
+    if make_hooks is None:
       y = _run(fn, t)
     else:
+      hooks = make_hooks()
       hooks.on_predict_begin()
       hooks.on_predict_batch_begin(0)
       y = _run(fn, t)
