@@ -21,34 +21,24 @@ def _lib():
   """The op library's C API (loaded on first use, not at import)."""
   lib = ctypes.CDLL(_loader.library_path())
   lib.tf_fused_int8_kernel_path.restype = ctypes.c_char_p
+  lib.tf_fused_int8_pinned_buffers.restype = ctypes.c_int64
   return lib
-
-
-_CACHE_STATS = ("hits", "misses", "stale", "evictions", "pinned_hits",
-                "entries", "bytes", "released", "pinned_entries")
-
-
-def _cache_stats(fn):
-  out = (ctypes.c_int64 * len(_CACHE_STATS))()
-  fn(out)
-  return dict(zip(_CACHE_STATS, out))
 
 
 def packed_weights_stats():
   """The packed-weights cache's counters (packed_weights.h): hits, misses,
   stale, evictions, pinned_hits, entries, bytes, released, pinned_entries."""
-  return _cache_stats(_lib().tf_fused_int8_packed_weights_stats)
+  return _loader.weight_cache_stats()["gemm"]
 
 
 def depthwise_cache_stats():
   """The depthwise prepared-weights cache's counters, as
   packed_weights_stats's (depthwise.h)."""
-  return _cache_stats(_lib().tf_fused_int8_depthwise_cache_stats)
+  return _loader.weight_cache_stats()["depthwise"]
 
 
 def pinned_buffers():
   """How many weight buffers the pins' registry knows (weight_pin.h)."""
-  _lib().tf_fused_int8_pinned_buffers.restype = ctypes.c_int64
   return _lib().tf_fused_int8_pinned_buffers()
 
 

@@ -131,3 +131,22 @@ def library_path():
   """Path of the loaded library (loads it if needed)."""
   load_ops()
   return _path
+
+
+_CACHE_STATS = ("hits", "misses", "stale", "evictions", "pinned_hits",
+                "entries", "bytes", "released", "pinned_entries")
+
+
+def weight_cache_stats():
+  """The weight caches' counters, {"gemm": {...}, "depthwise": {...}}, each
+  with the fields of cc/core/cpu/weight_cache_stats.h (read through the
+  library's C API, cc/tf/c_api.cc): for tests and the benchmark."""
+  import ctypes  # pylint: disable=g-import-not-at-top
+  lib = ctypes.CDLL(library_path())  # the loaded library: dlopen returns it
+  out = {}
+  for kind, fn in (("gemm", lib.tf_fused_int8_packed_weights_stats),
+                   ("depthwise", lib.tf_fused_int8_depthwise_cache_stats)):
+    values = (ctypes.c_int64 * len(_CACHE_STATS))()
+    fn(values)
+    out[kind] = dict(zip(_CACHE_STATS, values))
+  return out

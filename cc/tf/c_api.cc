@@ -17,6 +17,18 @@
 #include "cc/tf/step_times.h"
 #include "cc/tf/weight_pin.h"
 
+namespace {
+
+// out[0..8] = hits, misses, stale, evictions, pinned_hits, entries, bytes,
+// released, pinned_entries (tf_fused_int8/_loader.py weight_cache_stats).
+void WriteCacheStats(const tf_fused_int8::cpu::WeightCacheStats& s, int64_t* out) {
+  const int64_t v[] = {s.hits,    s.misses, s.stale,    s.evictions,     s.pinned_hits,
+                       s.entries, s.bytes,  s.released, s.pinned_entries};
+  for (int i = 0; i < 9; ++i) out[i] = v[i];
+}
+
+}  // namespace
+
 extern "C" {
 
 // Comma-separated names of the throughput loops this build has (see
@@ -64,27 +76,17 @@ __attribute__((visibility("default"))) const char* tf_fused_int8_kernel_path() {
   return result.c_str();
 }
 
-// The packed-weights cache's counters, for tests (ctypes): out[0..8] =
-// hits, misses, stale, evictions, pinned_hits, entries, bytes, released,
-// pinned_entries.
+// The packed-weights cache's counters (WriteCacheStats), for tests and the
+// benchmark (ctypes).
 __attribute__((visibility("default"))) void tf_fused_int8_packed_weights_stats(
     int64_t* out) {
-  const tf_fused_int8::cpu::PackedWeightsCacheStats s =
-      tf_fused_int8::cpu::PackedWeightsCache::Global().Stats();
-  const int64_t v[] = {s.hits,    s.misses, s.stale,    s.evictions,     s.pinned_hits,
-                       s.entries, s.bytes,  s.released, s.pinned_entries};
-  for (int i = 0; i < 9; ++i) out[i] = v[i];
+  WriteCacheStats(tf_fused_int8::cpu::PackedWeightsCache::Global().Stats(), out);
 }
 
-// The depthwise prepared-weights cache's counters, for tests (ctypes):
-// out[0..8] as tf_fused_int8_packed_weights_stats's.
+// The depthwise prepared-weights cache's counters, as above.
 __attribute__((visibility("default"))) void tf_fused_int8_depthwise_cache_stats(
     int64_t* out) {
-  const tf_fused_int8::cpu::DepthwiseCacheStats s =
-      tf_fused_int8::cpu::GetDepthwiseCacheStats();
-  const int64_t v[] = {s.hits,    s.misses, s.stale,    s.evictions,     s.pinned_hits,
-                       s.entries, s.bytes,  s.released, s.pinned_entries};
-  for (int i = 0; i < 9; ++i) out[i] = v[i];
+  WriteCacheStats(tf_fused_int8::cpu::GetDepthwiseCacheStats(), out);
 }
 
 // How many weight buffers the pins' registry knows (cc/tf/weight_pin.h),

@@ -1957,16 +1957,8 @@ void TestPinnedEntriesOutsideBounds() {
                         {"depthwise", cpu::kDepthwiseCacheMaxEntries, true}};
   for (const Kind& kind : kinds) {
     auto stats = [&] {
-      cpu::PackedWeightsCacheStats s;
-      if (kind.depthwise) {
-        const cpu::DepthwiseCacheStats d = cpu::GetDepthwiseCacheStats();
-        s.hits = d.hits, s.misses = d.misses, s.evictions = d.evictions;
-        s.pinned_hits = d.pinned_hits, s.entries = d.entries;
-        s.released = d.released, s.pinned_entries = d.pinned_entries;
-      } else {
-        s = cpu::PackedWeightsCache::Global().Stats();
-      }
-      return s;
+      return kind.depthwise ? cpu::GetDepthwiseCacheStats()
+                            : cpu::PackedWeightsCache::Global().Stats();
     };
     cpu::PackedWeightsCache::Global().Clear();
     cpu::ClearDepthwiseCacheForTesting();
@@ -1993,14 +1985,14 @@ void TestPinnedEntriesOutsideBounds() {
                kind.name, round, long(i));
       }
     };
-    const cpu::PackedWeightsCacheStats s0 = stats();
+    const cpu::WeightCacheStats s0 = stats();
     run_all("first round");
-    const cpu::PackedWeightsCacheStats s1 = stats();
+    const cpu::WeightCacheStats s1 = stats();
     EXPECT(s1.pinned_entries == n && s1.evictions == s0.evictions,
            "%s: %ld pinned entries of %ld, %ld evictions", kind.name,
            long(s1.pinned_entries), long(n), long(s1.evictions - s0.evictions));
     run_all("second round");
-    const cpu::PackedWeightsCacheStats s2 = stats();
+    const cpu::WeightCacheStats s2 = stats();
     EXPECT(s2.pinned_hits == s1.pinned_hits + n && s2.misses == s1.misses,
            "%s: second round %ld pinned hits, %ld misses (of %ld)", kind.name,
            long(s2.pinned_hits - s1.pinned_hits), long(s2.misses - s1.misses), long(n));
@@ -2019,7 +2011,7 @@ void TestPinnedEntriesOutsideBounds() {
     got.resize(extra.geo.OutputElements());
     want.resize(got.size());
     EXPECT(RunMatchesReference(extra, p, &got, &want), "%s: extra filter", kind.name);
-    const cpu::PackedWeightsCacheStats s3 = stats();
+    const cpu::WeightCacheStats s3 = stats();
     EXPECT(s3.released == s2.released + half && s3.pinned_entries == n - half &&
                s3.entries == n - half + 1,
            "%s: %ld released (want %ld), %ld pinned entries, %ld entries", kind.name,

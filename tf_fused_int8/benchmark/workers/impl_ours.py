@@ -365,23 +365,13 @@ def _kernel_path(family, msg):
   return {"cpu_kernel": family.kernel_path()}
 
 
-_CACHE_FIELDS = ("hits", "misses", "stale", "evictions", "pinned_hits",
-                 "entries", "bytes", "released", "pinned_entries")
-
-
 def _cache_stats(family, msg):
-  """The weight caches' counters (cc/core/cpu/gemm/packed_weights.h,
-  cc/core/cpu/depthwise/depthwise.h), {"gemm": {...}, "depthwise": {...}}:
-  misses or stale entries while timing mean weights packed again inside the
-  timed calls."""
-  del msg
-  out = {}
-  for kind, fn in (("gemm", family.lib.tf_fused_int8_packed_weights_stats),
-                   ("depthwise", family.lib.tf_fused_int8_depthwise_cache_stats)):
-    values = (ctypes.c_int64 * len(_CACHE_FIELDS))()
-    fn(values)
-    out[kind] = dict(zip(_CACHE_FIELDS, values))
-  return out
+  """The weight caches' counters (_loader.weight_cache_stats): misses or
+  stale entries while timing mean weights packed again inside the timed
+  calls."""
+  del family, msg
+  from tf_fused_int8 import _loader  # pylint: disable=g-import-not-at-top
+  return _loader.weight_cache_stats()
 
 
 EXTRA_COMMANDS = {"peak": _peak, "copy": _copy,

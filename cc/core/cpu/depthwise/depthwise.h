@@ -52,6 +52,7 @@
 
 #include "cc/core/conv_params.h"
 #include "cc/core/cpu/lut/lut_kernels.h"
+#include "cc/core/cpu/weight_cache_stats.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -149,14 +150,9 @@ void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only
 constexpr int64_t kDepthwiseCacheMaxEntries = 256;
 constexpr int64_t kDepthwiseCacheMaxBytes = int64_t{64} << 20;
 
-struct DepthwiseCacheStats {
-  // stale: hits whose operands had changed (prepared again); pinned_hits:
-  // the hits used without comparing the operands (a pinned call on a pinned
-  // entry: FusedConvArgs::epilogue_pin); released, pinned_entries: as
-  // PackedWeightsCacheStats's (pinned entries are outside the bounds).
-  int64_t hits = 0, misses = 0, stale = 0, evictions = 0, pinned_hits = 0;
-  int64_t entries = 0, bytes = 0, released = 0, pinned_entries = 0;
-};
+// pinned_hits: the hits used without comparing the operands (a pinned call
+// on a pinned entry: FusedConvArgs::epilogue_pin).
+using DepthwiseCacheStats = WeightCacheStats;
 DepthwiseCacheStats GetDepthwiseCacheStats();
 // Tests only: drops every entry (and the pins they hold).
 void ClearDepthwiseCacheForTesting();

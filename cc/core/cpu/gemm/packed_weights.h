@@ -70,6 +70,7 @@
 
 #include "cc/core/conv_params.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/weight_cache_stats.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -97,13 +98,7 @@ class PackedWeights {
   PackedView view_{};
 };
 
-struct PackedWeightsCacheStats {
-  // pinned_hits: hits of a pinned call on a pinned entry (used unchecked);
-  // released: pinned entries dropped because their owner was gone;
-  // pinned_entries: those of entries kept outside the bounds.
-  int64_t hits = 0, misses = 0, stale = 0, evictions = 0, pinned_hits = 0;
-  int64_t entries = 0, bytes = 0, released = 0, pinned_entries = 0;
-};
+using PackedWeightsCacheStats = WeightCacheStats;
 
 // The process-wide cache (see the header comment).
 class PackedWeightsCache {
