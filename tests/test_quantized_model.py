@@ -252,8 +252,8 @@ def test_predict_of_one_small_batch_runs_the_traced_function(monkeypatch):
       assert keras_predicts == [], keras_predicts
     assert _key(x) in _traced(model)
   # A progress bar and callbacks: the traced function between the same
-  # callback calls as Keras's loop (the same CallbackList); several batches
-  # and steps: Keras's own predict.
+  # callback calls as Keras's loop (the same CallbackList); steps: Keras's
+  # own predict (several batches: the next test).
   x = test_quantization.images(5, seed=5, shape=shape)
   want = keras.Model.predict(model, x, verbose=0)
 
@@ -288,31 +288,154 @@ def test_predict_of_one_small_batch_runs_the_traced_function(monkeypatch):
     assert kwargs["callbacks"][0].seen == keras_spy.seen, kwargs
     same(kwargs["callbacks"][0].logs, keras_spy.logs)
     assert kwargs["callbacks"][0].model is model
-  for kwargs in ({"verbose": 0, "batch_size": 2}, {"verbose": 0, "steps": 1}):
+  for _ in range(3):
     keras_predicts.clear()
-    same(model.predict(x, **kwargs), want)
-    assert keras_predicts == ["predict"], (kwargs, keras_predicts)
+    same(model.predict(x, verbose=0, steps=1), want)
+    assert keras_predicts == ["predict"], keras_predicts
 
 
-def test_predict_prints_keras_progress_bar(capsys):
+class _PredictSpy(keras.callbacks.Callback):
+  """Records the predict hooks' calls; stop_at: sets model.stop_predicting
+  at the end of that batch."""
+
+  def __init__(self, stop_at=None):
+    super().__init__()
+    self.seen = []
+    self.stop_at = stop_at
+
+  def on_predict_begin(self, logs=None):
+    self.seen.append(("begin", logs))
+
+  def on_predict_batch_begin(self, batch, logs=None):
+    self.seen.append(("batch_begin", batch, logs))
+
+  def on_predict_batch_end(self, batch, logs=None):
+    # Keras's CallbackList flattens the outputs into the logs.
+    self.seen.append(("batch_end", batch, sorted(logs),
+                      [np.asarray(v).shape for _, v in sorted(logs.items())]))
+    self.logs = {k: np.asarray(v) for k, v in logs.items()}
+    if batch == self.stop_at:
+      self.model.stop_predicting = True
+
+  def on_predict_end(self, logs=None):
+    self.seen.append(("end", logs))
+
+
+def test_predict_of_several_batches_runs_the_traced_functions(monkeypatch):
+  """predict(x) of more rows than batch_size: Keras's batches, each through
+  the traced function of its shape (the full batches' and the shorter last
+  one's, each traced on its second call as model(x) is), the arrays Keras's
+  own predict gives, the same callback calls, stop_predicting honored."""
+  model = quantization.fuse_conv_sequences(_MODELS["mobilenet_like"]())
+  shape = model.inputs[0].shape[1:]
+  keras_predicts = []
+  original = keras.Model.predict
+
+  def counting(self, *args, **kwargs):
+    keras_predicts.append("predict")
+    return original(self, *args, **kwargs)
+  monkeypatch.setattr(keras.Model, "predict", counting)
+
+  def same(got, want):
+    assert set(got) == set(want)
+    for k in want:
+      assert isinstance(got[k], np.ndarray) and got[k].dtype == want[k].dtype
+      np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+  x = test_quantization.images(7, seed=11, shape=shape)
+  # Batches of 3, 3 and 1 rows (two shapes); 6 rows in batches of 3 and
+  # 2 (one shape each); the default batch_size on 70 rows: 32, 32, 6.
+  big = test_quantization.images(70, seed=12, shape=shape)
+  # first: whether the case's first call takes Keras's path (a batch shape
+  # not seen before; the 3-row shape is traced by the first case).
+  for data, kwargs, shapes, first in ((x, {"batch_size": 3}, (3, 1), True),
+                                      (x[:6], {"batch_size": 3}, (3,), False),
+                                      (x[:6], {"batch_size": 2}, (2,), True),
+                                      (big, {}, (32, 6), True)):
+    want = original(model, data, verbose=0, **kwargs)
+    assert all(len(v) == len(data) for v in want.values())
+    calls = [lambda: model.predict(data, verbose=0, **kwargs),
+             lambda: model.predict(tf.constant(data), verbose=0, **kwargs)]
+    for i, call in enumerate(calls * 2):
+      keras_predicts.clear()
+      same(call(), want)
+      assert keras_predicts == (["predict"] if i == 0 and first else []), (
+          kwargs, i, keras_predicts)
+    assert all(_key(data[:n]) in _traced(model) for n in shapes), kwargs
+  # Callbacks and a progress bar: the calls Keras's loop makes, in order.
+  keras_spy = _PredictSpy()
+  original(model, x, batch_size=3, verbose=0, callbacks=[keras_spy])
+  assert [e[:2] for e in keras_spy.seen] == [
+      ("begin", {}), ("batch_begin", 0), ("batch_end", 0),
+      ("batch_begin", 1), ("batch_end", 1), ("batch_begin", 2),
+      ("batch_end", 2), ("end", {})], keras_spy.seen
+  want = original(model, x, batch_size=3, verbose=0)
+  for verbose in (0, 1):
+    spy = _PredictSpy()
+    keras_predicts.clear()
+    same(model.predict(x, batch_size=3, verbose=verbose, callbacks=[spy]), want)
+    assert keras_predicts == [], keras_predicts
+    assert spy.seen == keras_spy.seen and spy.model is model
+    same(spy.logs, keras_spy.logs)  # the last batch's outputs
+  # A callback that stops the loop after the second batch: the rows so far.
+  keras_stop = _PredictSpy(stop_at=1)
+  want = original(model, x, batch_size=3, verbose=0, callbacks=[keras_stop])
+  assert len(next(iter(want.values()))) == 6
+  stop = _PredictSpy(stop_at=1)
+  keras_predicts.clear()
+  same(model.predict(x, batch_size=3, verbose=0, callbacks=[stop]), want)
+  assert keras_predicts == [] and stop.seen == keras_stop.seen, stop.seen
+  # steps, inputs other than one array or tensor, and several batches a
+  # callback step (steps_per_execution): Keras's predict.
+  for args, kwargs in (((x,), {"batch_size": 3, "steps": 2}),
+                       ((tf.data.Dataset.from_tensor_slices(x).batch(3),), {})):
+    want = original(model, *args, verbose=0, **kwargs)
+    for _ in range(3):
+      keras_predicts.clear()
+      same(model.predict(*args, verbose=0, **kwargs), want)
+      assert keras_predicts == ["predict"], (kwargs, keras_predicts)
+  want = original(model, x, batch_size=3, verbose=0)
+  model.compile(steps_per_execution=2)
+  for _ in range(2):
+    keras_predicts.clear()
+    same(model.predict(x, batch_size=3, verbose=0), want)
+    assert keras_predicts == ["predict"], keras_predicts
+
+
+def test_batch_bounds_are_kerass_batches():
+  bounds = quantized_model._batch_bounds  # pylint: disable=protected-access
+  x = np.zeros((70, 2), np.float32)
+  assert bounds(x, None) == [(0, 32), (32, 64), (64, 70)]
+  assert bounds(x, 70) == [(0, 70)] and bounds(x, 100) == [(0, 70)]
+  assert bounds(x, np.int64(35)) == [(0, 35), (35, 70)]
+  assert bounds(tf.constant(x), 64) == [(0, 64), (64, 70)]
+  for bad in (0, -1, 2.0, True, "4"):
+    assert bounds(x, bad) is None, bad
+  for other in (np.zeros((0, 2)), np.float32(1), [x], {"a": x},
+                tf.data.Dataset.from_tensor_slices(x)):
+    assert bounds(other, None) is None
+
+
+@pytest.mark.parametrize("batch_size", [None, 1], ids=["one_batch", "two_batches"])
+def test_predict_prints_keras_progress_bar(capsys, batch_size):
   """predict(x) with the default verbose, traced, prints what Keras's
   predict prints (its own ProgbarLogger), timings aside."""
   model = quantization.fuse_conv_sequences(_MODELS["mobilenet_like"]())
   x = test_quantization.images(2, seed=8, shape=model.inputs[0].shape[1:])
-  want = keras.Model.predict(model, x)
+  want = keras.Model.predict(model, x, batch_size=batch_size)
   keras_out = capsys.readouterr().out
   for _ in range(3):  # Keras's path, then traced
-    got = model.predict(x)
+    got = model.predict(x, batch_size=batch_size)
   ours = capsys.readouterr().out
   for k in want:
     np.testing.assert_array_equal(got[k], want[k])
-  assert _key(x) in _traced(model)
+  assert _key(x[:batch_size or 2]) in _traced(model)
 
   def bar(text):
     # The last bar printed, its timing removed.
     last = text.replace("\r", "\n").strip().splitlines()[-1]
     return re.sub(r"\d+(\.\d+)?[mu]?s(/step)?", "T", last)
-  assert "1/1" in bar(keras_out)
+  assert ("1/1" if batch_size is None else "2/2") in bar(keras_out)
   assert bar(ours) == bar(keras_out), (ours, keras_out)
 
 
