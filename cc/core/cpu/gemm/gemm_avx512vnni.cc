@@ -213,19 +213,37 @@ void PackPanelsZmm(const int8_t* filter, int64_t k_total, int64_t co,
 // input known to be in [0, 127] (GemmTileArgs::non_negative) needs no XOR
 // in place, no flip when gathered and no column offsets; on Intel its
 // windows wider than one pixel (xor_free_windows) are then read in place
-// too, its pointwise rows as before.
+// too, and its pointwise rows on narrow items (xor_free_rows, below).
 // bench_core, one thread, such an input (BENCH_CORE_INPUT=relu_known), 8
 // filters, alternated three times (Xeon with AMX, KVM), before -> after:
 // 56x56x64 3x3 -> 64 373-381 -> 353-356 us, 28x28x128 3x3 -> 128 377-378
 // -> 370-371, 56x56x144 3x3 -> 144 2012-2025 -> 1971-1987; pointwise
 // 112x112x16 -> 96 (in place) 171-172 -> 155-156, 56x56x24 -> 144 76-77 ->
-// 70-71, 56x56x144 -> 24 (gathered) 62-67 -> 59. Reading K >= 64
-// pointwise rows in place instead, XOR-free, was 1-4% slower than
-// gathering them (56x56x256 -> 64, 14x14x384 -> 64 at batch 8), and so
-// was a 1x1 stride-2 layer's rows in place (ResNet50 at batch 1, forced
-// avx512vnni, step profiler, builds alternated four times: 56x56x256 ->
-// 512 /2 1.06x, 28x28x512 -> 1024 /2 1.04x the time; its 3x3 steps 0.99x).
-bool ReadInPlace(bool pointwise, int64_t k, bool xor_free_windows) {
+// 70-71, 56x56x144 -> 24 (gathered) 62-67 -> 59. A 1x1 stride-2 layer's
+// rows in place were slower (ResNet50 at batch 1, forced avx512vnni, step
+// profiler, builds alternated four times: 56x56x256 -> 512 /2 1.06x,
+// 28x28x512 -> 1024 /2 1.04x the time; its 3x3 steps 0.99x).
+// Pointwise rows with K >= 64 of such an input (xor_free_rows) are read in
+// place where the item has at most kMaxXorFreeInPlaceBlocks channel blocks:
+// gathering costs a copy per micro-tile row that only wide items amortize.
+// When measured first (2026-12-05) in place was 1-4% slower everywhere
+// (56x56x256 -> 64, 14x14x384 -> 64 at batch 8); after the direct strips
+// (DirectStrip) and the two-groups loop it is faster on narrow items.
+// bench_core, one thread, BENCH_CORE_INPUT=relu_known, 8 filters, best of 3
+// alternated (Xeon with AMX, KVM, 2026-12-06), gathered -> in place:
+// MobileNetV2's projections 56x56x144 -> 24 61.2 -> 50.7 us, 56x56x96 -> 24
+// 46.4 -> 38.4, 28x28x144 -> 32 15.4 -> 13.2, 28x28x192 -> 32 19.2 ->
+// 16.4, 14x14x384 -> 64 15.9 -> 14.6, 14x14x576 -> 96 36.3 -> 32.9, 7x7x960
+// -> 160 25.5 -> 24.7, 7x7x960 -> 320 51.8 -> 50.1; ResNet-50's 56x56x256
+// -> 64 182 -> 163, 28x28x512 -> 128 167 -> 153, 14x14x1024 -> 256 164 ->
+// 159; 14x14x256 -> 384 / 448 / 512 0.95x / 0.97x / 0.98x; batch 8
+// 14x14x384 -> 64 0.91x, 56x56x256 -> 64 0.87x. Wider items gather: 8
+// blocks (28x28x128 -> 512) 0.995x, 16 (14x14x256 -> 1024) 1.01x, 20
+// (7x7x320 -> 1280) 1.05x, 32 (7x7x512 -> 2048) 1.02x.
+constexpr int64_t kMaxXorFreeInPlaceBlocks = 8;
+
+bool ReadInPlace(bool pointwise, int64_t k, bool xor_free_windows,
+                 bool xor_free_rows) {
   static const bool intel = [] {
     __builtin_cpu_init();
     return __builtin_cpu_is("intel") != 0;
@@ -234,7 +252,8 @@ bool ReadInPlace(bool pointwise, int64_t k, bool xor_free_windows) {
     case 1: return true;
     case 2: return false;
     default:
-      return !intel || (pointwise ? k < kMinGatheredPointwiseK : xor_free_windows);
+      return !intel || (pointwise ? k < kMinGatheredPointwiseK || xor_free_rows
+                                  : xor_free_windows);
   }
 }
 
@@ -796,7 +815,8 @@ bool GemmTileZmm(const GemmTileArgs& t) {
   // Neither where the CPU runs gathered rows faster (ReadInPlace).
   const bool pointwise = IsDirectGemm(*t.geo);
   const bool in_place =
-      ReadInPlace(pointwise, t.k, t.non_negative && t.geo->filter_w > 1);
+      ReadInPlace(pointwise, t.k, t.non_negative && t.geo->filter_w > 1,
+                  t.non_negative && nblocks <= kMaxXorFreeInPlaceBlocks);
   const bool direct = in_place && pointwise && t.geo->in_c % 4 == 0;
   // Windowed direct rows: a micro-tile whose pixels lie in one output row
   // with every window inside the image reads its A rows in place, one
