@@ -139,7 +139,10 @@ def test_peak_measures_this_cpus_instructions(quick_run):
                            "avx512_vnni"},
           # Run where the amx path is usable (op_harness.expected_paths).
           "tdpbssd": {"amx_tile", "amx_int8"},
-          "tdpbssd_loads": {"amx_tile", "amx_int8"}}
+          "tdpbssd_loads": {"amx_tile", "amx_int8"},
+          "epilogue_ymm": {"avx2"},
+          "epilogue_zmm": {"avx512f", "avx512bw", "avx512vl", "avx512dq",
+                           "avx512_vnni"}}
   if "avx2" in cpu:
     assert set(want) <= set(peak), sorted(peak)
   for name, needs in want.items():
@@ -155,9 +158,19 @@ def test_peak_measures_this_cpus_instructions(quick_run):
   # TDPBSSD alone (noise aside).
   if want["tdpbssd"] <= cpu and "tdpbssd" in peak:
     assert peak["tdpbssd_loads"]["gops"] <= 1.2 * peak["tdpbssd"]["gops"], peak
+  # The epilogue loops count outputs: each zmm one does 16 of them in about
+  # five vector instructions, far fewer per second than VPDPBUSD's MACs.
+  for name, mac_loop in (("epilogue_ymm", "vpmaddwd_ymm"),
+                         ("epilogue_zmm", "vpdpbusd_zmm")):
+    if peak.get(name, {}).get("gops") and peak.get(mac_loop, {}).get("gops"):
+      assert peak[name]["gops"] < peak[mac_loop]["gops"] / 4, peak
   ours = [r for r in rows if r["impl"] == "ours" and r["forced"] is None
           and r["cpu_kernel"] in ("avx2", "avx512vnni", "avxvnni")]
   assert all(r["peak_pct"] is not None for r in ours), ours
+  # %lim: the MACs at the peak plus the outputs at the epilogue limit, over
+  # the time, so at least %peak (noise can put either above 100).
+  assert all(r["limit_pct"] is not None and r["limit_pct"] >= r["peak_pct"]
+             for r in ours), ours
 
 
 @pytest.mark.skipif(not os.path.exists(PEERS_PYTHON),
@@ -430,6 +443,30 @@ def test_rows_are_set_against_the_instructions_that_ran():
   assert cli.peak_for("avx2", spec(3, stride=2, **relu), peaks) == 2.0
   assert cli.peak_for("avx2", spec(1), peaks) == 1.0
   assert cli.peak_for("avx512vnni", spec(1, **relu), peaks) == 3.0
+
+
+def test_limit_adds_the_epilogue_to_the_macs():
+  """%lim: a layer of 1e9 MACs and 1e8 outputs on a path of 1000 GOPS (2
+  ops a MAC) and 50 G outputs/s has a 4 ms limit (2 + 2)."""
+  from tf_fused_int8.benchmark import cli  # pylint: disable=import-outside-toplevel
+  assert cli.limit_pct(8e-3, 1e9, 1e8, 1000.0, 50.0) == pytest.approx(50.0)
+  assert cli.limit_pct(4e-3, 1e9, 0, 1000.0, 50.0) == pytest.approx(50.0)
+  for missing in ((None, 1e9, 1e8, 1000.0, 50.0), (8e-3, 1e9, 1e8, None, 50.0),
+                  (8e-3, 1e9, 1e8, 1000.0, None)):
+    assert cli.limit_pct(*missing) is None
+  assert set(cli.PATH_EPILOGUE) == set(cli.PATH_PEAK)
+  rows = [_row("ours", 200.0, mode="graph", cpu_kernel="avx512vnni",
+               peak_pct=40.0, limit_pct=71.5, check="exact"),
+          _row("litert", 160.0)]
+  header, _, line = tables.layer_table(rows, []).splitlines()[:3]
+  cells = dict(zip(re.split(r"\s{2,}", header.strip()),
+                   re.split(r"\s{2,}", line.strip())))
+  assert cells["%peak"] == "40%" and cells["%lim"] == "72%", cells
+  assert "%lim" not in tables.layer_table([_row("ours", 200.0, mode="graph")], [])
+  text = tables.peak_table([
+      dict(suite="peak", layer="vpdpbusd_zmm", threads=1, gops=850.0),
+      dict(suite="peak", layer="epilogue_zmm", threads=1, gops=16.54)])
+  assert "epilogue limit" in text and "16.5" in text and "850" in text, text
 
 
 def _row(impl, gops, exact=True, **kw):

@@ -59,6 +59,12 @@ NON_NEGATIVE_PATH_PEAK = dict(PATH_PEAK, avx2="vpmaddubsw_ymm",
 # Depthwise rows use the int16 pair instructions (exact VPMADDWD/VPDPWSSD).
 DEPTHWISE_PEAK = {"avx2": "vpmaddwd_ymm", "avxvnni": "vpmaddwd_ymm",
                   "avx512vnni": "vpdpwssd_zmm"}
+# The contract epilogue each path's kernels run (--peak: one op an output,
+# cc/core/cpu/peak/peak.h): a layer's limit (%lim) is its MACs at its
+# PATH_PEAK loop plus its outputs at this loop.
+PATH_EPILOGUE = {"avx2": "epilogue_ymm", "avx2_direct": "epilogue_ymm",
+                 "avx2_winograd": "epilogue_ymm", "avxvnni": "epilogue_ymm",
+                 "avx512vnni": "epilogue_zmm", "amx": "epilogue_zmm"}
 # The memory limit (--peak): the copy loop (cc/core/cpu/peak/peak.h) reading
 # and writing this many bytes (all threads together) each way, far beyond
 # the caches. Depthwise rows are set against it (%mem) and against the same
@@ -490,6 +496,18 @@ def peak_for(impl_kernel, spec, peaks):
   return peaks.get(table.get(impl_kernel))
 
 
+def limit_pct(seconds, macs, outputs, mac_gops, epilogue_gops):
+  """A layer's limit over its time, in %: its MACs at the path's instruction
+  limit (mac_gops, 2 ops a MAC) plus its outputs at the path's epilogue
+  limit (epilogue_gops, G outputs/s), added because the two share the
+  vector ports on the VNNI and AVX2 paths and AMX's tile work did not
+  overlap the vector epilogue (peak.h). None where a number is missing."""
+  if not (seconds and mac_gops and epilogue_gops):
+    return None
+  limit = 2 * macs / (mac_gops * 1e9) + outputs / (epilogue_gops * 1e9)
+  return 100.0 * limit / seconds
+
+
 def run_layers(impls, work_dir, notes):
   rows = []
   if FLAGS.layer_inputs == "model":
@@ -571,6 +589,7 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
   moved = sum(layer_bytes(case))
   rows = []
   macs = case.macs()
+  outputs = int(np.prod(case.output_shape))
   for impl in impls:
     if impl not in seconds and impl not in errors:
       continue
@@ -589,6 +608,7 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
     exact, text = verdicts.get(impl, (None, None))
     gops = 2 * macs / s / 1e9 if s else None
     peak = peak_for(kernel, spec, peaks) if is_ours else None
+    epilogue = peaks.get(PATH_EPILOGUE.get(kernel)) if is_ours else None
     gbps = moved / s / 1e9 if (s and limits and is_ours) else None
     rows.append(dict(
         suite=FLAGS.suite, layer=spec["name"], batch=case.batch,
@@ -597,6 +617,7 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
         forced=path or None, ms=s * 1e3 if s else None, gops=gops,
         exact=exact, exact_text=text, cpu_kernel=kernel,
         peak_pct=100.0 * gops / peak if (gops and peak) else None,
+        limit_pct=limit_pct(s, macs, outputs, peak, epilogue),
         gbps=gbps,
         mem_pct=(100.0 * gbps / limits["memory"]
                  if gbps and limits.get("memory") else None),

@@ -68,7 +68,11 @@ def layer_table(rows, paths):
   present = [i for i in OTHER_ORDER if any(r["impl"] == i for r in rows)]
   # Memory columns where a row has them (depthwise layers under --peak).
   memory = any(r.get("mem_pct") or r.get("copy_pct") for r in rows)
+  # The epilogue-aware limit where a row has it (--peak).
+  limit = any(r.get("limit_pct") for r in rows)
   header = ["layer", "batch", "thr", "kernel", "ours ms", "ours GOPS", "%peak"]
+  if limit:
+    header += ["%lim"]
   if memory:
     header += ["ours GB/s", "%mem", "%copy"]
   header += ["eager ms"]
@@ -88,6 +92,8 @@ def layer_table(rows, paths):
              (ours or {}).get("cpu_kernel") or "-",
              _ms(ours and ours["ms"]), _num(g),
              _num(ours and ours["peak_pct"], "{:.0f}%")]
+    if limit:
+      cells += [_num(ours and ours.get("limit_pct"), "{:.0f}%")]
     if memory:
       cells += [_num(ours and ours.get("gbps"), "{:.1f}"),
                 _num(ours and ours.get("mem_pct"), "{:.0f}%"),
@@ -117,6 +123,10 @@ def layer_table(rows, paths):
             "forced path P's); %peak = ours vs "
             "the --peak limit of the path that ran; check = ours vs TF's int8 "
             "kernel bit for bit.")
+  if limit:
+    legend += (" %lim = the layer's limit over ours time: its MACs at that "
+               "--peak limit plus its outputs at the path's epilogue limit "
+               "(the contract's requantization, once an output).")
   if memory:
     legend += (" Depthwise rows under --peak: GB/s = (input + output bytes) "
                "/ ours time; %mem = that against the memory limit (a copy "
@@ -206,19 +216,20 @@ def models_table(rows, models):
 
 
 def peak_table(rows):
-  loops, memory = {}, {}
+  loops, epilogues, memory = {}, {}, {}
   for r in rows:
     if r["suite"] == "peak":
-      kind = memory if "gbps" in r else loops
+      kind = (memory if "gbps" in r else
+              epilogues if r["layer"].startswith("epilogue_") else loops)
       kind.setdefault(r["layer"], {})[r["threads"]] = r
-  if not loops and not memory:
+  if not loops and not epilogues and not memory:
     return ""
-  threads = sorted({t for v in list(loops.values()) + list(memory.values())
-                    for t in v})
+  threads = sorted({t for v in list(loops.values()) + list(epilogues.values()) +
+                    list(memory.values()) for t in v})
 
-  def table(title, first, unit, key, limits):
+  def table(title, first, unit, key, limits, fmt="{:.0f}"):
     header = [first] + [f"{t} thr {unit}" for t in threads]
-    body = [[name] + [(_num(v[t][key]) if v.get(t) and v[t][key] else "n/a")
+    body = [[name] + [(_num(v[t][key], fmt) if v.get(t) and v[t][key] else "n/a")
                       for t in threads] for name, v in limits.items()]
     return title + "\n" + render(header, body)
 
@@ -227,6 +238,11 @@ def peak_table(rows):
     parts.append(table("peak (register-only loops of one instruction, 2 ops "
                        "per multiply-accumulate; n/a = not on this CPU)",
                        "instruction limit", "GOPS", "gops", loops))
+  if epilogues:
+    parts.append(table("epilogue (the contract's requantization of int32 "
+                       "accumulators to int8, its leanest form, on registers; "
+                       "G outputs/s)", "epilogue limit", "G out/s", "gops",
+                       epilogues, "{:.1f}"))
   if memory:
     parts.append(table("memory (a loop of ymm loads and plain stores reading "
                        "256 MiB and writing 256 MiB; GB/s = bytes read + "

@@ -24,7 +24,8 @@ bool HasAvxVnni() { return KernelPathSupported(KernelPath::kAvxVnni); }
 bool HasAvx512Vnni() { return KernelPathSupported(KernelPath::kAvx512Vnni); }
 bool HasAmx() { return KernelPathSupported(KernelPath::kAmx); }
 
-// ops_per_block: instructions per block x MACs (or FMAs) each x 2.
+// ops_per_block: instructions per block x MACs (or FMAs) each x 2, or the
+// outputs per block for the epilogue loops.
 constexpr PeakLoop kLoops[] = {
     {"vpmaddwd_ymm", 12 * 16 * 2, HasAvx2, PeakVpmaddwdYmm},
     {"vpmaddubsw_ymm", 12 * 32 * 2, HasAvx2, PeakVpmaddubswYmm},
@@ -35,6 +36,9 @@ constexpr PeakLoop kLoops[] = {
     {"fma_zmm", 16 * 16 * 2, HasAvx512Vnni, PeakFmaZmm},
     {"tdpbssd", 4 * 16 * 16 * 64 * 2, HasAmx, PeakTdpbssd},
     {"tdpbssd_loads", 4 * 16 * 16 * 64 * 2, HasAmx, PeakTdpbssdLoads},
+    // Outputs per block (one op each, see peak.h).
+    {"epilogue_ymm", 2 * 32, HasAvx2, PeakEpilogueYmm},
+    {"epilogue_zmm", 4 * 64, HasAvx512Vnni, PeakEpilogueZmm},
 };
 constexpr int kNumLoops = sizeof(kLoops) / sizeof(kLoops[0]);
 #else

@@ -19,6 +19,20 @@
 //   tdpbssd       AMX TDPBSSD                   16 x 16 x 64 s8 x s8 MACs (amx path)
 //   tdpbssd_loads TDPBSSD x 4 after 4 TILELOADDs from L1 (the amx micro-tile's K step; not a
 //                 register-only loop: the limit of that micro-tile, see peak_amx.cc)
+//   epilogue_ymm  the contract epilogue on ymm accumulators (avx2 and avxvnni paths)
+//   epilogue_zmm  the contract epilogue on zmm accumulators (avx512vnni and amx paths)
+// The epilogue loops count one op per output (an int8 written), not 2 per
+// multiply-accumulate: every output of every layer pays the contract's
+// requantization (epilogue.h) once, whatever its K, in the kernels' leanest
+// form (no side input, no upper clamp: epilogue_avx2.h's Epilogue16x2,
+// epilogue_avx512.h's Epilogue64Bytes), on registers: per vector of int32
+// accumulators VCVTDQ2PS, VMULPS, VADDPS, VCVTPS2DQ, then the saturating
+// packs, PMAXSB (and, on ymm, the VPERMD that orders the bytes). A layer's
+// time can be set against its MACs at its path's instruction limit plus
+// its outputs at that path's epilogue limit (the benchmark's %lim): on the
+// VNNI paths both use the same vector ports, and on this project's Xeon
+// AMX's tile work and the vector epilogue did not overlap (2026-12-06, a
+// loop of both took the sum of each alone).
 // The loops live in peak_<isa>.cc, built with that instruction set's flags.
 //
 // The memory limit (MeasureCopyGBps) is a loop of another kind: it reads one
@@ -74,6 +88,8 @@ void PeakVpdpwssdZmm(int64_t iters);
 void PeakFmaZmm(int64_t iters);
 void PeakTdpbssd(int64_t iters);
 void PeakTdpbssdLoads(int64_t iters);
+void PeakEpilogueYmm(int64_t iters);
+void PeakEpilogueZmm(int64_t iters);
 // Reads src_chunks and writes dst_chunks chunks of 256 bytes (64-byte
 // aligned), interleaved: before writing dst chunk j it has read the src
 // chunks below (j + 1) * src_chunks / dst_chunks. What it stores depends on

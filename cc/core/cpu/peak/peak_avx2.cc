@@ -42,6 +42,55 @@ void PeakFmaYmm(int64_t iters) {
 #undef TFI_FMA
 }
 
+// The contract epilogue on ymm (peak.h; epilogue_avx2.h's Epilogue16x2:
+// two pixels' 16 channels, 32 outputs) from the accumulators in ymm0-3,
+// twice a block into ymm4-7 and ymm8-11 (renamed freely, so the two and
+// the iterations overlap); scale, bias, the int8 lower bound and the VPERMD
+// order in ymm12-15.
+void PeakEpilogueYmm(int64_t iters) {
+  static const float kScale = 0.0123f, kBias = 1.5f;
+#define TFI_EPI(a, b, c, d)                                            \
+  "vcvtdq2ps %%ymm0, %%ymm" #a "\n\t"                                  \
+  "vcvtdq2ps %%ymm1, %%ymm" #b "\n\t"                                  \
+  "vcvtdq2ps %%ymm2, %%ymm" #c "\n\t"                                  \
+  "vcvtdq2ps %%ymm3, %%ymm" #d "\n\t"                                  \
+  "vmulps %%ymm12, %%ymm" #a ", %%ymm" #a "\n\t"                        \
+  "vmulps %%ymm12, %%ymm" #b ", %%ymm" #b "\n\t"                        \
+  "vmulps %%ymm12, %%ymm" #c ", %%ymm" #c "\n\t"                        \
+  "vmulps %%ymm12, %%ymm" #d ", %%ymm" #d "\n\t"                        \
+  "vaddps %%ymm13, %%ymm" #a ", %%ymm" #a "\n\t"                        \
+  "vaddps %%ymm13, %%ymm" #b ", %%ymm" #b "\n\t"                        \
+  "vaddps %%ymm13, %%ymm" #c ", %%ymm" #c "\n\t"                        \
+  "vaddps %%ymm13, %%ymm" #d ", %%ymm" #d "\n\t"                        \
+  "vcvtps2dq %%ymm" #a ", %%ymm" #a "\n\t"                              \
+  "vcvtps2dq %%ymm" #b ", %%ymm" #b "\n\t"                              \
+  "vcvtps2dq %%ymm" #c ", %%ymm" #c "\n\t"                              \
+  "vcvtps2dq %%ymm" #d ", %%ymm" #d "\n\t"                              \
+  "vpackssdw %%ymm" #b ", %%ymm" #a ", %%ymm" #a "\n\t"                  \
+  "vpackssdw %%ymm" #d ", %%ymm" #c ", %%ymm" #c "\n\t"                  \
+  "vpacksswb %%ymm" #c ", %%ymm" #a ", %%ymm" #a "\n\t"                  \
+  "vpermd %%ymm" #a ", %%ymm15, %%ymm" #a "\n\t"                        \
+  "vpmaxsb %%ymm14, %%ymm" #a ", %%ymm" #a "\n\t"
+  __asm__ volatile(
+      "vpcmpeqd %%ymm0, %%ymm0, %%ymm0\n\t"
+      "vpabsd %%ymm0, %%ymm1\n\t"
+      "vpaddd %%ymm1, %%ymm1, %%ymm2\n\t"
+      "vpaddd %%ymm2, %%ymm1, %%ymm3\n\t"
+      "vbroadcastss %1, %%ymm12\n\t"
+      "vbroadcastss %2, %%ymm13\n\t"
+      "vpxor %%ymm14, %%ymm14, %%ymm14\n\t"
+      "vpsrld $29, %%ymm0, %%ymm15\n\t"
+      "1:\n\t" TFI_EPI(4, 5, 6, 7) TFI_EPI(8, 9, 10, 11)
+      "dec %0\n\t"
+      "jnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(iters)
+      : "m"(kScale), "m"(kBias)
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+        "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+#undef TFI_EPI
+}
+
 // The copy loop (peak.h): 8 ymm loads per source chunk, XORed into four
 // accumulators (one XOR latency each: two loads a cycle keep them busy), 8
 // plain ymm stores of those per destination chunk.
