@@ -56,6 +56,25 @@
         "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",         \
         "xmm14", "xmm15", "xmm30", "xmm31")
 
+// The contract epilogue's shared part (the epilogue loops, peak.h) for the
+// accumulators in registers 0-3 of kind R ("ymm" or "zmm") into a, b, c, d:
+// VCVTDQ2PS, VMULPS by register S (the scale), VADDPS of register B (the
+// bias), VCVTPS2DQ each, then the saturating packs (two VPACKSSDW, one
+// VPACKSSWB) into a. Each loop adds what its kernels do after the packs.
+#define TFI_EPI_CVT(R, src, dst) "vcvtdq2ps %%" R #src ", %%" R #dst "\n\t"
+#define TFI_EPI_OP(op, R, k, x) op " %%" R #k ", %%" R #x ", %%" R #x "\n\t"
+#define TFI_EPI_RND(R, x) "vcvtps2dq %%" R #x ", %%" R #x "\n\t"
+#define TFI_EPI_BODY(R, a, b, c, d, S, B)                                    \
+  TFI_EPI_CVT(R, 0, a) TFI_EPI_CVT(R, 1, b) TFI_EPI_CVT(R, 2, c)             \
+  TFI_EPI_CVT(R, 3, d) TFI_EPI_OP("vmulps", R, S, a)                         \
+  TFI_EPI_OP("vmulps", R, S, b) TFI_EPI_OP("vmulps", R, S, c)                \
+  TFI_EPI_OP("vmulps", R, S, d) TFI_EPI_OP("vaddps", R, B, a)                \
+  TFI_EPI_OP("vaddps", R, B, b) TFI_EPI_OP("vaddps", R, B, c)                \
+  TFI_EPI_OP("vaddps", R, B, d) TFI_EPI_RND(R, a) TFI_EPI_RND(R, b)          \
+  TFI_EPI_RND(R, c) TFI_EPI_RND(R, d) TFI_EPI_OP("vpackssdw", R, b, a)       \
+  TFI_EPI_OP("vpackssdw", R, d, c)                                           \
+  "vpacksswb %%" R #c ", %%" R #a ", %%" R #a "\n\t"
+
 #define TFI_YMM_ONES(r) "vpcmpeqd %%ymm" #r ", %%ymm" #r ", %%ymm" #r "\n\t"
 #define TFI_YMM_ZERO(r) "vxorps %%ymm" #r ", %%ymm" #r ", %%ymm" #r "\n\t"
 

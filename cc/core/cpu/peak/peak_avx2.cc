@@ -49,27 +49,9 @@ void PeakFmaYmm(int64_t iters) {
 // order in ymm12-15.
 void PeakEpilogueYmm(int64_t iters) {
   static const float kScale = 0.0123f, kBias = 1.5f;
-#define TFI_EPI(a, b, c, d)                                            \
-  "vcvtdq2ps %%ymm0, %%ymm" #a "\n\t"                                  \
-  "vcvtdq2ps %%ymm1, %%ymm" #b "\n\t"                                  \
-  "vcvtdq2ps %%ymm2, %%ymm" #c "\n\t"                                  \
-  "vcvtdq2ps %%ymm3, %%ymm" #d "\n\t"                                  \
-  "vmulps %%ymm12, %%ymm" #a ", %%ymm" #a "\n\t"                        \
-  "vmulps %%ymm12, %%ymm" #b ", %%ymm" #b "\n\t"                        \
-  "vmulps %%ymm12, %%ymm" #c ", %%ymm" #c "\n\t"                        \
-  "vmulps %%ymm12, %%ymm" #d ", %%ymm" #d "\n\t"                        \
-  "vaddps %%ymm13, %%ymm" #a ", %%ymm" #a "\n\t"                        \
-  "vaddps %%ymm13, %%ymm" #b ", %%ymm" #b "\n\t"                        \
-  "vaddps %%ymm13, %%ymm" #c ", %%ymm" #c "\n\t"                        \
-  "vaddps %%ymm13, %%ymm" #d ", %%ymm" #d "\n\t"                        \
-  "vcvtps2dq %%ymm" #a ", %%ymm" #a "\n\t"                              \
-  "vcvtps2dq %%ymm" #b ", %%ymm" #b "\n\t"                              \
-  "vcvtps2dq %%ymm" #c ", %%ymm" #c "\n\t"                              \
-  "vcvtps2dq %%ymm" #d ", %%ymm" #d "\n\t"                              \
-  "vpackssdw %%ymm" #b ", %%ymm" #a ", %%ymm" #a "\n\t"                  \
-  "vpackssdw %%ymm" #d ", %%ymm" #c ", %%ymm" #c "\n\t"                  \
-  "vpacksswb %%ymm" #c ", %%ymm" #a ", %%ymm" #a "\n\t"                  \
-  "vpermd %%ymm" #a ", %%ymm15, %%ymm" #a "\n\t"                        \
+#define TFI_EPI(a, b, c, d)                                 \
+  TFI_EPI_BODY("ymm", a, b, c, d, 12, 13)                   \
+  "vpermd %%ymm" #a ", %%ymm15, %%ymm" #a "\n\t"             \
   "vpmaxsb %%ymm14, %%ymm" #a ", %%ymm" #a "\n\t"
   __asm__ volatile(
       "vpcmpeqd %%ymm0, %%ymm0, %%ymm0\n\t"
@@ -81,9 +63,7 @@ void PeakEpilogueYmm(int64_t iters) {
       "vpxor %%ymm14, %%ymm14, %%ymm14\n\t"
       "vpsrld $29, %%ymm0, %%ymm15\n\t"
       "1:\n\t" TFI_EPI(4, 5, 6, 7) TFI_EPI(8, 9, 10, 11)
-      "dec %0\n\t"
-      "jnz 1b\n\t"
-      "vzeroupper\n\t"
+      TFI_LOOP_END
       : "+r"(iters)
       : "m"(kScale), "m"(kBias)
       : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",

@@ -34,26 +34,8 @@ void PeakFmaZmm(int64_t iters) {
 // (renamed freely); scale, bias and the int8 lower bound in zmm28-30.
 void PeakEpilogueZmm(int64_t iters) {
   static const float kScale = 0.0123f, kBias = 1.5f;
-#define TFI_EPI(a, b, c, d)                                            \
-  "vcvtdq2ps %%zmm0, %%zmm" #a "\n\t"                                  \
-  "vcvtdq2ps %%zmm1, %%zmm" #b "\n\t"                                  \
-  "vcvtdq2ps %%zmm2, %%zmm" #c "\n\t"                                  \
-  "vcvtdq2ps %%zmm3, %%zmm" #d "\n\t"                                  \
-  "vmulps %%zmm28, %%zmm" #a ", %%zmm" #a "\n\t"                        \
-  "vmulps %%zmm28, %%zmm" #b ", %%zmm" #b "\n\t"                        \
-  "vmulps %%zmm28, %%zmm" #c ", %%zmm" #c "\n\t"                        \
-  "vmulps %%zmm28, %%zmm" #d ", %%zmm" #d "\n\t"                        \
-  "vaddps %%zmm29, %%zmm" #a ", %%zmm" #a "\n\t"                        \
-  "vaddps %%zmm29, %%zmm" #b ", %%zmm" #b "\n\t"                        \
-  "vaddps %%zmm29, %%zmm" #c ", %%zmm" #c "\n\t"                        \
-  "vaddps %%zmm29, %%zmm" #d ", %%zmm" #d "\n\t"                        \
-  "vcvtps2dq %%zmm" #a ", %%zmm" #a "\n\t"                              \
-  "vcvtps2dq %%zmm" #b ", %%zmm" #b "\n\t"                              \
-  "vcvtps2dq %%zmm" #c ", %%zmm" #c "\n\t"                              \
-  "vcvtps2dq %%zmm" #d ", %%zmm" #d "\n\t"                              \
-  "vpackssdw %%zmm" #b ", %%zmm" #a ", %%zmm" #a "\n\t"                  \
-  "vpackssdw %%zmm" #d ", %%zmm" #c ", %%zmm" #c "\n\t"                  \
-  "vpacksswb %%zmm" #c ", %%zmm" #a ", %%zmm" #a "\n\t"                  \
+#define TFI_EPI(a, b, c, d)               \
+  TFI_EPI_BODY("zmm", a, b, c, d, 28, 29) \
   "vpmaxsb %%zmm30, %%zmm" #a ", %%zmm" #a "\n\t"
   __asm__ volatile(
       "vpternlogd $0xff, %%zmm0, %%zmm0, %%zmm0\n\t"
@@ -65,9 +47,7 @@ void PeakEpilogueZmm(int64_t iters) {
       "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
       "1:\n\t" TFI_EPI(4, 5, 6, 7) TFI_EPI(8, 9, 10, 11) TFI_EPI(12, 13, 14, 15)
           TFI_EPI(16, 17, 18, 19)
-      "dec %0\n\t"
-      "jnz 1b\n\t"
-      "vzeroupper\n\t"
+      TFI_LOOP_END
       : "+r"(iters)
       : "m"(kScale), "m"(kBias)
       : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
