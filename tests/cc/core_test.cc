@@ -1112,6 +1112,51 @@ void TestNonNegativeInputs(int cases) {
       }
     }
   }
+  // Depthwise 3x3 on such inputs: the avx512vnni kernel takes the bytes
+  // unflipped when told (Interior3x3 without kFlip): full 64-channel
+  // blocks, a half and a quarter block and the 16-channel rest (115 =
+  // 64 + 32 + 16 + 3 channels, rows of 40 and 34 outputs), strides 1 and
+  // 2, SAME padding (border columns), each told and not told.
+  struct DwGeo { int64_t h, w, c, stride; };
+  const DwGeo dw_geos[] = {{5, 40, 115, 1}, {6, 9, 96, 2}, {3, 34, 144, 1}, {7, 66, 64, 2}};
+  for (const DwGeo& geo : dw_geos) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 2; g.in_h = geo.h; g.in_w = geo.w; g.in_c = geo.c; g.groups = geo.c;
+    g.filter_h = g.filter_w = 3; g.out_c = geo.c;
+    g.stride_h = g.stride_w = geo.stride;
+    EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "non-negative depthwise geometry");
+    Buffers b;
+    b.input.resize(g.InputElements());
+    b.filter.resize(g.FilterElements());
+    b.scale.resize(g.out_c);
+    b.bias.resize(g.out_c);
+    for (int64_t c = 0; c < g.out_c; ++c) {
+      b.scale[c] = float((c % 5 + 1) * (c % 2 ? -1.0 : 1.0) / (9.0 * 127.0 * 128.0 / 250.0));
+      b.bias[c] = float(c % 7) - 3.0f;
+    }
+    PointAt(b, 0.0f, &a);
+    for (int weights = 0; weights < 4; ++weights) {
+      for (size_t j = 0; j < b.filter.size(); ++j) {
+        b.filter[j] = static_cast<int8_t>(
+            weights == 0 ? -128 : weights == 1 ? 127
+            : weights == 2 ? (j % 2 ? 127 : -128) : int(rng() % 256) - 128);
+      }
+      for (int acts = 0; acts < 2; ++acts) {
+        for (auto& x : b.input) x = static_cast<int8_t>(acts == 0 ? 127 : rng() % 128);
+        for (bool told : {true, false}) {
+          a.activation = weights % 2 ? Activation::kRelu : Activation::kNone;
+          a.input_non_negative = told;
+          char what[112];
+          std::snprintf(what, sizeof(what),
+                        "non-negative depthwise %ldx%ldx%ld s%ld weights %d acts %d told %d",
+                        long(g.in_h), long(g.in_w), long(g.in_c), long(geo.stride), weights,
+                        acts, int(told));
+          runs += CheckAllPaths(a, what);
+        }
+      }
+    }
+  }
   const int64_t non_negative_calls = NonNegativeInputCallsForTesting() - before;
   EXPECT(!ymm_tested || non_negative_calls > 0,
          "the avx2 / avxvnni paths never took their non-negative input kernels");

@@ -77,6 +77,7 @@ void FillDirectRowArgs(const FusedConvArgs& a, const WindowRanges& r,
   d->full_begin = r.full_begin;
   d->full_end = r.full_end;
   d->row_begin = d->row_end = 0;
+  d->input_non_negative = a.input_non_negative;
 }
 
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {

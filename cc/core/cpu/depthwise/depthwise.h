@@ -91,6 +91,10 @@ struct DirectRowArgs {
   // only where UpperClampNeeded (epilogue.h) is false for the call
   // (RunDepthwise). The x86 kernels read it; the NEON one clamps always.
   bool clamp_hi = true;
+  // Every input byte is in [0, 127] (FusedConvArgs::input_non_negative, a
+  // ReLU layer's output): the avx512vnni 3x3 kernel then takes the bytes as
+  // VPDPBUSD's u8 operand as they are, without its +128 (Interior3x3).
+  bool input_non_negative = false;
 };
 
 // Fills d's fields from the call and its window ranges (rows left empty).

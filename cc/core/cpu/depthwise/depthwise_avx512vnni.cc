@@ -285,8 +285,14 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
 }
 
 // kClampHi: the epilogue's upper clamp (Epilogue512Consts::clamp_hi),
-// chosen once per call (Rows3x3).
-template <bool kClampHi>
+// chosen once per call (Rows3x3). kFlip: the input bytes x become x ^ 0x80
+// = x + 128 (VPDPBUSD's u8 operand), padding columns 0x80 (a zero
+// activation), and the accumulators start at the rows' -128 * (w0 + w1 +
+// w2) corrections; without it (an input known to be in [0, 127],
+// DepthwiseRowArgs::input_non_negative) the bytes are u8 as they are,
+// padding is 0 and the accumulators start at zero: the same sums, one VPXORD
+// a column vector less.
+template <bool kClampHi, bool kFlip>
 struct Interior3x3 {
   const DepthwiseRowArgs* d;
   const Block3x3* blk;
@@ -299,8 +305,12 @@ struct Interior3x3 {
   __m512i shuffle_e[4];  // byte 4j + i of each lane to dword i's low byte
 
   __m512i Load(const int8_t* p) const {
-    return _mm512_xor_si512(_mm512_loadu_si512(p),
-                            _mm512_set1_epi8(static_cast<char>(0x80)));
+    return Flip(_mm512_loadu_si512(p));
+  }
+
+  // x ^ 0x80 where kFlip, else x.
+  static __m512i Flip(__m512i x) {
+    return kFlip ? _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80))) : x;
   }
 
   // By value and inlined: GCC 12 made it a call taking the accumulators
@@ -320,7 +330,9 @@ struct Interior3x3 {
                                                         __m512i acc1[4]) const {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      if (kFullRows || ky1 - ky0 == 3) {
+      if (!kFlip) {
+        acc0[j] = _mm512_setzero_si512();
+      } else if (kFullRows || ky1 - ky0 == 3) {
         acc0[j] = blk->corr_all[j];
       } else {
         acc0[j] = _mm512_setzero_si512();
@@ -337,8 +349,9 @@ struct Interior3x3 {
   // in the padding): such a column is the vector of zero activations, which
   // after the +128 is 0x80 in every byte, so that its taps add 128 * w and
   // the row's correction -128 * (w0 + w1 + w2) takes them off again: the
-  // padding counts exactly zero, as in the reference. Unchecked pairs read
-  // every column from the image.
+  // padding counts exactly zero, as in the reference (without kFlip the
+  // column is 0 and there is no correction). Unchecked pairs read every
+  // column from the image.
   // kTwo: the pair has both pixels; kFullRows: all three filter rows lie
   // inside the image (ky0 = 0, ky1 = 3). With both known at compile time
   // the filter-row loop unrolls and the eight accumulators stay in
@@ -349,7 +362,7 @@ struct Interior3x3 {
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int64_t ix0 = ox * kS - g.pad_left;
-    const __m512i padding = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i padding = Flip(_mm512_setzero_si512());
     // Column c of the pair's span: from the image, or the zero activations.
     auto column = [&](int64_t row_off, int64_t c) {
       if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) return padding;
@@ -407,11 +420,10 @@ struct Interior3x3 {
     const int64_t cc = d->channels;
     const int64_t ix0 = ox * kS - g.pad_left;
     const int64_t step = 2 * kS * cc;  // from one pair's columns to the next's
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     auto join = [&](const int8_t* p, int64_t ld) {  // part k from p + k * ld
       return kG == 2 ? JoinHalves(p, p + ld) : JoinQuarters(p, ld);
     };
-    auto pair_cols = [&](const int8_t* p) { return _mm512_xor_si512(join(p, step), flip); };
+    auto pair_cols = [&](const int8_t* p) { return Flip(join(p, step)); };
     __m512i acc0[4], acc1[4];
     StartAccumulators<kFullRows>(acc0, acc1);
     const int64_t ky_begin = kFullRows ? 0 : ky0;
@@ -495,13 +507,11 @@ struct Interior3x3 {
   __attribute__((always_inline)) void MultiRunS1(int64_t ox, int64_t ox_end) const {
     const int64_t cc = d->channels;
     const int64_t part_ld = (ox_end - ox) / kG * cc;
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     KeptRun(
         ox, (ox_end - ox) / kG / 2,
         [&](const int8_t* p) __attribute__((always_inline)) {
-          // part k from p + k * part_ld, x ^ 0x80
-          return _mm512_xor_si512(
-              kG == 2 ? JoinHalves(p, p + part_ld) : JoinQuarters(p, part_ld), flip);
+          // part k from p + k * part_ld, flipped (kFlip)
+          return Flip(kG == 2 ? JoinHalves(p, p + part_ld) : JoinQuarters(p, part_ld));
         },
         [&](const __m512i acc0[4], const __m512i acc1[4], int64_t o)
             __attribute__((always_inline)) { StoreParts<kG>(acc0, acc1, o, part_ld); });
@@ -707,7 +717,7 @@ bool Use3x3Interior(const DepthwiseRowArgs& d) {
          (g.stride_w == 1 || g.stride_w == 2);
 }
 
-template <bool kClampHi>
+template <bool kClampHi, bool kFlip>
 void Rows3x3(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels;
@@ -723,7 +733,7 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
   Rows16::RunFn run_full, run_part;
   Rows16::PickInterior(g, &run_full, &run_part);
-  Interior3x3<kClampHi> in;
+  Interior3x3<kClampHi, kFlip> in;
   in.d = &d;
   in.k = &k;
   for (int j = 0; j < 4; ++j) {
@@ -836,7 +846,13 @@ extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill,
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
   if (Use3x3Interior(d)) {
-    WithClampHi(d.clamp_hi, [&](auto clamp) { Rows3x3<decltype(clamp)::value>(d); });
+    WithClampHi(d.clamp_hi, [&](auto clamp) {
+      if (d.input_non_negative) {
+        Rows3x3<decltype(clamp)::value, false>(d);
+      } else {
+        Rows3x3<decltype(clamp)::value, true>(d);
+      }
+    });
   } else {
     Rows16::Rows(d);
   }
