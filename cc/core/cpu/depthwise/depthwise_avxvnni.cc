@@ -171,8 +171,11 @@ struct Epilogue32 {
 };
 
 // kClampHi: the epilogue's upper clamp (Epilogue256Consts::clamp_hi),
-// chosen once per call (Rows3x3).
-template <bool kClampHi>
+// chosen once per call (Rows3x3). kFlip: the u8 operand is x ^ 0x80 as
+// above; without it (an input known to be in [0, 127],
+// DepthwiseRowArgs::input_non_negative) it is x itself, the padding 0 and
+// the accumulators start at zero (as in depthwise_avx512vnni.cc).
+template <bool kClampHi, bool kFlip>
 struct Interior3x3 {
   const DepthwiseRowArgs* d;
   const BlockYmm* blk;
@@ -186,8 +189,12 @@ struct Interior3x3 {
   __m256i shuffle_e[4];  // byte 4j + i of each lane to dword i's low byte
 
   __m256i Load(const int8_t* p) const {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
-                            _mm256_set1_epi8(static_cast<char>(0x80)));
+    return Flip(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+
+  // x ^ 0x80 where kFlip, else x.
+  static __m256i Flip(__m256i x) {
+    return kFlip ? _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))) : x;
   }
 
   __attribute__((always_inline)) void Store(const __m256i acc[4], int64_t ox) const {
@@ -202,7 +209,9 @@ struct Interior3x3 {
   __attribute__((always_inline)) void StartAccumulators(__m256i acc0[4], __m256i acc1[4]) const {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      if (kFullRows || ky1 - ky0 == 3) {
+      if (!kFlip) {
+        acc0[j] = _mm256_setzero_si256();
+      } else if (kFullRows || ky1 - ky0 == 3) {
         acc0[j] = blk->corr_all[j];
       } else {
         acc0[j] = _mm256_setzero_si256();
@@ -215,7 +224,8 @@ struct Interior3x3 {
   }
 
   // Pixels ox and (if kTwo) ox + 1, stride kS; kChecked: some input column
-  // may lie outside the image (then it is the zero activation, 0x80);
+  // may lie outside the image (then it is the zero activation, 0x80 where
+  // kFlip);
   // kFullRows: all three filter rows inside (as depthwise_avx512vnni.cc's
   // Pair).
   template <int kS, bool kChecked, bool kTwo, bool kFullRows>
@@ -223,7 +233,7 @@ struct Interior3x3 {
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int64_t ix0 = ox * kS - g.pad_left;
-    const __m256i padding = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i padding = Flip(_mm256_setzero_si256());
     // An offset, not a pointer: ix0 may be negative, and a column outside
     // the image is neither addressed nor read.
     auto column = [&](int64_t row_off, int64_t c) {
@@ -369,7 +379,7 @@ int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
 
 // The 3x3 blocks (Use3x3Blocks), with or without the epilogue's upper clamp
 // (DirectRowArgs::clamp_hi); rest: d for the one-tap kernel's channels.
-template <bool kClampHi>
+template <bool kClampHi, bool kFlip>
 void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels;
@@ -395,7 +405,7 @@ void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
     }
   }
   const Epilogue32 ep;
-  Interior3x3<kClampHi> in;
+  Interior3x3<kClampHi, kFlip> in;
   in.d = &d;
   in.k = &k;
   in.ep = &ep;
@@ -438,7 +448,13 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
     Rows16::Rows(rest);
     return;
   }
-  WithClampHi(d.clamp_hi, [&](auto clamp) { Rows3x3<decltype(clamp)::value>(d, rest); });
+  WithClampHi(d.clamp_hi, [&](auto clamp) {
+    if (d.input_non_negative) {
+      Rows3x3<decltype(clamp)::value, false>(d, rest);
+    } else {
+      Rows3x3<decltype(clamp)::value, true>(d, rest);
+    }
+  });
 }
 
 }  // namespace cpu
