@@ -1065,19 +1065,34 @@ void TestNonNegativeInputs(int cases) {
     runs += CheckAllPaths(a, what);
     cpu::SetInPlaceRowsForTesting(0);
   }
-  struct Geo { int64_t h, w, ci, k, co; };
+  struct Geo {
+    int64_t h, w, ci, k, co;
+    int64_t stride = 1;
+    bool depthwise = false;
+  };
   const Geo geos[] = {
       {3, 4, 13, 1, 17},   // K = 13: a partial group of 4
       {6, 5, 144, 1, 24},  // pointwise, K = 144: avx2 reads the rows in place
       {4, 5, 5, 3, 33},    // K = 45
       {2, 2, 1100, 1, 20},  // K = 1100: two K panels, in place
       {4, 5, 130, 3, 19},  // K = 1170, gathered windows
+      // Depthwise 3x3: the avx512vnni and avxvnni kernels take the bytes
+      // unflipped when told (Interior3x3 without kFlip), so these run both
+      // told and not told: full 64-channel blocks, a half and a quarter
+      // block and the 16-channel rest (115 = 64 + 32 + 16 + 3 channels,
+      // rows of 40 and 34 outputs), strides 1 and 2, SAME borders.
+      {5, 40, 115, 3, 115, 1, true},
+      {6, 9, 96, 3, 96, 2, true},
+      {3, 34, 144, 3, 144, 1, true},
+      {7, 66, 64, 3, 64, 2, true},
   };
   for (const Geo& geo : geos) {
     FusedConvArgs a;
     ConvGeometry& g = a.geo;
     g.batch = 2; g.in_h = geo.h; g.in_w = geo.w; g.in_c = geo.ci;
     g.filter_h = g.filter_w = geo.k; g.out_c = geo.co;
+    g.stride_h = g.stride_w = geo.stride;
+    g.groups = geo.depthwise ? geo.ci : 1;
     EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "non-negative geometry");
     Buffers b;
     b.input.resize(g.InputElements());
@@ -1102,57 +1117,17 @@ void TestNonNegativeInputs(int cases) {
       for (int acts = 0; acts < 2; ++acts) {
         for (auto& x : b.input) x = static_cast<int8_t>(acts == 0 ? 127 : rng() % 128);
         for (Activation act : {Activation::kNone, Activation::kRelu}) {
-          a.activation = act;
-          a.input_non_negative = act == Activation::kRelu;
-          char what[96];
-          std::snprintf(what, sizeof(what), "non-negative extremes K %ld weights %d acts %d",
-                        long(g.ReductionDepth()), weights, acts);
-          runs += CheckAllPaths(a, what);
-        }
-      }
-    }
-  }
-  // Depthwise 3x3 on such inputs: the avx512vnni kernel takes the bytes
-  // unflipped when told (Interior3x3 without kFlip): full 64-channel
-  // blocks, a half and a quarter block and the 16-channel rest (115 =
-  // 64 + 32 + 16 + 3 channels, rows of 40 and 34 outputs), strides 1 and
-  // 2, SAME padding (border columns), each told and not told.
-  struct DwGeo { int64_t h, w, c, stride; };
-  const DwGeo dw_geos[] = {{5, 40, 115, 1}, {6, 9, 96, 2}, {3, 34, 144, 1}, {7, 66, 64, 2}};
-  for (const DwGeo& geo : dw_geos) {
-    FusedConvArgs a;
-    ConvGeometry& g = a.geo;
-    g.batch = 2; g.in_h = geo.h; g.in_w = geo.w; g.in_c = geo.c; g.groups = geo.c;
-    g.filter_h = g.filter_w = 3; g.out_c = geo.c;
-    g.stride_h = g.stride_w = geo.stride;
-    EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "non-negative depthwise geometry");
-    Buffers b;
-    b.input.resize(g.InputElements());
-    b.filter.resize(g.FilterElements());
-    b.scale.resize(g.out_c);
-    b.bias.resize(g.out_c);
-    for (int64_t c = 0; c < g.out_c; ++c) {
-      b.scale[c] = float((c % 5 + 1) * (c % 2 ? -1.0 : 1.0) / (9.0 * 127.0 * 128.0 / 250.0));
-      b.bias[c] = float(c % 7) - 3.0f;
-    }
-    PointAt(b, 0.0f, &a);
-    for (int weights = 0; weights < 4; ++weights) {
-      for (size_t j = 0; j < b.filter.size(); ++j) {
-        b.filter[j] = static_cast<int8_t>(
-            weights == 0 ? -128 : weights == 1 ? 127
-            : weights == 2 ? (j % 2 ? 127 : -128) : int(rng() % 256) - 128);
-      }
-      for (int acts = 0; acts < 2; ++acts) {
-        for (auto& x : b.input) x = static_cast<int8_t>(acts == 0 ? 127 : rng() % 128);
-        for (bool told : {true, false}) {
-          a.activation = weights % 2 ? Activation::kRelu : Activation::kNone;
-          a.input_non_negative = told;
-          char what[112];
-          std::snprintf(what, sizeof(what),
-                        "non-negative depthwise %ldx%ldx%ld s%ld weights %d acts %d told %d",
-                        long(g.in_h), long(g.in_w), long(g.in_c), long(geo.stride), weights,
-                        acts, int(told));
-          runs += CheckAllPaths(a, what);
+          for (bool told : {act == Activation::kRelu, act != Activation::kRelu}) {
+            if (!geo.depthwise && told != (act == Activation::kRelu)) continue;
+            a.activation = act;
+            a.input_non_negative = told;
+            char what[112];
+            std::snprintf(what, sizeof(what),
+                          "non-negative extremes K %ld groups %ld s%ld weights %d acts %d told %d",
+                          long(g.ReductionDepth()), long(g.groups), long(geo.stride), weights,
+                          acts, int(told));
+            runs += CheckAllPaths(a, what);
+          }
         }
       }
     }
