@@ -32,7 +32,7 @@ When it applies (anything else takes Keras's own path, unchanged):
 no ``steps``) run the same traced functions under the same conditions and
 return what Keras's would: Keras's ``predict`` builds its data pipeline and
 step loop on every call (about 50 ms for one image, the float model alike,
-and 60-110 ms more than the model's own calls for 64-256 images). ``predict``
+and 70-120 ms more than the model's own calls for 64-256 images). ``predict``
 cuts ``x`` into batches of ``batch_size`` rows (default 32) as Keras does,
 runs each batch's traced function (one for the full batches, one for a
 shorter last batch: both shapes follow the rule above, so a new size of

@@ -92,8 +92,9 @@ struct DirectRowArgs {
   // (RunDepthwise). The x86 kernels read it; the NEON one clamps always.
   bool clamp_hi = true;
   // Every input byte is in [0, 127] (FusedConvArgs::input_non_negative, a
-  // ReLU layer's output): the avx512vnni 3x3 kernel then takes the bytes as
-  // VPDPBUSD's u8 operand as they are, without its +128 (Interior3x3).
+  // ReLU layer's output): the avx512vnni and avxvnni 3x3 kernels then take
+  // the bytes as VPDPBUSD's u8 operand as they are, without their +128
+  // (Interior3x3).
   bool input_non_negative = false;
 };
 
