@@ -143,6 +143,12 @@ def test_random_chains_match_the_reference_and_the_layers(seed):
   op_harness.assert_same_bits(seq(tf.constant(x)).numpy(), want, "eager")
   fn = tf.function(seq)
   op_harness.assert_same_bits(fn(tf.constant(x)).numpy(), want, "graph")
+  # Later calls with the shapes seen run from the step plan: new values.
+  for k in range(2):
+    x2 = rng.integers(-128, 128, in_shape).astype(np.int8)
+    want2 = numpy_chain(x2, *chain)
+    op_harness.assert_same_bits(seq(tf.constant(x2)).numpy(), want2, f"eager again {k}")
+    op_harness.assert_same_bits(fn(tf.constant(x2)).numpy(), want2, f"graph again {k}")
   ops = _graph_ops(fn, tf.constant(x))
   assert ops["ResourceFusedInt8ConvSequence"] == 1, ops
   assert ops["ResourceFusedInt8Conv2DBiasActivation"] == 0, ops
@@ -159,9 +165,13 @@ def test_every_cpu_path_gives_the_reference_bits(path):
             for s in [(2, 9, 8, 8), (1, 12, 7, 4), (3, 6, 6, 6)]]
   with op_harness.forced_kernel(path):
     for shape, chain in chains:
-      x = rng.integers(-128, 128, shape).astype(np.int8)
-      op_harness.assert_same_bits(Sequence(*chain)(tf.constant(x)).numpy(),
-                                  numpy_chain(x, *chain), f"{path} {shape}")
+      seq = Sequence(*chain)
+      # The first call validates every step, the later ones run from its
+      # step plan.
+      for k in range(3):
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        op_harness.assert_same_bits(seq(tf.constant(x)).numpy(),
+                                    numpy_chain(x, *chain), f"{path} {shape} call {k}")
 
 
 def _block_chain(rng, c=8, expand=3):
@@ -225,6 +235,73 @@ def test_tensor_op_gives_the_same_bits():
   op_harness.assert_same_bits(got.numpy(), numpy_chain(x, *chain))
   got = tf.function(lambda t: raw(conv_input=t, **args))(tf.constant(x))
   op_harness.assert_same_bits(got.numpy(), numpy_chain(x, *chain), "graph")
+
+
+def test_step_plans_follow_the_shapes_and_keep_the_errors():
+  """After a call has validated a sequence's steps for its input shape, the
+  later calls with that shape run from its step plan (the geometry kept,
+  the outputs of the steps in one arena): the reference's bits through
+  shapes that come and go (more than the kernel keeps plans for, so the
+  first shapes' are made again), in eager and graph calls of both ops,
+  with residuals read several steps later and side inputs (the block
+  chain's at extreme values); a call with a shape that fails still fails
+  as it would first, naming the step; and TF_FUSED_INT8_SEQUENCE_PLAN=0
+  gives the same bits."""
+  rng = np.random.default_rng(31)
+  # Seed 32: source 1 read by steps 1 and 2, source 3 by step 6, a side
+  # input (scale 0.5); seed 35: conv_input read again by step 4, a side
+  # input at -1.25.
+  chains = [(random_chain(np.random.default_rng(seed), (1, 10, 9, 6), steps=7),
+             (10, 9, 6)) for seed in (32, 35)]
+  chains.append((_block_chain(rng), (7, 7, 8)))
+  for chain, (h, w, c) in chains:
+    seq = _built(chain, (1, h, w, c))
+    raw = _loader.load_ops().fused_int8_conv_sequence
+    args = _tensor_op_args(seq)
+    fn = tf.function(seq)
+    tensor_fn = tf.function(lambda t, args=args: raw(conv_input=t, **args))
+    shapes = [(1, h, w, c), (2, h, w, c), (1, h + 1, w + 3, c), (3, h, w, c)]
+    shapes += [(n, h + n, w + 1, c) for n in range(1, 8)] + shapes[:2]
+    for k, shape in enumerate(shapes + shapes[::-1]):
+      x = rng.integers(-128, 128, shape).astype(np.int8)
+      if k % 5 == 0:
+        x[...] = -128
+      want = numpy_chain(x, *chain)
+      op_harness.assert_same_bits(seq(tf.constant(x)).numpy(), want, f"eager {shape}")
+      op_harness.assert_same_bits(fn(tf.constant(x)).numpy(), want, f"graph {shape}")
+      op_harness.assert_same_bits(tensor_fn(tf.constant(x)).numpy(), want,
+                                  f"tensor op {shape}")
+  # The kernel's own check, after plans for other shapes: depth 4 where
+  # step 0 reads 6 (the tensor op, eagerly: no Keras check before it).
+  chain = chains[0][0]
+  args = _tensor_op_args(_built(chain, (1, 10, 9, 6)))
+  for shape in [(1, 10, 9, 6)] * 2 + [(1, 10, 9, 4), (1, 10, 9, 6)]:
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    if shape[3] == 4:
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match="step 0: conv_input depth 4"):
+        raw(conv_input=tf.constant(x), **args)
+    else:
+      op_harness.assert_same_bits(raw(conv_input=tf.constant(x), **args).numpy(),
+                                  numpy_chain(x, *chain), f"eager tensor op {shape}")
+  source = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import test_conv_sequence as t
+rng = np.random.default_rng(32)
+chain = t.random_chain(rng, (2, 8, 8, 4), steps=6)
+fn = tf.function(t.Sequence(*chain))
+outs = []
+for k in range(3):
+  x = rng.integers(-128, 128, (2, 8, 8, 4)).astype(np.int8)
+  got = fn(tf.constant(x)).numpy()
+  assert (got == t.numpy_chain(x, *chain)).all(), k
+  outs.append(got.tolist())
+print("RESULT " + json.dumps(outs))
+"""
+  assert (_child_result(source, 1, TF_FUSED_INT8_SEQUENCE_PLAN="0") ==
+          _child_result(source, 1, TF_FUSED_INT8_SEQUENCE_PLAN=None))
 
 
 def test_weights_are_laid_out_as_documented():
