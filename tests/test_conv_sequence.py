@@ -7,6 +7,7 @@ step by step, on every CPU kernel path, and what the layers give one by one.
 """
 
 import collections
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -244,9 +245,9 @@ def test_step_plans_follow_the_shapes_and_keep_the_errors():
   shapes that come and go (more than the kernel keeps plans for, so the
   first shapes' are made again), in eager and graph calls of both ops,
   with residuals read several steps later and side inputs (the block
-  chain's at extreme values); a call with a shape that fails still fails
-  as it would first, naming the step; and TF_FUSED_INT8_SEQUENCE_PLAN=0
-  gives the same bits."""
+  chain's at extreme values), and from four threads at once; a call with a
+  shape that fails still fails as it would first, naming the step; and
+  TF_FUSED_INT8_SEQUENCE_PLAN=0 gives the same bits."""
   rng = np.random.default_rng(31)
   # Seed 32: source 1 read by steps 1 and 2, source 3 by step 6, a side
   # input (scale 0.5); seed 35: conv_input read again by step 4, a side
@@ -284,6 +285,23 @@ def test_step_plans_follow_the_shapes_and_keep_the_errors():
     else:
       op_harness.assert_same_bits(raw(conv_input=tf.constant(x), **args).numpy(),
                                   numpy_chain(x, *chain), f"eager tensor op {shape}")
+  # Calls from several threads at once (each its own arena; plans made
+  # and found under the kernel's lock), two shapes interleaved.
+  chain, (h, w, c) = chains[2]
+  fn = tf.function(_built(chain, (1, h, w, c)))
+  cases = []
+  for k in range(24):
+    x = rng.integers(-128, 128, (1 + k % 2, h, w, c)).astype(np.int8)
+    cases.append((x, numpy_chain(x, *chain)))
+
+  def run(j):
+    for x, want in cases[j::4]:
+      for _ in range(3):
+        op_harness.assert_same_bits(fn(tf.constant(x)).numpy(), want, f"thread {j}")
+
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    for f in [pool.submit(run, j) for j in range(4)]:
+      f.result()
   source = r"""
 import json, sys
 import numpy as np

@@ -618,9 +618,10 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   // thread (Intel Xeon with AMX, KVM, instrumented). With plans, the
   // builds' .so alternated (InferenceRunner, medians of 2000-3000 calls):
   // MobileNetV2 batch 1 on one thread 2185-2276 -> 2021-2070 us (0.92-
-  // 0.95x), on two threads 0.96x of the medians and 0.92x of the minima
-  // over five pairs; ResNet50 batch 1 on one thread 0.93-0.97x (minima
-  // 0.86-0.92x); MobileNetV2 batch 8 within the VM's noise.
+  // 0.95x), on two threads lower in 7 of 8 pairs (the median of the
+  // ratios 0.89x, of the minima 0.93x); ResNet50 batch 1 on one thread
+  // 0.93-0.97x (minima 0.86-0.92x); MobileNetV2 batch 8 within the VM's
+  // noise.
   // TF_FUSED_INT8_SEQUENCE_PLAN=0 (read when the kernel is made) runs
   // every call as the first.
   struct StepPlan {
