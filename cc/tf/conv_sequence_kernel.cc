@@ -524,15 +524,13 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                             const CpuConvOptions& options, bool record,
                             StepClock* clock, Tensor* out, int64_t batch) const {
     std::vector<Tensor>& sources = *sources_ptr;
-    // Ranges that end with the op's last step (the whole sequence, or what
-    // follows the image-by-image prefix) run from a step plan once one call
-    // has validated the shapes; the per-image ranges of the prefix, whose
-    // outputs are gathered afterwards as tensors, run as below.
-    const bool plannable = plans_allowed_ && end == steps_ && clock == nullptr;
+    // A range runs from a step plan once one call has validated its shapes
+    // (StepPlan), else as below.
+    const bool plannable = plans_allowed_;
     if (plannable) {
-      if (const std::shared_ptr<const StepPlan> plan = FindPlan(begin, sources)) {
+      if (const std::shared_ptr<const StepPlan> plan = FindPlan(begin, end, sources)) {
         return RunPlanned(ctx, *plan, filters, epilogue, pin, &sources, options, record,
-                          out, batch);
+                          clock, out, batch);
       }
     }
     std::vector<PlannedStep> planned(plannable ? end - begin : 0);
@@ -592,7 +590,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         if (last_reader_[k] == i) sources[k] = Tensor();
       }
     }
-    if (plannable) AddPlan(begin, std::move(planned));
+    if (plannable) AddPlan(begin, end, std::move(planned));
     return absl::OkStatus();
   }
 
@@ -603,8 +601,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     TensorShape input_shape, output_shape;
   };
 
-  // Steps [begin, steps_) for one set of input shapes: each step's
-  // validated geometry, and where the outputs of all but the last step
+  // Steps [begin, end) for one set of input shapes: each step's validated
+  // geometry, and where the outputs (but the op's own, from the last step)
   // live in one buffer (the arena), allotted as TF's allocator hands
   // tensors on: each output takes the smallest free block that holds it,
   // and a block is freed after its output's last reader. Made from a call
@@ -622,24 +620,30 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   // ratios 0.89x, of the minima 0.93x); ResNet50 batch 1 on one thread
   // 0.93-0.97x (minima 0.86-0.92x); MobileNetV2 batch 8 within the VM's
   // noise.
+  // The ranges that end before the last step (the image-by-image prefix,
+  // RunPrefixByImage: each image after the first runs from the plan) leave
+  // the outputs that later steps read as tensors viewing the arena: the
+  // builds alternated, MobileNetV2 batch 8 on one thread 0.91-0.97x
+  // (medians of 150 calls, four pairs), on two (slices of four images)
+  // lower in 3 of 4 pairs; ResNet50 batch 8 on one thread 0.97-1.0x.
   // TF_FUSED_INT8_SEQUENCE_PLAN=0 (read when the kernel is made) runs
   // every call as the first.
   struct StepPlan {
-    int64_t begin = 0;
+    int64_t begin = 0, end = 0;
     tensorflow::DataType dtype = tensorflow::DT_INVALID;
     // The sources the steps read from outside the range (k <= begin), with
     // the shapes they had.
     std::vector<std::pair<int64_t, TensorShape>> inputs;
-    std::vector<PlannedStep> steps;     // steps [begin, steps_)
+    std::vector<PlannedStep> steps;     // steps [begin, end)
     std::vector<int64_t> arena_offset;  // per source k; -1 if not in the arena
     int64_t arena_bytes = 0;
   };
 
-  std::shared_ptr<const StepPlan> FindPlan(int64_t begin,
+  std::shared_ptr<const StepPlan> FindPlan(int64_t begin, int64_t end,
                                            const std::vector<Tensor>& sources) const {
     std::lock_guard<std::mutex> lock(plans_mu_);
     for (const std::shared_ptr<const StepPlan>& p : plans_) {
-      if (p->begin != begin) continue;
+      if (p->begin != begin || p->end != end) continue;
       bool same = true;
       for (const auto& [k, shape] : p->inputs) {
         const Tensor& t = sources[k];
@@ -653,12 +657,13 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     return nullptr;
   }
 
-  // Records the plan of a successful run of steps [begin, steps_), from
-  // what each step validated.
-  void AddPlan(int64_t begin, std::vector<PlannedStep> steps) const {
+  // Records the plan of a successful run of steps [begin, end), from what
+  // each step validated.
+  void AddPlan(int64_t begin, int64_t end, std::vector<PlannedStep> steps) const {
     auto plan = std::make_shared<StepPlan>();
     plan->begin = begin;
-    const int64_t n = steps_ - begin;
+    plan->end = end;
+    const int64_t n = end - begin;
     for (int64_t j = 0; j < n; ++j) {
       if (steps[j].output_shape.num_elements() == 0) return;  // nothing to run
     }
@@ -679,8 +684,10 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       // A side input has the step's output shape (validated).
       if (side >= 0 && side <= begin) add(side, steps[j].output_shape);
     }
-    // The arena: outputs of steps [begin, steps_ - 1) (sources begin + 1 ..
-    // steps_ - 1), best fit among the free blocks, 64-byte aligned.
+    // The arena: outputs of steps [begin, end) but the op's last step
+    // (sources begin + 1 .. end, or .. steps_ - 1), best fit among the free
+    // blocks, 64-byte aligned. An output read after the range is never
+    // freed here (its last reader is at or after end).
     plan->arena_offset.assign(steps_ + 1, -1);
     struct Block {
       int64_t offset, size;
@@ -703,7 +710,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       }
       free_blocks = std::move(merged);
     };
-    for (int64_t i = begin; i < steps_ - 1; ++i) {
+    for (int64_t i = begin; i < std::min(end, steps_ - 1); ++i) {
       const int64_t k = i + 1;
       const int64_t need = RoundUp64(steps[i - begin].output_shape.num_elements());
       int best = -1;
@@ -733,26 +740,30 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     std::lock_guard<std::mutex> lock(plans_mu_);
     for (const std::shared_ptr<const StepPlan>& p : plans_) {
       // Made already (by a batch slice that ran beside this one).
-      if (p->begin == begin && p->dtype == plan->dtype && p->inputs == plan->inputs) return;
+      if (p->begin == begin && p->end == end && p->dtype == plan->dtype &&
+          p->inputs == plan->inputs) {
+        return;
+      }
     }
     if (plans_.size() >= kMaxPlans) plans_.erase(plans_.begin());
     plans_.push_back(std::move(plan));
   }
 
-  // Steps [plan.begin, steps_) as RunStepRange runs them, from the plan:
+  // Steps [plan.begin, plan.end) as RunStepRange runs them, from the plan:
   // each step's FusedConvArgs exactly as RunFusedConvCpu fills them for
   // the views RunStepRange makes (the weights' offsets in the two vectors,
-  // the side input and its scale read at every call), the outputs of all
-  // but the last step in one arena buffer.
+  // the side input and its scale read at every call), the outputs but the
+  // op's own in one arena buffer; those read after the range are left in
+  // *sources_ptr as views of it.
   absl::Status RunPlanned(OpKernelContext* ctx, const StepPlan& plan,
                           const Tensor& filters, const Tensor& epilogue,
                           const WeightPins& pin, std::vector<Tensor>* sources_ptr,
-                          const CpuConvOptions& options, bool record, Tensor* out,
-                          int64_t batch) const {
+                          const CpuConvOptions& options, bool record, StepClock* clock,
+                          Tensor* out, int64_t batch) const {
     std::vector<Tensor>& sources = *sources_ptr;
     Tensor arena;
     if (plan.arena_bytes > 0) {
-      TF_RETURN_IF_ERROR(AllocateTemp(ctx, options, tensorflow::DT_INT8,
+      TF_RETURN_IF_ERROR(AllocateTemp(ctx, options, plan.dtype,
                                       TensorShape({plan.arena_bytes}),
                                       "buffer of step outputs", &arena));
     }
@@ -770,7 +781,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         options.parallel_for != nullptr
             ? *options.parallel_for
             : PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
-    for (int64_t i = plan.begin; i < steps_; ++i) {
+    for (int64_t i = plan.begin; i < plan.end; ++i) {
       const PlannedStep& p = plan.steps[i - plan.begin];
       const StepLayout& l = layout_[i];
       const ConvAttrs& attrs = attrs_[i];
@@ -816,12 +827,26 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::steady_clock::now() - t0)
                                .count();
-        RecordStepTime(name(), i, ns, [&] { return Describe(i, p.input_shape, batch); });
+        if (clock == nullptr) {
+          RecordStepTime(name(), i, ns, [&] { return Describe(i, p.input_shape, batch); });
+        } else {
+          clock->ns[i] += ns;
+          if (clock->what[i].empty()) {
+            clock->what[i] = Describe(i, p.input_shape, batch) + " by image";
+          }
+        }
       }
       // The given tensors are released after their last reader, as without
       // a plan (the arena goes at the end).
       for (const auto& e : plan.inputs) {
         if (last_reader_[e.first] == i) sources[e.first] = Tensor();
+      }
+    }
+    // The outputs that steps after the range read, as tensors.
+    for (int64_t k = plan.begin + 1; k <= plan.end && plan.end < steps_; ++k) {
+      if (last_reader_[k] >= plan.end) {
+        const TensorShape& shape = plan.steps[k - 1 - plan.begin].output_shape;
+        sources[k] = View(arena, plan.arena_offset[k], shape.num_elements(), shape);
       }
     }
     return absl::OkStatus();
