@@ -573,25 +573,29 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         p.input_shape = in.input->shape();
         p.output_shape = v.output_shape;
       }
-      if (record) {
-        const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now() - t0)
-                               .count();
-        if (clock == nullptr) {
-          RecordStepTime(name(), i, ns, [&] { return Describe(i, in.input->shape(), batch); });
-        } else {
-          clock->ns[i] += ns;
-          if (clock->what[i].empty()) {
-            clock->what[i] = Describe(i, in.input->shape(), batch) + " by image";
-          }
-        }
-      }
+      if (record) RecordStep(i, t0, in.input->shape(), batch, clock);
       for (int64_t k = 0; k <= i; ++k) {
         if (last_reader_[k] == i) sources[k] = Tensor();
       }
     }
     if (plannable) AddPlan(begin, end, std::move(planned));
     return absl::OkStatus();
+  }
+
+  // Step i's time since t0: into clock (summed, described once, "by
+  // image") if not null, else the step-times table. input: its input's
+  // shape, described with `batch` images.
+  void RecordStep(int64_t i, std::chrono::steady_clock::time_point t0,
+                  const TensorShape& input, int64_t batch, StepClock* clock) const {
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+    if (clock == nullptr) {
+      RecordStepTime(name(), i, ns, [&] { return Describe(i, input, batch); });
+    } else {
+      clock->ns[i] += ns;
+      if (clock->what[i].empty()) clock->what[i] = Describe(i, input, batch) + " by image";
+    }
   }
 
   // A step as the first call with its shapes validated it.
@@ -664,6 +668,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     plan->begin = begin;
     plan->end = end;
     const int64_t n = end - begin;
+    if (n <= 0) return;  // no steps (not called so)
     for (int64_t j = 0; j < n; ++j) {
       if (steps[j].output_shape.num_elements() == 0) return;  // nothing to run
     }
@@ -823,19 +828,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                              : std::chrono::steady_clock::time_point();
       const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
       if (!err.empty()) return InStep(i, absl::InvalidArgumentError(err));
-      if (record) {
-        const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now() - t0)
-                               .count();
-        if (clock == nullptr) {
-          RecordStepTime(name(), i, ns, [&] { return Describe(i, p.input_shape, batch); });
-        } else {
-          clock->ns[i] += ns;
-          if (clock->what[i].empty()) {
-            clock->what[i] = Describe(i, p.input_shape, batch) + " by image";
-          }
-        }
-      }
+      if (record) RecordStep(i, t0, p.input_shape, batch, clock);
       // The given tensors are released after their last reader, as without
       // a plan (the arena goes at the end).
       for (const auto& e : plan.inputs) {
