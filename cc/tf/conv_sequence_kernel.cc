@@ -526,14 +526,16 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     std::vector<Tensor>& sources = *sources_ptr;
     // A range runs from a step plan once one call has validated its shapes
     // (StepPlan), else as below.
-    const bool plannable = plans_allowed_;
-    if (plannable) {
+    if (plans_allowed_) {
       if (const std::shared_ptr<const StepPlan> plan = FindPlan(begin, end, sources)) {
         return RunPlanned(ctx, *plan, filters, epilogue, pin, &sources, options, record,
                           clock, out, batch);
       }
     }
-    std::vector<PlannedStep> planned(plannable ? end - begin : 0);
+    // Every step's input has the range's first input's dtype (each output
+    // takes its input's).
+    const tensorflow::DataType dtype = sources[input_sources_[begin]].dtype();
+    std::vector<PlannedStep> planned(plans_allowed_ ? end - begin : 0);
     for (int64_t i = begin; i < end; ++i) {
       const StepLayout& l = layout_[i];
       const int64_t* f = &filter_shapes_[4 * i];
@@ -560,16 +562,13 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                              : std::chrono::steady_clock::time_point();
       CpuConvOptions step_options = options;
       step_options.input_non_negative = input_non_negative_[i];
+      ValidatedConv v;
       TF_RETURN_IF_ERROR(InStep(i, RunFusedConvCpu(ctx, attrs_[i], in, pin,
                                                    last ? out : &sources[i + 1],
-                                                   step_options)));
-      if (plannable) {
-        // What the call above validated (it succeeded, so this does too).
-        ValidatedConv v;
-        TF_RETURN_IF_ERROR(InStep(i, ValidateConvInputs(in, attrs_[i], &v)));
+                                                   step_options, &v)));
+      if (plans_allowed_) {
         PlannedStep& p = planned[i - begin];
         p.geo = v.geo;
-        p.dtype = in.input->dtype();
         p.input_shape = in.input->shape();
         p.output_shape = v.output_shape;
       }
@@ -578,7 +577,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         if (last_reader_[k] == i) sources[k] = Tensor();
       }
     }
-    if (plannable) AddPlan(begin, end, std::move(planned));
+    if (plans_allowed_) AddPlan(begin, end, dtype, std::move(planned));
     return absl::OkStatus();
   }
 
@@ -601,7 +600,6 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   // A step as the first call with its shapes validated it.
   struct PlannedStep {
     ConvGeometry geo;
-    tensorflow::DataType dtype = tensorflow::DT_INVALID;  // its input's
     TensorShape input_shape, output_shape;
   };
 
@@ -661,9 +659,10 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     return nullptr;
   }
 
-  // Records the plan of a successful run of steps [begin, end), from what
-  // each step validated.
-  void AddPlan(int64_t begin, int64_t end, std::vector<PlannedStep> steps) const {
+  // Records the plan of a successful run of steps [begin, end) on inputs of
+  // `dtype`, from what each step validated.
+  void AddPlan(int64_t begin, int64_t end, tensorflow::DataType dtype,
+               std::vector<PlannedStep> steps) const {
     auto plan = std::make_shared<StepPlan>();
     plan->begin = begin;
     plan->end = end;
@@ -672,9 +671,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     for (int64_t j = 0; j < n; ++j) {
       if (steps[j].output_shape.num_elements() == 0) return;  // nothing to run
     }
-    // Every step's input has the op input's dtype (each output takes its
-    // input's).
-    plan->dtype = steps[0].dtype;
+    plan->dtype = dtype;
     // The outside sources each step reads, with the shapes it read them in.
     for (int64_t j = 0; j < n; ++j) {
       const int64_t i = begin + j;

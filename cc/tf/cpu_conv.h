@@ -48,10 +48,12 @@ absl::Status AllocateTemp(tensorflow::OpKernelContext* ctx, const CpuConvOptions
 // into a new tensor: the op's output 0 when `temp` is null, else *temp
 // (allocate_temp, conv_input's dtype). NCHW_VECT_C is converted to NHWC and
 // back (the pins are not used then: the converted filter is a fresh buffer).
+// validated: where not null, what the validation found (when it passed).
 absl::Status RunFusedConvCpu(tensorflow::OpKernelContext* ctx,
                              const ConvAttrs& attrs, const ConvInputs& in,
                              const WeightPins& pins, tensorflow::Tensor* temp,
-                             const CpuConvOptions& options = CpuConvOptions());
+                             const CpuConvOptions& options = CpuConvOptions(),
+                             ValidatedConv* validated = nullptr);
 
 // Calls of the sequence ops (conv_sequence_kernel.cc) run as batch slices
 // so far in this process, for tests.

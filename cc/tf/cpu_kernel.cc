@@ -68,9 +68,11 @@ absl::Status AllocateTemp(OpKernelContext* ctx, const CpuConvOptions& options,
 
 absl::Status RunFusedConvCpu(OpKernelContext* ctx, const ConvAttrs& attrs,
                              const ConvInputs& in, const WeightPins& pins,
-                             Tensor* temp, const CpuConvOptions& options) {
+                             Tensor* temp, const CpuConvOptions& options,
+                             ValidatedConv* validated) {
   ValidatedConv v;
   TF_RETURN_IF_ERROR(ValidateConvInputs(in, attrs, &v));
+  if (validated != nullptr) *validated = v;
   if (options.plain_temp && (temp == nullptr || attrs.vect)) {
     return absl::InternalError("plain_temp needs a temp and NHWC");
   }
