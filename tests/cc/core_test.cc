@@ -411,14 +411,37 @@ void TestLayerShapes() {
   std::printf("layer shapes: %d runs checked\n", runs);
 }
 
+// A weight pin for these tests (conv_params.h WeightPin): Held() while
+// *held is true (null: always); sets *destroyed when its last reference
+// goes. The flags are the test's, observed after the pin is gone.
+class TestPin : public WeightPin {
+ public:
+  TestPin(const bool* held, bool* destroyed) : held_(held), destroyed_(destroyed) {}
+  ~TestPin() override {
+    if (destroyed_ != nullptr) *destroyed_ = true;
+  }
+  bool Held() const override { return held_ == nullptr || *held_; }
+
+ private:
+  const bool* held_;
+  bool* destroyed_;
+};
+
+std::shared_ptr<const WeightPin> MakeTestPin(const bool* held = nullptr,
+                                             bool* destroyed = nullptr) {
+  return std::make_shared<const TestPin>(held, destroyed);
+}
+
 // The GEMV (gemm_kernels.h: at most kGemvMaxRows output pixels, a filter
 // over the copy-check limit): a batch-1 and a batch-2 Dense head, a 3x3
 // layer with 2 padded output pixels (the im2col rows), channel tails of 1
 // and 8 past whole 256-channel units, K just past the limit, and operands
 // at the extremes (everything -128: |acc| = K * 2^14 > 2^24, so float32(acc)
 // rounds; -128 against 127; NaN / Inf scales and biases), with side input,
-// Relu and bounded outputs. Counts the GEMV calls, so that a change of the
-// rule that routes these shapes elsewhere is noticed.
+// Relu and bounded outputs; each also with its filter pinned, twice (packed
+// under the pin, then used unchecked), where avx512vnni runs its packed
+// GEMM instead. Counts the GEMV calls, so that a change of the rule that
+// routes these shapes elsewhere is noticed.
 void TestGemv() {
   std::mt19937 rng(4242);
   struct L { int64_t n, h, w, ci, k, co; bool side; };
@@ -462,21 +485,36 @@ void TestGemv() {
                     long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
                     long(l.co), operands);
       runs += CheckAllPaths(a, what);
+      // Pinned (as the TF resource ops pin their variables): the first
+      // call packs the filter under its pin, the second uses that packing
+      // unchecked; avx512vnni runs its packed GEMM on these rows instead of
+      // the GEMV (IsaKernels::gemv_unpinned_only), the others the GEMV.
+      a.filter_pin = MakeTestPin();
+      for (int call = 0; call < 2; ++call) {
+        std::snprintf(what, sizeof(what), "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d pinned %d",
+                      long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
+                      long(l.co), operands, call);
+        runs += CheckAllPaths(a, what);
+      }
+      a.filter_pin = nullptr;
+      cpu::PackedWeightsCache::Global().Clear();  // drops the pinned entries
     }
   }
   const int64_t calls = cpu::GemvCallsForTesting() - calls_before;
 #if defined(__x86_64__)
   // The x86 ISA paths have the GEMV (amx shares avx512vnni's): each case
   // runs it in weight mode 0
-  // with three partitions, except the 3x3 case on avx2_winograd (Winograd).
+  // with three partitions, except the 3x3 case on avx2_winograd (Winograd);
+  // pinned, twice more on all of them but avx512vnni.
   int64_t want = 0;
   for (KernelPath p : g_paths) {
-    if (p == KernelPath::kAvx512Vnni || p == KernelPath::kAmx ||
-        p == KernelPath::kAvxVnni || p == KernelPath::kAvx2 ||
-        p == KernelPath::kAvx2Direct) {
+    if (p == KernelPath::kAvx512Vnni) {
       want += 3 * 15;
+    } else if (p == KernelPath::kAmx || p == KernelPath::kAvxVnni ||
+               p == KernelPath::kAvx2 || p == KernelPath::kAvx2Direct) {
+      want += 3 * 15 * 3;
     } else if (p == KernelPath::kAvx2Winograd) {
-      want += 3 * 12;
+      want += 3 * 12 * 3;
     }
   }
   EXPECT(calls == want, "GEMV calls: %ld, want %ld", long(calls), long(want));
@@ -1526,27 +1564,6 @@ void TestDepthwiseChangedOperands() {
   std::printf("depthwise changed operands: %d changes, %d repeats (%ld stale, "
               "%ld hits)\n", changes, repeats, long(after.stale - before.stale),
               long(after.hits - before.hits));
-}
-
-// A weight pin for these tests (conv_params.h WeightPin): Held() while
-// *held is true (null: always); sets *destroyed when its last reference
-// goes. The flags are the test's, observed after the pin is gone.
-class TestPin : public WeightPin {
- public:
-  TestPin(const bool* held, bool* destroyed) : held_(held), destroyed_(destroyed) {}
-  ~TestPin() override {
-    if (destroyed_ != nullptr) *destroyed_ = true;
-  }
-  bool Held() const override { return held_ == nullptr || *held_; }
-
- private:
-  const bool* held_;
-  bool* destroyed_;
-};
-
-std::shared_ptr<const WeightPin> MakeTestPin(const bool* held = nullptr,
-                                             bool* destroyed = nullptr) {
-  return std::make_shared<const TestPin>(held, destroyed);
 }
 
 // Pinned depthwise operands (FusedConvArgs::filter_pin and epilogue_pin): a

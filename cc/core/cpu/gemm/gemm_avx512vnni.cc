@@ -1148,6 +1148,8 @@ extern const IsaKernels kAvx512VnniKernels = {
     /*rows_first=*/false,
     /*panel_major_bytes=*/0,
     /*rows_first_small_filter=*/true,
+    /*tile_row_granule=*/0,
+    /*gemv_unpinned_only=*/true,
 };
 
 void GemvAvx512Vnni(const GemvArgs& t) { GemvZmmImpl(t); }

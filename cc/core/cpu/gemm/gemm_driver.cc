@@ -26,7 +26,8 @@
 //    kernel's operand form (a contiguous XOR / widening pass, no gather),
 //    or on avx512vnni read in place.
 //  * one or two output pixels with a large filter run the ISA's GEMV
-//    (RunGemv below) instead.
+//    (RunGemv below) instead, unless the filter is pinned and the ISA
+//    prefers its packed GEMM then (IsaKernels::gemv_unpinned_only).
 //  * weights: packed once per filter and cached (packed_weights.h). A
 //    filter of at most kCopyCheckMaxBytes is checked against the copy of
 //    its bytes the entry keeps (one memcmp before computing); a larger one
@@ -601,7 +602,8 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   const bool copy_check =
       static_cast<int64_t>(filter_bytes) <= PackedWeights::kCopyCheckMaxBytes;
   if (isa.gemv != nullptr && mode == 0 && !copy_check &&
-      g.batch * g.out_h * g.out_w <= kGemvMaxRows) {
+      g.batch * g.out_h * g.out_w <= kGemvMaxRows &&
+      !(isa.gemv_unpinned_only && a.filter_pin != nullptr)) {
     RunGemv(a, isa, parallel_for);
     lut_after();
     return;

@@ -203,8 +203,9 @@ bool PaddedInputFits(const ConvGeometry& g);
 // 1 or 2, say) and a filter too large for the cache's copy check
 // (PackedWeights::kCopyCheckMaxBytes), straight from the [K, Co] filter with
 // no packing, no cache and nothing to verify: the filter is read once per
-// call, which is all a GEMV needs. Blocks [block_begin, block_end) of 64
-// channels.
+// call, which is all a GEMV needs (a pinned filter on avx512vnni takes its
+// cached packing instead: IsaKernels::gemv_unpinned_only). Blocks
+// [block_begin, block_end) of 64 channels.
 constexpr int64_t kGemvMaxRows = 2;
 constexpr int64_t kGemvBlock = 64;
 struct GemvArgs {
@@ -322,6 +323,21 @@ struct IsaKernels {
   // each of four pairs. One thread: unchanged (the tiles differ only where
   // their micro-tile counts do not).
   int64_t tile_row_granule = 0;
+  // The GEMV only for filters without a pin (FusedConvArgs::filter_pin);
+  // a pinned filter's few rows run the GEMM on its cached packing, which a
+  // pinned call uses with no check: a contiguous stream with a quarter of
+  // the GEMV's VPDPBUSDs (each of which uses one byte of four), where the
+  // GEMV reads 64-channel column strips of the [K, Co] filter, 1000 bytes
+  // apart for a 1000-class head. avx512vnni, bench_core, pinned filters
+  // cycled (16 of them: from L3; 32: from memory), Zen 4 VM, GEMV ->
+  // packed GEMM: 1x1x1280 -> 1000 at batch 1 61-68 -> 38-39 us (16) and
+  // 112-133 -> 57-63 us (32) on one thread, 25 -> 16 and 54 -> 28 on two;
+  // 1x1x2048 -> 1000 162-182 -> 79-88 and 208-221 -> 110-113 on one, 69 ->
+  // 37 and 119 -> 67 on two; batch 2 1.7-2.3x as fast. On the avx2 path the
+  // same switch measured 0.9-1.4x (its GEMM widens the rows to int16 per
+  // panel), so the ymm paths keep the GEMV; amx (which shares avx512vnni's
+  // GEMV) was not measured (no AMX on that CPU) and keeps it too.
+  bool gemv_unpinned_only = false;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
@@ -374,8 +390,9 @@ void RunGemmConv(const FusedConvArgs& args, const IsaKernels& isa,
 
 // Tests only: where the weights come from. 0: automatic (the GEMV for at
 // most kGemvMaxRows output pixels and a filter larger than
-// PackedWeights::kCopyCheckMaxBytes where the ISA has one; otherwise
-// cached, except such a large filter with one M tile, packed on the fly),
+// PackedWeights::kCopyCheckMaxBytes where the ISA has one, unpinned where
+// it has gemv_unpinned_only; otherwise cached, except such a large filter
+// with one M tile and no pin, packed on the fly),
 // 1: always cached, 2: always on the fly (1 and 2 never take the GEMV). Not
 // thread-safe with concurrent convolutions.
 void SetWeightModeForTesting(int mode);
