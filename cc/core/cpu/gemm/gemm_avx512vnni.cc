@@ -11,7 +11,9 @@
 // not fit the general registers (GCC 12 kept some in xmm and on the
 // stack inside the k loop); 8 rows ran 112x112x32 -> 16 in 60-62 us
 // instead of 67-69 (bench_core, one thread, Zen 4, alternated), and 10 or
-// 12 rows for NZ = 2 changed nothing. Built with -mavx512f -mavx512bw -mavx512dq
+// 12 rows for NZ = 2 changed nothing. A narrow block whose last zmm holds
+// at most 8 channels runs that zmm on ymm (MicroTileBody's kHalf: Co = 24
+// 0.75-0.83x the time on Zen 4). Built with -mavx512f -mavx512bw -mavx512dq
 // -mavx512vl -mavx512vnni -mfma -ffp-contract=off; everything but the
 // IsaKernels table has internal linkage.
 #include <immintrin.h>
@@ -352,9 +354,14 @@ struct TileContext {
 };
 
 // MR rows x NZ zmm of accumulators (NZ = 4: a full interleaved block; 1-3:
-// a narrow block in natural order, 16 channels per zmm).
-template <int MR, int NZ, bool kFlip>
+// a narrow block in natural order, 16 channels per zmm). kHalf (narrow
+// blocks whose last zmm holds at most 8 channels: Co = 24, 40, 8, ...):
+// that zmm's products run on its low 256 bits (EVEX VPDPBUSD ymm; its
+// upper lanes are never stored: the epilogues' masks end at the block's
+// width). Zen 4 runs a ymm VPDPBUSD in half the time of a zmm one.
+template <int MR, int NZ, bool kFlip, bool kHalf = false>
 __attribute__((always_inline)) inline void MicroTileBody(const TileContext& t) {
+  static_assert(!kHalf || NZ < 4, "half zmm only in narrow blocks");
   __m512i acc[MR][NZ];
   if (!t.from_partial) {
 #pragma GCC unroll 4
@@ -396,7 +403,12 @@ __attribute__((always_inline)) inline void MicroTileBody(const TileContext& t) {
                    __attribute__((always_inline)) {
     __m512i bv[NZ];
 #pragma GCC unroll 4
-    for (int j = 0; j < NZ; ++j) bv[j] = _mm512_load_si512(bg + 64 * j);
+    for (int j = 0; j < NZ; ++j) {
+      bv[j] = kHalf && j == NZ - 1
+                  ? _mm512_castsi256_si512(
+                        _mm256_load_si256(reinterpret_cast<const __m256i*>(bg + 64 * j)))
+                  : _mm512_load_si512(bg + 64 * j);
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       // int8 x -> u8 x + 128 in place; gathered rows hold x + 128.
@@ -404,7 +416,13 @@ __attribute__((always_inline)) inline void MicroTileBody(const TileContext& t) {
       const __m512i av = kFlip ? _mm512_xor_si512(raw, flip) : raw;
 #pragma GCC unroll 4
       for (int j = 0; j < NZ; ++j) {
-        acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
+        if (kHalf && j == NZ - 1) {
+          acc[i][j] = _mm512_castsi256_si512(_mm256_dpbusd_epi32(
+              _mm512_castsi512_si256(acc[i][j]), _mm512_castsi512_si256(av),
+              _mm512_castsi512_si256(bv[j])));
+        } else {
+          acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
+        }
       }
     }
   };
@@ -527,40 +545,60 @@ __attribute__((always_inline)) inline void MicroTileBody(const TileContext& t) {
   }
 }
 
-template <int MR, int NZ, bool kFlip>
+template <int MR, int NZ, bool kFlip, bool kHalf>
 void MicroTile(const TileContext& t) {
-  MicroTileBody<MR, NZ, kFlip>(t);
+  MicroTileBody<MR, NZ, kFlip, kHalf>(t);
 }
 
 using MicroTileFn = void (*)(const TileContext&);
 
-// MicroTile<h, NZ, kFlip> for h = 1 .. kMrNarrow[NZ], indexed by h - 1.
-template <int NZ, bool kFlip, int... H>
+// MicroTile<h, NZ, kFlip, kHalf> for h = 1 .. kMrNarrow[NZ], indexed by h - 1.
+template <int NZ, bool kFlip, bool kHalf, int... H>
 constexpr std::array<MicroTileFn, sizeof...(H)> MicroTiles(
     std::integer_sequence<int, H...>) {
-  return {&MicroTile<H + 1, NZ, kFlip>...};
+  return {&MicroTile<H + 1, NZ, kFlip, kHalf>...};
 }
 template <bool kFlip>
 struct TileTable {
-  static constexpr auto k1 = MicroTiles<1, kFlip>(std::make_integer_sequence<int, kMrNarrow[1]>());
-  static constexpr auto k2 = MicroTiles<2, kFlip>(std::make_integer_sequence<int, kMrNarrow[2]>());
-  static constexpr auto k3 = MicroTiles<3, kFlip>(std::make_integer_sequence<int, kMrNarrow[3]>());
-  static constexpr auto k4 = MicroTiles<4, kFlip>(std::make_integer_sequence<int, kMrNarrow[4]>());
-  static void Run(int nz, int64_t h, const TileContext& tc) {
+  template <int NZ, bool kHalf>
+  static constexpr auto Tiles() {
+    return MicroTiles<NZ, kFlip, kHalf>(std::make_integer_sequence<int, kMrNarrow[NZ]>());
+  }
+  static constexpr auto k1 = Tiles<1, false>();
+  static constexpr auto k2 = Tiles<2, false>();
+  static constexpr auto k3 = Tiles<3, false>();
+  static constexpr auto k4 = Tiles<4, false>();
+  static constexpr auto k1h = Tiles<1, true>();
+  static constexpr auto k2h = Tiles<2, true>();
+  static constexpr auto k3h = Tiles<3, true>();
+  static void Run(int nz, bool half, int64_t h, const TileContext& tc) {
     switch (nz) {
-      case 1: k1[h - 1](tc); return;
-      case 2: k2[h - 1](tc); return;
-      case 3: k3[h - 1](tc); return;
+      case 1: (half ? k1h : k1)[h - 1](tc); return;
+      case 2: (half ? k2h : k2)[h - 1](tc); return;
+      case 3: (half ? k3h : k3)[h - 1](tc); return;
       default: k4[h - 1](tc); return;
     }
   }
 };
 
-inline void RunMicroTile(int nz, int64_t h, const TileContext& tc) {
+// Whether a block of `width` channels (nz = BlockZmms(width)) runs its last
+// zmm as a half (MicroTileBody's kHalf). bench_core, Zen 4 VM, one thread,
+// pinned, builds alternated three times: 56x56x144 -> 24 72-75 -> 55-62 us
+// (with side input 76-79 -> 61-62; two threads 41 -> 34), 56x56x96 -> 24
+// 54-57 -> 39-44 us (batch 8 410-431 -> 332-351), 28x28x144 -> 40 27-28
+// -> 23-24 us; MobileNetV2's two 24-channel steps in TF (step profiler,
+// runner, the .so alternated three times) 51-53 -> 41-45 and 78-80 -> 63-70
+// us. On Intel a ymm VPDPBUSD shares the zmm one's port while 512-bit uops
+// run, so there it should cost what the zmm did (not measured).
+inline bool HalfLastZmm(int nz, int64_t width) {
+  return nz < 4 && width <= 16 * (nz - 1) + 8;
+}
+
+inline void RunMicroTile(int nz, bool half, int64_t h, const TileContext& tc) {
   if (tc.flip) {
-    TileTable<true>::Run(nz, h, tc);
+    TileTable<true>::Run(nz, half, h, tc);
   } else {
-    TileTable<false>::Run(nz, h, tc);
+    TileTable<false>::Run(nz, half, h, tc);
   }
 }
 
@@ -689,29 +727,35 @@ __attribute__((always_inline)) inline void DirectTileSetup(const DirectPass& d, 
 // threads 112x112x16 -> 96 44.0 -> 41.8, 56x56x24 -> 144 21.2 -> 20.1.
 // Not for NZ = 1 (8 rows): inside the loop GCC 12 kept its row offsets in
 // xmm registers, and 112x112x32 -> 16 ran 27.6 -> 30.0 us.
-template <int MR, int NZ, bool kFlip>
+template <int MR, int NZ, bool kFlip, bool kHalf = false>
 __attribute__((noinline)) void DirectStrip(const DirectPass& d, TileContext tc, int64_t mt0,
                                            int64_t r0, int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
     DirectTileSetup(d, mt0 + i, r0 + i * MR, MR, &tc);
-    MicroTileBody<MR, NZ, kFlip>(tc);
+    MicroTileBody<MR, NZ, kFlip, kHalf>(tc);
   }
 }
 
 using DirectStripFn = void (*)(const DirectPass&, TileContext, int64_t, int64_t, int64_t);
 
-// DirectStrip for tiles of height h of a block of nz zmm, or nullptr (h
-// neither kMrNarrow[nz] nor one less).
+// DirectStrip for tiles of height h of a block of nz zmm (the last a half
+// where `half`), or nullptr (h neither kMrNarrow[nz] nor one less).
 template <bool kFlip>
-inline DirectStripFn DirectStripFor(int nz, int64_t h) {
+inline DirectStripFn DirectStripFor(int nz, bool half, int64_t h) {
   static constexpr DirectStripFn kFull[5] = {
       nullptr, nullptr, &DirectStrip<kMrNarrow[2], 2, kFlip>,
       &DirectStrip<kMrNarrow[3], 3, kFlip>, &DirectStrip<kMrNarrow[4], 4, kFlip>};
   static constexpr DirectStripFn kLess[5] = {
       nullptr, nullptr, &DirectStrip<kMrNarrow[2] - 1, 2, kFlip>,
       &DirectStrip<kMrNarrow[3] - 1, 3, kFlip>, &DirectStrip<kMrNarrow[4] - 1, 4, kFlip>};
-  if (h == kMrNarrow[nz]) return kFull[nz];
-  if (h == kMrNarrow[nz] - 1) return kLess[nz];
+  static constexpr DirectStripFn kFullHalf[4] = {
+      nullptr, nullptr, &DirectStrip<kMrNarrow[2], 2, kFlip, true>,
+      &DirectStrip<kMrNarrow[3], 3, kFlip, true>};
+  static constexpr DirectStripFn kLessHalf[4] = {
+      nullptr, nullptr, &DirectStrip<kMrNarrow[2] - 1, 2, kFlip, true>,
+      &DirectStrip<kMrNarrow[3] - 1, 3, kFlip, true>};
+  if (h == kMrNarrow[nz]) return half ? kFullHalf[nz] : kFull[nz];
+  if (h == kMrNarrow[nz] - 1) return half ? kLessHalf[nz] : kLess[nz];
   return nullptr;
 }
 
@@ -760,8 +804,9 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
   for (const auto& [count, h] : {std::pair<int64_t, int64_t>{extra, base + 1},
                                  std::pair<int64_t, int64_t>{tiles - extra, base}}) {
     if (count <= 0 || h <= 0) continue;
+    const bool half = HalfLastZmm(nz, width);
     if (const DirectStripFn strip =
-            tc.flip ? DirectStripFor<true>(nz, h) : DirectStripFor<false>(nz, h)) {
+            tc.flip ? DirectStripFor<true>(nz, half, h) : DirectStripFor<false>(nz, half, h)) {
       strip(d, tc, mt, r, count);
       mt += count;
       r += count * h;
@@ -769,7 +814,7 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
     }
     for (int64_t i = 0; i < count; ++i, ++mt, r += h) {
       DirectTileSetup(d, mt, r, h, &tc);
-      RunMicroTile(nz, h, tc);
+      RunMicroTile(nz, half, h, tc);
     }
   }
 }
@@ -981,7 +1026,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         tc.partial = t.partial + r * partial_ld + b * kBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
         tc.out = t.output + pixel * co + n0;
-        RunMicroTile(nz, h, tc);
+        RunMicroTile(nz, HalfLastZmm(nz, width), h, tc);
         r += h;
         if (verifying && v1 > v0) {
           stale |= VerifyPanelRows<PanelZmm>(t, v0, v1, 4, kGroupBytes);
