@@ -40,11 +40,14 @@ EXPECTED = [
     ("tf_fused_int8::cpu::(anonymous namespace)::GemmTileZmm", "prefetcht1", 3,
      "the next weights (SetTilePrefetch, PrefetchL2) and the filter rows "
      "that are verified or packed next"),
-    ("void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<6, 4, true>",
+    ("void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<6, 4, true, false>",
      "prefetcht1", 1,
      "the next (panel, block)'s weights, one line per k-group (tc.pf)"),
-    ("void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<12, 2, true>",
+    ("void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<12, 2, true, false>",
      "prefetcht1", 1, "the same, narrow blocks"),
+    ("void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<12, 2, true, true>",
+     "prefetcht1", 1, "the same, narrow blocks whose last zmm runs as ymm "
+     "(kHalf: 24 channels)"),
     ("tf_fused_int8::cpu::(anonymous namespace)::GemmTileAmx", "prefetcht1", 32,
      "the weight tiles two block pairs ahead, 32 lines per K step, in every "
      "MicroTile<MT, NT> inlined into it (kPrefetchAhead, gemm_amx.cc)"),
@@ -123,5 +126,5 @@ def test_prefetches_present(functions, name, insn, minimum, why):
 def test_the_count_sees_a_known_instruction(functions):
   """The parser reads mnemonics: every micro-tile has VPDPBUSDs."""
   insns = functions[
-      "void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<6, 4, true>"]
+      "void tf_fused_int8::cpu::(anonymous namespace)::MicroTile<6, 4, true, false>"]
   assert insns.count("vpdpbusd") >= 24
