@@ -334,8 +334,8 @@ struct IsaKernels {
   // 112-133 -> 57-63 us (32) on one thread, 25 -> 16 and 54 -> 28 on two;
   // 1x1x2048 -> 1000 162-182 -> 79-88 and 208-221 -> 110-113 on one, 69 ->
   // 37 and 119 -> 67 on two; batch 2 1.7-2.3x as fast. On the avx2 path the
-  // same switch measured 0.9-1.4x (its GEMM widens the rows to int16 per
-  // panel), so the ymm paths keep the GEMV; amx (which shares avx512vnni's
+  // same switch took 0.70-1.41x the GEMV's time (slower at batch 2: its GEMM
+  // widens the rows to int16 per panel), so the ymm paths keep the GEMV; amx (which shares avx512vnni's
   // GEMV) was not measured (no AMX on that CPU) and keeps it too.
   bool gemv_unpinned_only = false;
 };
