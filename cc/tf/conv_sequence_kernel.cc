@@ -832,11 +832,14 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         if (last_reader_[e.first] == i) sources[e.first] = Tensor();
       }
     }
-    // The outputs that steps after the range read, as tensors.
-    for (int64_t k = plan.begin + 1; k <= plan.end && plan.end < steps_; ++k) {
-      if (last_reader_[k] >= plan.end) {
-        const TensorShape& shape = plan.steps[k - 1 - plan.begin].output_shape;
-        sources[k] = View(arena, plan.arena_offset[k], shape.num_elements(), shape);
+    // The outputs that steps after the range read, as tensors (a range that
+    // ends with the op's last step has none).
+    if (plan.end < steps_) {
+      for (int64_t k = plan.begin + 1; k <= plan.end; ++k) {
+        if (last_reader_[k] >= plan.end) {
+          const TensorShape& shape = plan.steps[k - 1 - plan.begin].output_shape;
+          sources[k] = View(arena, plan.arena_offset[k], shape.num_elements(), shape);
+        }
       }
     }
     return absl::OkStatus();

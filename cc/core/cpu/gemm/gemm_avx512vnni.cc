@@ -799,12 +799,12 @@ __attribute__((noinline)) void DirectTiles(const GemmTileArgs& t, const Epilogue
   d.side = ep.side ? ep.side + t.p0 * co + n0 : nullptr;
   d.partial = t.partial + b * kBlock;
   tc.flip = !t.non_negative;  // int8 rows in place, unless already u8
+  const bool half = HalfLastZmm(nz, width);
   // Tiles [0, extra) have base + 1 rows, the rest base.
   int64_t mt = 0, r = 0;
   for (const auto& [count, h] : {std::pair<int64_t, int64_t>{extra, base + 1},
                                  std::pair<int64_t, int64_t>{tiles - extra, base}}) {
     if (count <= 0 || h <= 0) continue;
-    const bool half = HalfLastZmm(nz, width);
     if (const DirectStripFn strip =
             tc.flip ? DirectStripFor<true>(nz, half, h) : DirectStripFor<false>(nz, half, h)) {
       strip(d, tc, mt, r, count);
@@ -902,6 +902,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
       const int64_t n0 = nb * kBlock;
       const int64_t width = Min(kBlock, co - n0);
       const int nz = BlockZmms(width);
+      const bool half = HalfLastZmm(nz, width);
       // Micro-tiles of even heights <= the block's micro-tile rows.
       const int64_t mr = kMrNarrow[nz];
       const int64_t tiles = (t.rows + mr - 1) / mr;
@@ -1026,7 +1027,7 @@ bool GemmTileZmm(const GemmTileArgs& t) {
         tc.partial = t.partial + r * partial_ld + b * kBlock;
         tc.side = ep.side ? ep.side + pixel * co + n0 : nullptr;
         tc.out = t.output + pixel * co + n0;
-        RunMicroTile(nz, HalfLastZmm(nz, width), h, tc);
+        RunMicroTile(nz, half, h, tc);
         r += h;
         if (verifying && v1 > v0) {
           stale |= VerifyPanelRows<PanelZmm>(t, v0, v1, 4, kGroupBytes);
