@@ -574,7 +574,39 @@ def oihw_vect_i_to_hwio(w, in_channels=None):
   return restore(w)
 
 
-def quantize_to_int8(x, scale, name=None):
+_PREPROCESS_OPS = ("mul", "add", "sub", "div")
+
+
+def _preprocess_attrs(preprocess):
+  """The op's (preprocess_ops, preprocess_sizes, preprocess_values, C) for
+  `preprocess`, a sequence of (op, values) pairs; C is the per-channel
+  steps' value count (1 where every step has one value)."""
+  ops_, sizes, values, channels = [], [], [], 1
+  for k, step in enumerate(preprocess):
+    try:
+      op, vals = step
+    except (TypeError, ValueError):
+      raise ValueError(f"preprocess[{k}] must be an (op, values) pair, got "
+                       f"{step!r}") from None
+    if op not in _PREPROCESS_OPS:
+      raise ValueError(f"preprocess[{k}]: op must be one of {_PREPROCESS_OPS}, "
+                       f"got {op!r}")
+    with np.errstate(over="ignore"):
+      v = np.asarray(vals, np.float64).astype(np.float32).reshape(-1)
+    if v.size == 0 or (v.size > 1 and channels > 1 and v.size != channels):
+      raise ValueError(
+          f"preprocess[{k}]: values must be one number or one per channel of "
+          f"the last axis (every per-channel step the same count"
+          f"{f', {channels}' if channels > 1 else ''}), got {v.size} values")
+    if v.size > 1:
+      channels = v.size
+    ops_.append(op)
+    sizes.append(int(v.size))
+    values.extend(float(a) for a in v)
+  return ops_, sizes, values, channels
+
+
+def quantize_to_int8(x, scale, name=None, preprocess=None):
   """float -> int8 in one op: ``clip(round_half_to_even(x / scale), -128, 127)``.
 
   ``x`` is cast to float32 first (any real dtype); ``x / scale`` is IEEE
@@ -587,6 +619,14 @@ def quantize_to_int8(x, scale, name=None):
     x: a tensor of any shape.
     scale: the real value of one int8 step, a positive finite float32.
     name: optional name scope (graph mode).
+    preprocess: optional elementwise float32 steps applied to x first, in
+      order, in the same pass: (op, values) pairs, op one of "mul", "add",
+      "sub", "div" (x * v, x + v, x - v, x / v: one IEEE float32 operation
+      each, what TF's Mul / AddV2 / Sub / RealDiv give), values one number or
+      one per index of x's last axis (a model's Keras ``Rescaling`` is
+      [("mul", scale), ("add", offset)], its ``Normalization`` [("sub",
+      mean), ("div", max(sqrt(variance), epsilon))]; ``quantize_model``
+      folds them so).
 
   Returns:
     An int8 tensor of x's shape.
@@ -608,7 +648,17 @@ def quantize_to_int8(x, scale, name=None):
     x = tf.convert_to_tensor(x)
     if x.dtype != tf.float32:
       x = tf.cast(x, tf.float32)
-    return ops.fused_int8_quantize(x=x, scale=s32)
+    if not preprocess:
+      return ops.fused_int8_quantize(x=x, scale=s32)
+    pre_ops, sizes, values, channels = _preprocess_attrs(preprocess)
+    if channels > 1 and x.shape.rank is not None and (
+        x.shape.rank == 0 or x.shape[-1] not in (None, channels)):
+      raise ValueError(
+          f"quantize_to_int8: x's last dimension must be {channels} (the "
+          f"per-channel preprocess values), got shape {x.shape}")
+    return ops.fused_int8_quantize(
+        x=x, scale=s32, preprocess_ops=pre_ops, preprocess_sizes=sizes,
+        preprocess_values=values)
 
 
 def _int8_input(x, api_name):

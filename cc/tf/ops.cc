@@ -556,12 +556,23 @@ REGISTER_OP("FusedInt8Quantize")
     .Input("x: float")
     .Output("q: int8")
     .Attr("scale: float")
+    .Attr("preprocess_ops: list(string) = []")
+    .Attr("preprocess_sizes: list(int) = []")
+    .Attr("preprocess_values: list(float) = []")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
 float32 -> int8 in one pass: q = clip(round_half_to_even(x / scale), -128,
 127), NaN -> 0 (x / scale is IEEE float32 division). scale must be a
 positive finite float32. The same bits as tf.round(x / scale) clipped to
 [-128, 127] and cast, with NaN mapped to 0.
+
+With preprocess_ops (default none), x first goes through those elementwise
+float32 steps in order, each one IEEE operation per element, as TF's Mul /
+AddV2 / Sub / RealDiv would compute it: "mul" x * v, "add" x + v, "sub"
+x - v, "div" x / v (a model's Rescaling and Normalization layers). Step k
+takes the next preprocess_sizes[k] values of preprocess_values: 1 (every
+element) or C, one per index of x's last dimension, which must then be C
+(every per-channel step the same C).
 )doc");
 
 REGISTER_OP("FusedInt8ChannelScale")

@@ -5,6 +5,7 @@
 // with TF's intra-op pool as its parallel-for.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cc/core/quantize.h"
 #include "cc/tf/pool_parallel_for.h"
@@ -23,6 +24,52 @@ class FusedInt8QuantizeCpuOp : public tensorflow::OpKernel {
                 absl::InvalidArgumentError(
                     "FusedInt8Quantize: scale must be a positive finite "
                     "float32, got " + std::to_string(scale_)));
+    std::vector<std::string> ops;
+    std::vector<int64_t> sizes;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("preprocess_ops", &ops));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("preprocess_sizes", &sizes));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("preprocess_values", &values_));
+    OP_REQUIRES(ctx, sizes.size() == ops.size(),
+                absl::InvalidArgumentError(
+                    "FusedInt8Quantize: preprocess_sizes must have one entry per "
+                    "preprocess_ops entry (" + std::to_string(ops.size()) + "), got " +
+                    std::to_string(sizes.size())));
+    int64_t total = 0;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      PreprocessStep step;
+      if (ops[k] == "mul") {
+        step.op = PreprocessOp::kMul;
+      } else if (ops[k] == "add") {
+        step.op = PreprocessOp::kAdd;
+      } else if (ops[k] == "sub") {
+        step.op = PreprocessOp::kSub;
+      } else if (ops[k] == "div") {
+        step.op = PreprocessOp::kDiv;
+      } else {
+        ctx->CtxFailure(absl::InvalidArgumentError(
+            "FusedInt8Quantize: preprocess_ops[" + std::to_string(k) +
+            "] must be \"mul\", \"add\", \"sub\" or \"div\", got \"" + ops[k] + "\""));
+        return;
+      }
+      const int64_t size = sizes[k];
+      OP_REQUIRES(ctx, size >= 1 && (size == 1 || channels_ == 1 || size == channels_),
+                  absl::InvalidArgumentError(
+                      "FusedInt8Quantize: preprocess_sizes[" + std::to_string(k) +
+                      "] must be 1 or the channel count C of every per-channel step" +
+                      (channels_ > 1 ? " (" + std::to_string(channels_) + ")" : "") +
+                      ", got " + std::to_string(size)));
+      if (size > 1) channels_ = size;
+      step.count = size;
+      offsets_.push_back(total);
+      total += size;
+      steps_.push_back(step);
+    }
+    OP_REQUIRES(ctx, total == static_cast<int64_t>(values_.size()),
+                absl::InvalidArgumentError(
+                    "FusedInt8Quantize: preprocess_values must hold the sum of "
+                    "preprocess_sizes (" + std::to_string(total) + ") values, got " +
+                    std::to_string(values_.size())));
+    for (size_t k = 0; k < steps_.size(); ++k) steps_[k].values = values_.data() + offsets_[k];
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
@@ -39,18 +86,37 @@ class FusedInt8QuantizeCpuOp : public tensorflow::OpKernel {
                 absl::InvalidArgumentError(
                     "FusedInt8Quantize: x must be float32, got " +
                     tensorflow::DataTypeString(x.dtype())));
+    if (channels_ > 1) {
+      OP_REQUIRES(ctx, x.dims() >= 1 && x.dim_size(x.dims() - 1) == channels_,
+                  absl::InvalidArgumentError(
+                      "FusedInt8Quantize: x's last dimension must be " +
+                      std::to_string(channels_) +
+                      " (the per-channel preprocess values), got shape " +
+                      x.shape().DebugString()));
+    }
     tensorflow::Tensor* q = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &q));
     const int64_t n = x.NumElements();
     if (n == 0) return;
-    QuantizeFloatToInt8(
-        x.flat<float>().data(), n, scale_,
-        reinterpret_cast<int8_t*>(q->flat<int8_t>().data()),
-        PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers));
+    int8_t* out = reinterpret_cast<int8_t*>(q->flat<int8_t>().data());
+    const auto pool =
+        PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
+    if (steps_.empty()) {
+      QuantizeFloatToInt8(x.flat<float>().data(), n, scale_, out, pool);
+    } else {
+      PreprocessQuantizeFloatToInt8(x.flat<float>().data(), n, channels_, steps_.data(),
+                                    static_cast<int64_t>(steps_.size()), scale_, out,
+                                    pool);
+    }
   }
 
  private:
   float scale_ = 1.0f;
+  // The preprocessing steps (their values point into values_).
+  std::vector<float> values_;
+  std::vector<int64_t> offsets_;
+  std::vector<PreprocessStep> steps_;
+  int64_t channels_ = 1;
 };
 
 }  // namespace

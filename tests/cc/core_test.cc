@@ -2702,6 +2702,72 @@ void TestQuantize() {
   std::printf("quantize: checked on %d entries\n", paths);
 }
 
+// FusedInt8Quantize's preprocessing steps (PreprocessQuantizeFloatToInt8)
+// against the one-element reference, which applies each step with plain
+// float operations: channel counts 1, 3, 16, 17 and 1000 (blocks of about
+// 1024 elements, whole channels), lengths across blocks and work units,
+// scalar and per-channel steps of every kind, special values; every path.
+void TestPreprocessQuantize() {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> pixel(-20.0f, 280.0f), unit(0.05f, 3.0f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f,
+                            3.4e38f, -3.4e38f, 255.0f};
+  int checked = 0;
+  for (int64_t channels : {1, 3, 16, 17, 1000}) {
+    std::vector<float> scale_c(channels), mean_c(channels), div_c(channels);
+    for (int64_t c = 0; c < channels; ++c) {
+      scale_c[c] = unit(rng);
+      mean_c[c] = pixel(rng) / 255.0f;
+      div_c[c] = unit(rng);
+    }
+    const float inv255 = 1.0f / 255.0f, zero = 0.0f, half = 0.5f;
+    const PreprocessStep steps[] = {
+        {PreprocessOp::kMul, &inv255, 1}, {PreprocessOp::kAdd, &zero, 1},
+        {PreprocessOp::kSub, mean_c.data(), channels},
+        {PreprocessOp::kDiv, div_c.data(), channels},
+        {PreprocessOp::kMul, scale_c.data(), channels}, {PreprocessOp::kSub, &half, 1},
+        {PreprocessOp::kDiv, &half, 1}, {PreprocessOp::kAdd, mean_c.data(), channels}};
+    for (int64_t pixels : {int64_t{1}, int64_t{5}, int64_t{342}, int64_t{3001}}) {
+      const int64_t n = pixels * channels;
+      std::vector<float> x(n);
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = (i % 23 == 0) ? specials[(i / 23) % 8] : pixel(rng);
+      }
+      for (int64_t num_steps : {1, 4, 8}) {
+        std::vector<int8_t> want(n);
+        for (int64_t i = 0; i < n; ++i) {
+          want[i] = PreprocessQuantizeOneReference(x[i], i % channels, steps, num_steps,
+                                                   0.02f);
+        }
+        for (KernelPath p : {KernelPath::kPortable, KernelPath::kAvx2,
+                             KernelPath::kAvxVnni, KernelPath::kAvx512Vnni,
+                             KernelPath::kNeon}) {
+          if (!KernelPathSupported(p)) continue;
+          for (int part = 0; part < 2; ++part) {
+            std::vector<int8_t> q(n, 99);
+            PreprocessQuantizeFloatToInt8(x.data(), n, channels, steps, num_steps, 0.02f,
+                                          q.data(),
+                                          part ? OddParallelFor(3) : ParallelFor(), p);
+            for (int64_t i = 0; i < n; ++i) {
+              if (q[i] != want[i]) {
+                EXPECT(false, "preprocess %s C=%lld n=%lld steps=%lld [%lld]: %d, want %d",
+                       KernelPathName(p), static_cast<long long>(channels),
+                       static_cast<long long>(n), static_cast<long long>(num_steps),
+                       static_cast<long long>(i), q[i], want[i]);
+                break;
+              }
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  std::printf("preprocess quantize: %d runs checked\n", checked);
+}
+
 // int8 max pooling: every path (and the default) against the reference
 // over a generated sweep of windows, strides, SAME / VALID, zero padding and
 // channel counts around the vector widths (16, 32, 64 and tails), inputs
@@ -3187,6 +3253,7 @@ int main() {
   TestGeometryErrors();
   TestKernelPathNames();
   TestQuantize();
+  TestPreprocessQuantize();
   TestChannelScale();
   TestLayerNorm();
   TestMaxPool();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cc/core/cpu/quantize/preprocess_loop.h"
 #include "cc/core/cpu/quantize/quantize_kernels.h"
 
 namespace tf_fused_int8 {
@@ -66,6 +67,11 @@ int64_t QuantizeAvx2(const float* x, int64_t n, float scale, float recip, int8_t
           multiplied(x + i + 24), q + i);
   }
   return i;
+}
+
+void PreprocessStepAvx2(PreprocessOp op, const float* v, float scalar, float* buf,
+                        int64_t len) {
+  PreprocessStepLoop(op, v, scalar, buf, len);
 }
 
 }  // namespace cpu

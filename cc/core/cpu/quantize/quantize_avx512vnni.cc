@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cc/core/cpu/quantize/preprocess_loop.h"
 #include "cc/core/cpu/quantize/quantize_kernels.h"
 
 // GCC 12 warns about its own _mm512_undefined_* inside the intrinsics.
@@ -72,6 +73,11 @@ int64_t QuantizeAvx512(const float* x, int64_t n, float scale, float recip,
           q + i);
   }
   return i;
+}
+
+void PreprocessStepAvx512(PreprocessOp op, const float* v, float scalar, float* buf,
+                          int64_t len) {
+  PreprocessStepLoop(op, v, scalar, buf, len);
 }
 
 }  // namespace cpu

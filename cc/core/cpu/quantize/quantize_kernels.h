@@ -35,6 +35,8 @@
 
 #include <cstdint>
 
+#include "cc/core/quantize.h"
+
 namespace tf_fused_int8 {
 namespace cpu {
 
@@ -47,6 +49,11 @@ float QuantizeReciprocal(float scale);
 int64_t QuantizeAvx2(const float* x, int64_t n, float scale, float recip, int8_t* q);
 int64_t QuantizeAvx512(const float* x, int64_t n, float scale, float recip,
                        int8_t* q);
+// PreprocessStepLoop (preprocess_loop.h) compiled for AVX2 / AVX-512.
+void PreprocessStepAvx2(PreprocessOp op, const float* v, float scalar, float* buf,
+                        int64_t len);
+void PreprocessStepAvx512(PreprocessOp op, const float* v, float scalar, float* buf,
+                          int64_t len);
 #endif
 
 }  // namespace cpu
