@@ -80,12 +80,21 @@ def random_chain(rng, in_shape, steps):
     hi = int(rng.choice([127, 127, 90, 5]))
     if activation is not None and hi < 0:
       hi = 127
+    # Some steps map their output through a table (SiLU-like and random
+    # ones, negative values included: a Relu step's table output is not
+    # non-negative for the next step).
+    lut = None
+    if rng.random() < 0.3:
+      lut = (rng.integers(-128, 128, 256) if rng.random() < 0.5 else
+             np.clip(np.round(np.arange(-128, 128) / (1 + np.exp(
+                 -np.arange(-128, 128) / 16.0))), -128, 127)).astype(int).tolist()
     conv = QFC(co, (kh, kw), strides=stride, padding=padding,
                activation=activation, use_side_input=side >= 0,
                per_channel_scale=bool(rng.random() < 0.7),
                dilation_rate=dilation, groups=groups, output_min=lo,
                output_max=hi,
-               output_scale=0.05 if activation == "relu6" else None)
+               output_scale=0.05 if activation == "relu6" else None,
+               output_lut=lut)
     conv.build((n, h, w, ci))
     weights = [rng.integers(-128, 128, conv.kernel.shape).astype(np.int8),
                rng.normal(0, 8, (co,)).astype(np.float32),
@@ -117,6 +126,8 @@ def numpy_chain(x, convs, input_sources, side_sources):
         activation="None" if conv.activation is None else "Relu",
         dilations=conv.dilation_rate, output_min=conv.output_min,
         output_max=conv.effective_output_max()))
+    if conv.output_lut is not None:
+      outs[-1] = np.asarray(conv.output_lut, np.int8)[outs[-1].astype(int) + 128]
   return outs[-1]
 
 
@@ -428,6 +439,17 @@ def test_bad_programs_and_weights_are_clear_errors():
   # A side input read without its scale slot: the epilogue is one short.
   _bad(seq, x, r"epilogue must be float32 \[",
        side_sources=[-1, -1, 0, -1, -1, -1])
+  table = list(range(-128, 128))
+  _bad(seq, x, r"lut_steps must be increasing step indices in \[0, 6\), got 1 at "
+       r"position 1", lut_steps=[2, 1], output_luts=table * 2)
+  _bad(seq, x, r"lut_steps must be increasing step indices in \[0, 6\), got 6",
+       lut_steps=[6], output_luts=table)
+  _bad(seq, x, r"lut_steps must be increasing .* got -1", lut_steps=[-1],
+       output_luts=table)
+  _bad(seq, x, r"output_luts must have 256 entries per lut_steps entry \(512\), got 256",
+       lut_steps=[0, 3], output_luts=table)
+  _bad(seq, x, r"step 3: output_lut entries must be int8 values in \[-128, 127\], got "
+       r"output_lut\[255\] = 128", lut_steps=[3], output_luts=table[1:] + [128])
   args = _tensor_op_args(seq)
   _bad(seq, x, r"filters must be int8 \[", filters=args["filters"][:-1])
   _bad(seq, x, "int8", filters=tf.cast(args["filters"], tf.float32))
@@ -469,8 +491,6 @@ def test_layer_arguments_are_checked():
     Sequence(convs, [0, 1], [-1, -1])
   with pytest.raises(ValueError, match="must be a QuantizedFusedConv2D"):
     Sequence([tf_fused_int8.QuantizedDense(4)], [0], [-1])
-  with pytest.raises(ValueError, match="output_lut"):
-    Sequence([QFC(4, 1, output_lut=list(range(-128, 128)))], [0], [-1])
   with pytest.raises(ValueError, match="at least one"):
     Sequence([], [], [])
 
@@ -605,8 +625,8 @@ def test_freezing_turns_the_sequence_into_the_tensor_op():
 
 def test_runs_end_where_an_inner_output_is_read_outside():
   """A conv whose output is also a model output (or read by a non-conv
-  layer) ends its run there; layers with a lookup table and QuantizedDense
-  are never steps."""
+  layer) ends its run there, and the convs after it may start another;
+  a layer with a lookup table is a step like any other."""
   inp = keras.Input((8, 8, 4), dtype="int8")
   a = QFC(6, 1, name="a")(inp)
   b = QFC(6, 3, padding="same", name="b")(a)
@@ -627,8 +647,8 @@ def test_runs_end_where_an_inner_output_is_read_outside():
           for s in _sequences(fused)}
   # b is a model output, so a run ending after b cannot hold it, and [a, b]
   # cannot be one either: c reads a. c (input b, side input a) cannot start
-  # a run, d alone is no run, e has a table: f..g is the only run.
-  assert seqs == {("f", "g")}, seqs
+  # a run; d..g (e with its table) is one.
+  assert seqs == {("d", "e", "f", "g")}, seqs
   x = rng.integers(-128, 128, (2, 8, 8, 4)).astype(np.int8)
   for got, want in zip(fused(x), model(x)):
     np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -1056,8 +1056,9 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
   resource variable (e.g. placed on a GPU) the steps run as single ops.
 
   Args:
-    convs: QuantizedFusedConv2D layers (not QuantizedDense, no
-      ``output_lut``) or their configs; built layers' weights are copied.
+    convs: QuantizedFusedConv2D layers (not QuantizedDense; an
+      ``output_lut`` runs in the step) or their configs; built layers'
+      weights are copied.
     input_sources: per layer, 0 (the sequence's input) or k >= 1 (the output
       of ``convs[k - 1]``, an earlier layer).
     side_sources: per layer, -1 (no side input; the layer must have
@@ -1084,10 +1085,6 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
         raise ValueError(
             f"QuantizedConvSequence: convs[{k}] must be a QuantizedFusedConv2D, "
             f"got {type(conv).__name__}")
-      if conv.output_lut is not None:
-        raise ValueError(
-            f"QuantizedConvSequence: convs[{k}] ('{conv.name}') has an "
-            f"output_lut, which the sequence op does not run")
       src, side = input_sources[k], side_sources[k]
       if not 0 <= src <= k:
         raise ValueError(
@@ -1177,7 +1174,8 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
                 explicit_pads=tuple(pads[2:6]) if pads else (0, 0, 0, 0),
                 activation_mode="None" if conv.activation is None else "Relu",
                 output_min=conv.output_min,
-                output_max=conv.effective_output_max())
+                output_max=conv.effective_output_max(),
+                output_lut=conv.output_lut)
 
   def _pack_into(self, f, e, k, w):
     """Writes layer k's weights `w` into the two weight vectors f, e."""
@@ -1272,7 +1270,7 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
           side_input=outs[side] if side >= 0 else None,
           activation_mode=step["activation_mode"],
           dilations=step["dilations"], output_min=step["output_min"],
-          output_max=step["output_max"]))
+          output_max=step["output_max"], output_lut=step["output_lut"]))
     return outs[-1]
 
   def get_config(self):

@@ -424,8 +424,11 @@ def _conv_sequence_attrs(steps):
   (-1 = none), filter_shape (Kh, Kw, Ci / groups, Co), per_channel_scale,
   strides and dilations (height, width), padding ("SAME", "VALID" or
   "EXPLICIT"), explicit_pads (top, bottom, left, right), activation_mode,
-  output_min, output_max. Computed once per layer (``layers.
-  QuantizedConvSequence.build``), not per call."""
+  output_min, output_max, and optionally output_lut (None or 256 int8
+  values). Computed once per layer (``layers.QuantizedConvSequence.build``),
+  not per call."""
+  luts = [(k, s["output_lut"]) for k, s in enumerate(steps)
+          if s.get("output_lut") is not None]
   return dict(
       steps=len(steps),
       input_sources=[int(s["input_source"]) for s in steps],
@@ -438,7 +441,9 @@ def _conv_sequence_attrs(steps):
       explicit_paddings=[int(v) for s in steps for v in s["explicit_pads"]],
       activation_modes=[_activation(s["activation_mode"]) for s in steps],
       output_mins=[int(s["output_min"]) for s in steps],
-      output_maxes=[int(s["output_max"]) for s in steps])
+      output_maxes=[int(s["output_max"]) for s in steps],
+      lut_steps=[k for k, _ in luts],
+      output_luts=[int(v) for _, lut in luts for v in lut])
 
 
 def _conv_sequence(conv_input, filters, epilogue, attrs, name=None):

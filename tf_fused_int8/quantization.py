@@ -2303,21 +2303,42 @@ class _Sequence:
         return k + 1
     return None
 
-  def trimmed(self, graph):
-    """The longest prefix whose only tensor read outside it (or a model
-    output) is its last node's output; None when shorter than 2 nodes."""
-    nodes = list(self.nodes)
-    while len(nodes) >= 2:
-      inside = {id(n) for n in nodes}
-      escaping = [n for n in nodes[:-1]
-                  if id(n.outputs[0]) in graph.output_ids or any(
-                      id(c) not in inside
-                      for c in graph.consumers.get(id(n.outputs[0]), []))]
-      if not escaping:
-        self.nodes = nodes
-        return self
-      nodes.pop()
-    return None
+  @staticmethod
+  def _runs_alone(graph, nodes):
+    """Whether `nodes` can be one sequence: each reads only the first
+    node's input and the outputs of the nodes before it, and no output but
+    the last node's is read outside them (or is a model output)."""
+    known = {id(_sequence_step(nodes[0])[0])}
+    for node in nodes:
+      x, side = _sequence_step(node)
+      if id(x) not in known or (side is not None and id(side) not in known):
+        return False
+      known.add(id(node.outputs[0]))
+    inside = {id(n) for n in nodes}
+    return not any(
+        id(n.outputs[0]) in graph.output_ids or any(
+            id(c) not in inside for c in graph.consumers.get(id(n.outputs[0]), []))
+        for n in nodes[:-1])
+
+  def segments(self, graph):
+    """The run cut into sequences of at least 2 nodes, from the front, each
+    as long as it can be (_runs_alone): a node whose output is also read
+    outside ends one, and the nodes after it may start the next. (Cutting
+    only the longest prefix lost every later node of a run, now that lookup
+    table layers join runs: EfficientNet's expand and depthwise convs
+    follow a projection whose output the next block's residual reads.)"""
+    out, i, nodes = [], 0, self.nodes
+    while i < len(nodes) - 1:
+      end = next((j for j in range(len(nodes), i + 1, -1)
+                  if self._runs_alone(graph, nodes[i:j])), None)
+      if end is None:
+        i += 1
+        continue
+      seg = _Sequence(_sequence_step(nodes[i])[0], nodes[i])
+      seg.nodes = nodes[i:end]
+      out.append(seg)
+      i = end
+    return out
 
 
 def fuse_conv_sequences(model, name=None):
@@ -2334,8 +2355,8 @@ def fuse_conv_sequences(model, name=None):
   instead of one node per layer. A quantized MobileNetV2's 52
   convolutions become one sequence, a ResNet50's all but the stem.
 
-  Layers with an ``output_lut``, QuantizedDense layers and every other
-  layer stay as they are and end a run.
+  QuantizedDense layers and every other layer stay as they are and end a
+  run (a conv's ``output_lut`` runs in its step).
   """
   graph = _Graph(_functional(model))
   # A conv joins the run that produced (or starts from) its input when its
@@ -2359,7 +2380,7 @@ def fuse_conv_sequences(model, name=None):
     else:
       continue
     run_of[id(node.outputs[0])] = run
-  runs = [r for r in (r.trimmed(graph) for r in runs) if r is not None]
+  runs = [seg for r in runs for seg in r.segments(graph)]
 
   last_of, member = {}, set()
   for run in runs:

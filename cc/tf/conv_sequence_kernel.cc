@@ -189,7 +189,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
  public:
   explicit FusedInt8ConvSequenceCpuOp(OpKernelConstruction* ctx)
       : OpKernel(ctx) {
-    std::vector<int64_t> strides, dilations, pads, mins, maxes;
+    std::vector<int64_t> strides, dilations, pads, mins, maxes, lut_steps, luts;
     std::vector<std::string> paddings, activations;
     std::vector<bool> per_channel;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("steps", &steps_));
@@ -204,6 +204,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("activation_modes", &activations));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_mins", &mins));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_maxes", &maxes));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("lut_steps", &lut_steps));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("output_luts", &luts));
     OP_REQUIRES(ctx, steps_ >= 1,
                 absl::InvalidArgumentError(std::string(kOp) + ": steps must be >= 1"));
     OP_REQUIRES_OK(ctx, CheckLength("input_sources", input_sources_, steps_, 1));
@@ -217,6 +219,20 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckLength("activation_modes", activations, steps_, 1));
     OP_REQUIRES_OK(ctx, CheckLength("output_mins", mins, steps_, 1));
     OP_REQUIRES_OK(ctx, CheckLength("output_maxes", maxes, steps_, 1));
+    for (size_t k = 0; k < lut_steps.size(); ++k) {
+      OP_REQUIRES(ctx,
+                  lut_steps[k] >= 0 && lut_steps[k] < steps_ &&
+                      (k == 0 || lut_steps[k] > lut_steps[k - 1]),
+                  absl::InvalidArgumentError(
+                      std::string(kOp) + ": lut_steps must be increasing step indices "
+                      "in [0, " + std::to_string(steps_) + "), got " +
+                      std::to_string(lut_steps[k]) + " at position " + std::to_string(k)));
+    }
+    OP_REQUIRES(ctx, luts.size() == 256 * lut_steps.size(),
+                absl::InvalidArgumentError(
+                    std::string(kOp) + ": output_luts must have 256 entries per "
+                    "lut_steps entry (" + std::to_string(256 * lut_steps.size()) +
+                    "), got " + std::to_string(luts.size())));
 
     // last_reader_[k]: the last step reading source k (-1: none).
     last_reader_.assign(steps_ + 1, -1);
@@ -296,6 +312,11 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       v.activation_mode = activations[i];
       v.output_min = mins[i];
       v.output_max = maxes[i];
+      const auto lut = std::lower_bound(lut_steps.begin(), lut_steps.end(), i);
+      if (lut != lut_steps.end() && *lut == i) {
+        const int64_t at = 256 * (lut - lut_steps.begin());
+        v.output_lut.assign(luts.begin() + at, luts.begin() + at + 256);
+      }
       OP_REQUIRES_OK(ctx, InStep(i, MakeConvAttrs(v, &attrs_[i])));
     }
     // A step whose input is an earlier step's output that Relu or

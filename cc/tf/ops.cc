@@ -488,6 +488,8 @@ CPU only. What the Keras layers run when their variables live on the CPU.
       .Attr("activation_modes: list(string)")         \
       .Attr("output_mins: list(int)")                 \
       .Attr("output_maxes: list(int)")                \
+      .Attr("lut_steps: list(int) = []")              \
+      .Attr("output_luts: list(int) = []")            \
       .SetShapeFn(ConvSequenceShape)
 
 REGISTER_OP("ResourceFusedInt8ConvSequence")
@@ -503,7 +505,9 @@ is the last step's. Step i's conv_input is source input_sources[i] (0 =
 conv_input, k >= 1 = the output of step k - 1, an earlier step), its side
 input source side_sources[i] (-1 = none). Its attrs are the single op's, one
 entry (strides, dilations: height and width; explicit_paddings: top, bottom,
-left, right, 0 unless its padding is EXPLICIT) per step.
+left, right, 0 unless its padding is EXPLICIT) per step. The steps listed in
+lut_steps (increasing) have an output_lut each, the next 256 values of
+output_luts, as the single op's output_lut; the others have none.
 
 The weights are two resource variables: `filters`, int8 [F], every step's
 HWIO filter of filter_shapes[4i..4i+3] = (Kh, Kw, Ci / groups, Co) in step
