@@ -696,6 +696,74 @@ void TestDepthwise3x3Blocks() {
   std::printf("depthwise 3x3 blocks: %d runs checked\n", runs);
 }
 
+// The 5x5 depthwise VPDPBUSD kernel (whole 64-channel blocks, groups of 4
+// pixels at stride 1 and 2 at stride 2 whose eight columns lie inside the
+// image; borders, the rest of a row and the channels past the blocks run
+// the 16-channel kernel): one to three blocks with and without 16 / 48 more
+// channels, 672 (EfficientNet's), rows from 1 to 40 columns (no group, one,
+// several, with borders of 0 to 4 columns), 1 to 9 rows (filter rows cut by
+// the top and bottom), SAME / VALID / explicit asymmetric padding, batch 2,
+// side input, Relu or none, operands at the extremes, and inputs in [0, 127]
+// told as such (unflipped bytes, no correction) or not.
+void TestDepthwise5x5Blocks() {
+  std::mt19937 rng(55);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672};
+  constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
+  int runs = 0;
+  for (int iter = 0; iter < 24 * kCounts; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1 + iter % 2;
+    g.in_c = g.out_c = g.groups = channel_counts[iter % kCounts];
+    g.filter_h = g.filter_w = 5;
+    g.stride_h = g.stride_w = 1 + (iter / kCounts) % 2;
+    g.in_h = uni(1, 9);
+    g.in_w = iter < 2 * kCounts ? 1 + iter % 8 : uni(5, 40);
+    if (g.in_c == 672) g.in_h = std::min<int64_t>(g.in_h, 4);
+    const int pad_kind = (iter / (2 * kCounts)) % 3;
+    Padding padding = pad_kind == 0 ? Padding::kSame
+                      : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
+    if (padding == Padding::kExplicit) {
+      g.pad_top = uni(0, 4); g.pad_bottom = uni(0, 4);
+      g.pad_left = uni(0, 4); g.pad_right = uni(0, 4);
+      if (g.in_h + g.pad_top + g.pad_bottom < 5) g.pad_bottom = 5 - g.in_h;
+      if (g.in_w + g.pad_left + g.pad_right < 5) g.pad_right = 5 - g.in_w;
+    }
+    if (padding == Padding::kValid) {
+      g.in_h = std::max<int64_t>(g.in_h, 5);
+      g.in_w = std::max<int64_t>(g.in_w, 5);
+    }
+    EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
+    Buffers b;
+    const int operands = iter % 4;
+    const bool side = iter % 3 == 0;
+    FillOperands(g, operands, /*mixed_period=*/3, side, &rng, &b);
+    const int told = (iter / 3) % 3;  // 0: signed input; 1, 2: in [0, 127]
+    if (told) {
+      for (auto& x : b.input) x = static_cast<int8_t>(x & 0x7f);
+    }
+    b.scale.resize(static_cast<size_t>(g.out_c));
+    for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -11);
+    b.bias.resize(static_cast<size_t>(g.out_c));
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    PointAt(b, side ? 0.5f : 0.0f, &a);
+    a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
+    a.input_non_negative = told == 1;
+    char what[160];
+    std::snprintf(what, sizeof(what),
+                  "depthwise 5x5 n%ld %ldx%ldx%ld s%ld pad %d (%ld %ld %ld %ld) operands %d "
+                  "told %d",
+                  long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c),
+                  long(g.stride_w), pad_kind, long(g.pad_top), long(g.pad_bottom),
+                  long(g.pad_left), long(g.pad_right), operands, told);
+    runs += CheckAllPaths(a, what);
+  }
+  std::printf("depthwise 5x5 blocks: %d runs checked\n", runs);
+}
+
 // The vector epilogues against EpilogueScalar on the values that matter:
 // NaN, +-Inf, huge, ties at .5, -0, denormals, in scales and biases.
 // Each lookup-table body this CPU runs against the table itself: every
@@ -3281,6 +3349,7 @@ int main() {
   TestGemv();
   TestChannelTails();
   TestDepthwise3x3Blocks();
+  TestDepthwise5x5Blocks();
   TestDepthwiseOnePixel();
   TestDepthwiseUniformTaps();
   TestWinogradEdges();

@@ -821,7 +821,231 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   }
 }
 
+// ------------------------------------------------ 5x5 interior, u8 VPDPBUSD
+//
+// 5x5, stride 1 or 2, dilation 1 (EfficientNet's and MobileNetV3's 5x5
+// depthwise layers), the full 64-channel blocks: as the 3x3 interior, a lane
+// holds four horizontally adjacent input pixels of one channel, two such
+// dwords per filter row and 64 channels (D0 = columns ix0 .. ix0 + 3, D1 =
+// ix0 + 4 .. ix0 + 7, 8 unpacks each), and output pixel ox + p, whose window
+// starts r = kS * p columns into them, is D0 . a_r + D1 . b_r with the row's
+// weights shifted by r:
+//   r = 0: a = (w0, w1, w2, w3), b = (w4, 0, 0, 0)
+//   r = 1: a = (0, w0, w1, w2), b = (w3, w4, 0, 0)
+//   r = 2: a = (0, 0, w0, w1), b = (w2, w3, w4, 0)
+//   r = 3: a = (0, 0, 0, w0), b = (w1, w2, w3, w4)
+// so a group of 4 pixels (stride 1) costs 8 loads, 16 unpacks and 32
+// VPDPBUSD per filter row and 64 channels (2 pixels at stride 2: the same
+// loads and unpacks, 16 VPDPBUSD), where the one-tap-per-lane kernel takes
+// 5 loads + sign extensions and 5 VPDPWSSD per pixel and 16 channels.
+// Exactness as the 3x3 interior's: u8 (x + 128) times s8 w, four products
+// summed per lane (|4 * 255 * 128| < 2^31), -128 * (w0 + ... + w4) added
+// per valid filter row (each of the five taps meets every pixel exactly
+// once across a and b); zero weight bytes make the other columns count
+// nothing; 25 taps cannot overflow int32. Border columns are padding
+// vectors (Interior5x5); the channels past the last full block run the
+// 16-channel kernel.
+struct alignas(64) Block5x5 {
+  __m512i w[5][4][2][4];  // [ky][r][a, b][j]
+  __m512i corr[5][4];     // -128 * (w0 + ... + w4) of filter row ky
+  float scale[kBlock], bias[kBlock];
+};
+
+bool Use5x5Interior(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  return d.channels >= kBlock && g.filter_h == 5 && g.filter_w == 5 &&
+         g.dilation_h == 1 && g.dilation_w == 1 &&
+         (g.stride_w == 1 || g.stride_w == 2);
+}
+
+void Prepare5x5(const DepthwiseRowArgs& d, Block5x5* blocks) {
+  const int64_t cc = d.channels;
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+    Block5x5& blk = blocks[bi];
+    const int64_t c0 = bi * kBlock;
+    for (int ky = 0; ky < 5; ++ky) {
+      __m512i w[5];
+      for (int kx = 0; kx < 5; ++kx) {
+        w[kx] = LoadWeights(d.filter + (ky * 5 + kx) * cc + c0, kBlock);
+      }
+      Interleave4(w[0], w[1], w[2], w[3], blk.w[ky][0][0]);
+      Interleave4(w[4], zero, zero, zero, blk.w[ky][0][1]);
+      Interleave4(zero, w[0], w[1], w[2], blk.w[ky][1][0]);
+      Interleave4(w[3], w[4], zero, zero, blk.w[ky][1][1]);
+      Interleave4(zero, zero, w[0], w[1], blk.w[ky][2][0]);
+      Interleave4(w[2], w[3], w[4], zero, blk.w[ky][2][1]);
+      Interleave4(zero, zero, zero, w[0], blk.w[ky][3][0]);
+      Interleave4(w[1], w[2], w[3], w[4], blk.w[ky][3][1]);
+      for (int j = 0; j < 4; ++j) {
+        // w0 + ... + w4 per lane (u8 ones times the signed weight bytes).
+        const __m512i sum = _mm512_dpbusd_epi32(
+            _mm512_dpbusd_epi32(zero, ones, blk.w[ky][0][0][j]), ones, blk.w[ky][0][1][j]);
+        blk.corr[ky][j] = _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, 7));
+      }
+    }
+    for (int64_t p = 0; p < kBlock; ++p) {
+      const int64_t ch = c0 + ZmmU8LaneChannel(p);
+      blk.scale[p] = d.scale[ch];
+      blk.bias[p] = d.bias[ch];
+    }
+  }
+}
+
+// One 64-channel block of one output row, in groups of kP pixels (4 at
+// stride 1, 2 at stride 2), borders included: a column outside the image
+// is the vector of zero activations (0x80 after the flip, whose taps the
+// row's correction takes off again, as in Interior3x3::Pair), and a group
+// past the row's end stores only its pixels.
+template <bool kClampHi, bool kFlip, int kS>
+struct Interior5x5 {
+  static constexpr int kP = kS == 1 ? 4 : 2;
+  const DepthwiseRowArgs* d;
+  const Block5x5* blk;
+  const Epilogue512Consts* k;
+  const int8_t* image;  // the row's batch element
+  int64_t iy0, ky0, ky1;
+  int64_t c0;
+  int8_t* out_row;
+  const int8_t* side_row;
+  __m512i start[4];  // the accumulators' start: the valid rows' corrections
+
+  void SetRow() {
+    for (int j = 0; j < 4; ++j) {
+      start[j] = _mm512_setzero_si512();
+      if (kFlip) {
+        for (int64_t ky = ky0; ky < ky1; ++ky) {
+          start[j] = _mm512_add_epi32(start[j], blk->corr[ky][j]);
+        }
+      }
+    }
+  }
+
+  // kFullRows: all five filter rows inside the image (a compile-time loop,
+  // whose kP * 4 accumulators stay in registers); kChecked: some of the
+  // eight columns may lie outside the image; npix: the pixels to store.
+  template <bool kFullRows, bool kChecked>
+  __attribute__((always_inline)) void Group(int64_t ox, int npix) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int64_t ix0 = ox * kS - g.pad_left;
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i acc[kP][4];
+#pragma GCC unroll 4
+    for (int p = 0; p < kP; ++p) {
+      for (int j = 0; j < 4; ++j) acc[p][j] = start[j];
+    }
+    const int64_t ky_begin = kFullRows ? 0 : ky0;
+    const int64_t ky_end = kFullRows ? 5 : ky1;
+#pragma GCC unroll 5
+    for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
+      // An offset, not a pointer: ix0 may be negative, and a column outside
+      // the image is neither addressed nor read.
+      const int64_t row_off = ((iy0 + ky) * g.in_w + ix0) * cc + c0;
+      __m512i x[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) {
+          x[c] = kFlip ? flip : _mm512_setzero_si512();
+        } else {
+          x[c] = _mm512_loadu_si512(image + row_off + c * cc);
+          if (kFlip) x[c] = _mm512_xor_si512(x[c], flip);
+        }
+      }
+      __m512i u0[4], u1[4];
+      Interleave4(x[0], x[1], x[2], x[3], u0);
+      Interleave4(x[4], x[5], x[6], x[7], u1);
+#pragma GCC unroll 4
+      for (int p = 0; p < kP; ++p) {
+        const int r = kS * p;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc[p][j] = _mm512_dpbusd_epi32(acc[p][j], u0[j], blk->w[ky][r][0][j]);
+          acc[p][j] = _mm512_dpbusd_epi32(acc[p][j], u1[j], blk->w[ky][r][1][j]);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < kP; ++p) {
+      if (p >= npix) break;
+      const int64_t o = (ox + p) * cc + c0;
+      Epilogue64<kClampHi>(acc[p][0], acc[p][1], acc[p][2], acc[p][3], blk->scale,
+                           blk->bias, side_row != nullptr ? side_row + o : nullptr, *k,
+                           ~__mmask64{0}, out_row + o);
+    }
+  }
+
+  template <bool kFullRows>
+  void RunRows(int64_t out_w) const {
+    const ConvGeometry& g = *d->geo;
+    for (int64_t ox = 0; ox < out_w; ox += kP) {
+      const int64_t ix0 = ox * kS - g.pad_left;
+      const int npix = static_cast<int>(Min(static_cast<int64_t>(kP), out_w - ox));
+      if (ix0 >= 0 && ix0 + 7 < g.in_w) {
+        Group<kFullRows, false>(ox, npix);
+      } else {
+        Group<kFullRows, true>(ox, npix);
+      }
+    }
+  }
+
+  void Run(int64_t out_w) const {
+    if (ky1 - ky0 == 5) {
+      RunRows<true>(out_w);
+    } else {
+      RunRows<false>(out_w);
+    }
+  }
+};
+
+template <bool kClampHi, bool kFlip, int kS>
+void Rows5x5(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t cc = d.channels;
+  const int64_t nblocks = cc / kBlock;
+  std::vector<Block5x5> local;
+  const Block5x5* blocks = static_cast<const Block5x5*>(d.prepared);
+  if (blocks == nullptr) {  // called without the per-call preparation
+    local.resize(static_cast<size_t>(nblocks));
+    Prepare5x5(d, local.data());
+    blocks = local.data();
+  }
+  const Epilogue512Consts k = Zmm16::MakeConsts(d);
+  const int64_t c_split = nblocks * kBlock;
+  // The channels past the full blocks: the one-tap-per-lane kernel.
+  if (c_split < cc) {
+    Rows16::RunFn run_full, run_part;
+    Rows16::PickInterior(g, &run_full, &run_part);
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      Rows16::Row(d, k, run_full, run_part, r, 0, g.out_w, c_split);
+    }
+  }
+  Interior5x5<kClampHi, kFlip, kS> in;
+  in.d = &d;
+  in.k = &k;
+  // Blocks outer, rows inner (a block's 12 KiB of weights stays in L1).
+  for (int64_t bi = 0; bi < nblocks; ++bi) {
+    in.blk = &blocks[bi];
+    in.c0 = bi * kBlock;
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      const int64_t n = r / g.out_h, oy = r % g.out_h;
+      in.image = d.input + n * g.in_h * g.in_w * cc;
+      in.iy0 = oy * g.stride_h - g.pad_top;
+      in.ky0 = d.ky_range[2 * oy];
+      in.ky1 = d.ky_range[2 * oy + 1];
+      in.out_row = d.output + r * g.out_w * cc;
+      in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+      in.SetRow();
+      in.Run(g.out_w);
+    }
+  }
+}
+
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
+  if (Use5x5Interior(d)) {
+    return static_cast<int64_t>(sizeof(Block5x5)) * (d.channels / kBlock);
+  }
   return Use3x3Interior(d)
              ? static_cast<int64_t>(sizeof(Block3x3)) *
                    (d.channels / kBlock + HalfBlocks(d.channels) +
@@ -830,13 +1054,17 @@ int64_t PrepBytes(const DepthwiseRowArgs& d) {
 }
 
 void PrepFill(const DepthwiseRowArgs& d, void* p) {
-  PrepareBlocks(d, static_cast<Block3x3*>(p));
+  if (Use5x5Interior(d)) {
+    Prepare5x5(d, static_cast<Block5x5*>(p));
+  } else {
+    PrepareBlocks(d, static_cast<Block3x3*>(p));
+  }
 }
 
-// Rows3x3 runs the one-tap-per-lane kernel (widened weights) only on the
-// channels past the last full 64-channel block.
+// Rows3x3 and Rows5x5 run the one-tap-per-lane kernel (widened weights)
+// only on the channels past the last full 64-channel block.
 int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
-  return Use3x3Interior(d) ? d.channels / kBlock * kBlock : 0;
+  return Use3x3Interior(d) || Use5x5Interior(d) ? d.channels / kBlock * kBlock : 0;
 }
 
 }  // namespace
@@ -845,7 +1073,22 @@ extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill,
                                                        PrepWideFrom};
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
-  if (Use3x3Interior(d)) {
+  if (Use5x5Interior(d)) {
+    WithClampHi(d.clamp_hi, [&](auto clamp) {
+      constexpr bool kClampHi = decltype(clamp)::value;
+      if (d.input_non_negative) {
+        if (d.geo->stride_w == 1) {
+          Rows5x5<kClampHi, false, 1>(d);
+        } else {
+          Rows5x5<kClampHi, false, 2>(d);
+        }
+      } else if (d.geo->stride_w == 1) {
+        Rows5x5<kClampHi, true, 1>(d);
+      } else {
+        Rows5x5<kClampHi, true, 2>(d);
+      }
+    });
+  } else if (Use3x3Interior(d)) {
     WithClampHi(d.clamp_hi, [&](auto clamp) {
       if (d.input_non_negative) {
         Rows3x3<decltype(clamp)::value, false>(d);
