@@ -1797,6 +1797,64 @@ void TestDepthwiseOnePixel() {
   std::printf("one-pixel depthwise: %d runs checked\n", runs);
 }
 
+// Global windows with uniform taps (depthwise.cc RunGlobalUniform: the
+// window is the whole image, no padding, every tap of a channel the same
+// weight: quantize_model's global average pooling and EfficientNet's
+// squeeze): acc = w[c] * the channel's sum. Images from 1x1 to 112x112
+// (EfficientNet's largest squeeze), 1 to 1152 channels, batch 1 to 3,
+// weights random per channel or -128 everywhere, activations random or at
+// the extremes (the sum's bound: 12544 * -128 * -128), side input, Relu,
+// an output table; and the same windows with one tap changed (not uniform:
+// the row kernels). Every path, weight mode and partition.
+void TestDepthwiseGlobalUniform() {
+  std::mt19937 rng(91);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t sizes[][2] = {{1, 1}, {1, 5}, {3, 3}, {7, 7}, {14, 14}, {56, 56},
+                              {112, 112}, {9, 4}};
+  const int64_t channel_counts[] = {1, 3, 16, 32, 96, 200, 1152};
+  std::vector<int8_t> lut(256);
+  for (int i = 0; i < 256; ++i) lut[i] = static_cast<int8_t>(127 - i);
+  int runs = 0;
+  for (int iter = 0; iter < 56; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    const int64_t* hw = sizes[iter % 8];
+    g.batch = 1 + iter % 3;
+    g.in_c = g.out_c = g.groups = channel_counts[(iter / 8) % 7];
+    if (hw[0] >= 56 && g.in_c > 200) g.in_c = g.out_c = g.groups = 96;
+    g.in_h = g.filter_h = hw[0];
+    g.in_w = g.filter_w = hw[1];
+    EXPECT(ComputeGeometry(Padding::kValid, &g).empty(), "global geometry");
+    Buffers b;
+    const int operands = iter % 3;  // random, -128 x -128, 127 x -128
+    FillOperands(g, operands, /*mixed_period=*/2, /*side=*/iter % 4 == 1, &rng, &b);
+    const int64_t cc = g.out_c, taps = g.filter_h * g.filter_w;
+    for (int64_t c = 0; c < cc; ++c) {
+      const int8_t w = operands ? int8_t{-128} : static_cast<int8_t>(uni(-128, 127));
+      for (int64_t t = 0; t < taps; ++t) b.filter[t * cc + c] = w;
+    }
+    const bool uniform = iter % 7 != 6;
+    if (!uniform && taps > 1) b.filter[(taps - 1) * cc] ^= 1;
+    const bool per_channel = iter % 2 == 0;
+    b.scale.resize(per_channel ? cc : 1);
+    for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -16 + uni(0, 8));
+    b.bias.resize(static_cast<size_t>(cc));
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    PointAt(b, uni(-100, 100) / 64.0f, &a);
+    a.per_channel_scale = per_channel;
+    a.activation = iter % 4 < 2 ? Activation::kRelu : Activation::kNone;
+    a.output_lut = iter % 5 == 3 ? lut.data() : nullptr;
+    char what[128];
+    std::snprintf(what, sizeof(what), "global depthwise n%ld %ldx%ldx%ld operands %d %s",
+                  long(g.batch), long(g.in_h), long(g.in_w), long(cc), operands,
+                  uniform ? "uniform" : "one tap changed");
+    runs += CheckAllPaths(a, what);
+  }
+  std::printf("global uniform depthwise: %d runs checked\n", runs);
+}
+
 // Explicit padding of 0..max_pad per side for g (TestPaddedInput,
 // TestInPlaceRows), raised at the bottom and right where the padded input
 // would be smaller than the eh x ew window.
@@ -3351,6 +3409,7 @@ int main() {
   TestDepthwise3x3Blocks();
   TestDepthwise5x5Blocks();
   TestDepthwiseOnePixel();
+  TestDepthwiseGlobalUniform();
   TestDepthwiseUniformTaps();
   TestWinogradEdges();
   TestWinogradEligibility();
