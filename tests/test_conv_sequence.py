@@ -935,3 +935,127 @@ def test_step_times_are_recorded_only_when_asked(tmp_path):
   assert len([l for l in lines if " 3x3x1x24 " in l]) == 3, r.stdout
   assert "2x12x10x3 3x3x3x8 s2" in r.stdout
   assert lines[-1].startswith("steps: 10, their sum"), r.stdout
+
+
+def _channel_scale_chain(rng, c=24, gate_scale=0.0078125, ratio=1.7):
+  """x -> a (3x3 conv) -> squeeze (a global average as a uniform depthwise
+  conv, [N, 1, 1, c]) -> gate (1x1 conv with a sigmoid-like table) ->
+  channel scale of a by the gate -> project (1x1) with a's output as side
+  input -> a second channel scale of the projection by the same gate."""
+  table = np.clip(np.round(127 / (1 + np.exp(-np.arange(-128, 128) / 24.0))),
+                  -128, 127).astype(int).tolist()
+  convs = [QFC(c, 3, padding="same", activation="relu"),
+           QFC(c, (6, 5), padding="valid", groups=c),
+           QFC(c, 1, output_lut=table),
+           {"channel_scale": {"channels": c, "gate_scale": gate_scale,
+                              "ratio": ratio}},
+           QFC(c, 1, use_side_input=True),
+           {"channel_scale": {"channels": c, "gate_scale": gate_scale,
+                              "ratio": -ratio}}]
+  ins, sides = [0, 1, 2, 1, 4, 5], [-1, -1, -1, 3, 1, 3]
+  shapes = {0: (2, 6, 5, 8), 1: (2, 6, 5, c), 2: (2, 1, 1, c), 3: (2, 1, 1, c),
+            4: (2, 6, 5, c)}
+  for k, conv in enumerate(convs):
+    if isinstance(conv, dict):
+      continue
+    conv.build(shapes[ins[k]])
+    w = [rng.integers(-128, 128, conv.kernel.shape).astype(np.int8),
+         rng.normal(0, 4, (c,)).astype(np.float32),
+         rng.uniform(2e-4, 4e-3, conv.conv_input_scale.shape).astype(np.float32)]
+    if k == 1:  # a global average: one weight per channel
+      w[0] = np.broadcast_to(rng.integers(-128, 128, (1, 1, 1, c)),
+                             w[0].shape).astype(np.int8)
+    if conv.use_side_input:
+      w.append(np.float32(0.5))
+    conv.set_weights(w)
+  return convs, ins, sides
+
+
+def numpy_channel_scale_chain(x, convs, ins, sides):
+  outs = [x]
+  for conv, src, side in zip(convs, ins, sides):
+    if isinstance(conv, dict):
+      step = conv["channel_scale"]
+      g = outs[side].astype(np.float32) * np.float32(step["gate_scale"])
+      m = g * np.float32(step["ratio"])
+      with np.errstate(all="ignore"):
+        y = np.clip(np.rint(outs[src].astype(np.float32) * m), -128, 127)
+      outs.append(y.astype(np.int8))
+    else:
+      outs.append(numpy_chain(outs[src], [conv], [0], [-1]) if side < 0 else
+                  numpy_chain_with_side(outs[src], conv, outs[side]))
+  return outs[-1]
+
+
+def numpy_chain_with_side(x, conv, side):
+  w = conv.get_weights()
+  return reference.fused_conv2d_reference(
+      x, w[0], w[1], side_input=side, conv_input_scale=w[2],
+      side_input_scale=w[3], strides=conv.strides, padding=conv.padding.upper(),
+      activation="None" if conv.activation is None else "Relu",
+      dilations=conv.dilation_rate, output_min=conv.output_min,
+      output_max=conv.effective_output_max())
+
+
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_channel_scale_steps_match_the_reference(path):
+  """Channel scale steps (the op's step_kinds 1) between conv steps, the
+  gate from a table step, read by two of them (one of negative ratio),
+  eagerly, in a graph, from the step plan (calls 2 and 3) and with the
+  layers' fallback of single ops; batch 2 (slices on two threads) and 3."""
+  rng = np.random.default_rng(31)
+  chain = _channel_scale_chain(rng)
+  seq = Sequence(*chain)
+  fn = tf.function(seq)
+  with op_harness.forced_kernel(path):
+    for n in (2, 3, 2):
+      x = rng.integers(-128, 128, (n, 6, 5, 8)).astype(np.int8)
+      want = numpy_channel_scale_chain(x, *chain)
+      assert len(np.unique(want)) > 30
+      op_harness.assert_same_bits(seq(tf.constant(x)).numpy(), want, f"{path} eager n={n}")
+      op_harness.assert_same_bits(fn(tf.constant(x)).numpy(), want, f"{path} graph n={n}")
+  ops = _graph_ops(fn, tf.constant(x))
+  assert ops["ResourceFusedInt8ConvSequence"] == 1 and ops["FusedInt8ChannelScale"] == 0
+
+
+def test_channel_scale_steps_fall_back_to_single_ops(monkeypatch):
+  rng = np.random.default_rng(32)
+  chain = _channel_scale_chain(rng)
+  seq = Sequence(*chain)
+  x = rng.integers(-128, 128, (2, 6, 5, 8)).astype(np.int8)
+  want = numpy_channel_scale_chain(x, *chain)
+  monkeypatch.setattr(ops_lib, "_cpu_variable", lambda *a: False)
+  op_harness.assert_same_bits(seq(tf.constant(x)).numpy(), want, "single ops")
+
+
+def test_channel_scale_steps_are_checked():
+  rng = np.random.default_rng(33)
+  convs, ins, sides = _channel_scale_chain(rng)
+  with pytest.raises(ValueError, match="its input_sources and side_sources"):
+    Sequence(convs, ins, sides[:3] + [-1] + sides[4:])
+  bad = list(convs)
+  bad[3] = {"channel_scale": {"channels": 24, "gate_scale": 0.1}}
+  with pytest.raises(ValueError, match="must be a channel scale"):
+    Sequence(bad, ins, sides)
+  bad[3] = {"channel_scale": {"channels": 24, "gate_scale": 0.1, "ratio": np.inf}}
+  with pytest.raises(ValueError, match="finite gate_scale and ratio"):
+    Sequence(bad, ins, sides)
+  # The gate must be [N, 1, 1, C]: here the 3x3 conv's output.
+  with pytest.raises(ValueError, match=r"step 3 \(a channel scale of 24 channels\) needs"):
+    Sequence(convs, ins, sides[:3] + [1] + sides[4:]).build((2, 6, 5, 8))
+  seq = Sequence(convs, ins, sides)
+  x = rng.integers(-128, 128, (2, 6, 5, 8)).astype(np.int8)
+  seq.build(x.shape)
+  kinds = seq._op_attrs["step_kinds"]  # pylint: disable=protected-access
+  assert kinds == [0, 0, 0, 1, 0, 1]
+  _bad(seq, x, r"step_kinds\[3\] must be 0 \(a convolution\) or 1",
+       step_kinds=kinds[:3] + [2] + kinds[4:])
+  _bad(seq, x, "step_kinds must have 1 entry per step", step_kinds=kinds[:5])
+  _bad(seq, x, r"step 2: a channel scale step \(step_kinds 1\) needs its gate",
+       step_kinds=[0, 0, 1, 1, 0, 1])
+  # The gate source at run time: the 3x3 conv's output, not [N, 1, 1, C].
+  args = _tensor_op_args(seq)
+  shapes = list(args["filter_shapes"])
+  _bad(seq, x, r"step 3: channel scale: its gate \(source 1\) must be int8 \[2, 1, 1, 24\]",
+       side_sources=sides[:3] + [1] + sides[4:])
+  del shapes

@@ -229,3 +229,45 @@ def test_gate_multiply_of_a_float_tensor_stays_float():
         model, test_quantization.images(8, 3, (6, 6, 8)), verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert "Int8ChannelMultiply" not in kinds and "Multiply" in kinds, kinds
+
+
+def test_fused_blocks_are_one_sequence_with_channel_scale_steps(quantized, tmp_path):
+  """fuse_conv_sequences runs the squeeze-excite blocks inside one sequence:
+  the squeeze (a global average as a conv) read through its Int8Reshape
+  pair, the gate's Dequantize and the Int8ChannelMultiply as a channel
+  scale step (layers.QuantizedConvSequence, the op's step_kinds 1); the
+  same bits as the quantized model, eagerly, in a tf.function, frozen
+  (InferenceRunner), at batch 1 to 3 (2: batch slices on two threads), and
+  after a .keras / SavedModel round trip."""
+  _, qmodel, _ = quantized
+  fused = quantization.fuse_conv_sequences(qmodel)
+  seqs = [l for l in fused.layers
+          if isinstance(l, tf_fused_int8.layers.QuantizedConvSequence)]
+  assert len(seqs) == 1, [l.name for l in fused.layers]
+  configs = seqs[0].conv_configs
+  scales = [c["channel_scale"] for c in configs if "channel_scale" in c]
+  assert len(configs) == 1 + 2 * 7 and len(scales) == 2, configs
+  for b, step in enumerate(scales):
+    excite = qmodel.get_layer(f"b{b}_se_excite")
+    deq = excite._inbound_nodes[0].input_tensors[1]._keras_history[0]  # pylint: disable=protected-access
+    assert step == {"channels": 48, "gate_scale": deq.scale, "ratio": excite.ratio}
+  kinds = [type(l).__name__ for l in fused.layers]
+  before = [type(l).__name__ for l in qmodel.layers]
+  # The gates' two Dequantizes are gone (the outputs' stay).
+  assert "Int8ChannelMultiply" not in kinds, kinds
+  assert kinds.count("Dequantize") == before.count("Dequantize") - 2, kinds
+  with pytest.raises(ValueError, match="is a channel scale"):
+    seqs[0].conv_weights(configs.index({"channel_scale": scales[0]}))
+  f = tf.function(lambda t: fused(t, training=False))
+  runner = tf_fused_int8.InferenceRunner(fused)
+  for n in (1, 2, 3):
+    x = images(n, seed=20 + n)
+    want = {k: np.asarray(v) for k, v in qmodel(x).items()}
+    for how, got in (("eager", fused(x)), ("tf.function", f(tf.constant(x)))):
+      for k in want:
+        np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"{how} {k} n={n}")
+    got = runner(x)
+    got = got if isinstance(got, dict) else dict(zip(sorted(want), got))
+    for k in want:
+      np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"runner {k} n={n}")
+  layer_helpers.assert_keras_and_saved_model_round_trip(fused, images(2, seed=4), tmp_path)

@@ -999,6 +999,50 @@ class QuantizedDense(QuantizedFusedConv2D):
     return config
 
 
+def _is_channel_scale(conv):
+  """Whether a QuantizedConvSequence step (a layer, a config or a channel
+  scale) is a channel scale: {"channel_scale": {"channels": C,
+  "gate_scale": s_g, "ratio": r}} (a squeeze-excite gate applied as
+  quantize_model's Dequantize + Int8ChannelMultiply compute it)."""
+  return isinstance(conv, dict) and set(conv) == {"channel_scale"}
+
+
+def _channel_scale_step(conv, k):
+  """The channel scale step's checked factors."""
+  step = conv["channel_scale"]
+  try:
+    c = int(step["channels"])
+    gate_scale = float(np.float32(step["gate_scale"]))
+    ratio = float(np.float32(step["ratio"]))
+  except (KeyError, TypeError, ValueError):
+    raise ValueError(
+        f"QuantizedConvSequence: convs[{k}] must be a channel scale "
+        f'{{"channel_scale": {{"channels": C, "gate_scale": s, "ratio": r}}}}, '
+        f"got {conv!r}") from None
+  if c < 1 or not (np.isfinite(gate_scale) and np.isfinite(ratio)):
+    raise ValueError(
+        f"QuantizedConvSequence: convs[{k}]: a channel scale needs channels >= 1 "
+        f"and finite gate_scale and ratio, got {step!r}")
+  return dict(channels=c, gate_scale=gate_scale, ratio=ratio)
+
+
+def _channel_scale_shape(name, k, channels, x_shape, gate_shape):
+  """A channel scale step's output shape (its input's): x [N, H, W, C],
+  gate [N, 1, 1, C]."""
+  x_shape, gate_shape = tuple(x_shape), tuple(gate_shape)
+  ok = len(x_shape) == 4 and len(gate_shape) == 4 and x_shape[3] in (
+      None, channels) and gate_shape[1:3] == (1, 1) and gate_shape[3] in (
+          None, channels)
+  if ok and None not in (x_shape[0], gate_shape[0]):
+    ok = x_shape[0] == gate_shape[0]
+  if not ok:
+    raise ValueError(
+        f"QuantizedConvSequence '{name}': step {k} (a channel scale of "
+        f"{channels} channels) needs an input [N, H, W, {channels}] and a gate "
+        f"[N, 1, 1, {channels}], got {x_shape} and {gate_shape}")
+  return x_shape[:3] + (channels,)
+
+
 def conv_sequence_layout(filter_shapes, per_channel_scales, side_flags):
   """Where ResourceFusedInt8ConvSequence finds each step's weights.
 
@@ -1079,6 +1123,19 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
           f"{len(side_sources)}")
     configs, pending = [], []
     for k, conv in enumerate(convs):
+      if _is_channel_scale(conv):
+        step = _channel_scale_step(conv, k)
+        src, side = input_sources[k], side_sources[k]
+        if not 0 <= src <= k or not 0 <= side <= k:
+          raise ValueError(
+              f"QuantizedConvSequence: convs[{k}] is a channel scale: its "
+              f"input_sources and side_sources (the gate) must be 0 or an "
+              f"earlier layer's output (1..{k}), got {src} and {side}")
+        configs.append({"channel_scale": step})
+        c = step["channels"]
+        pending.append([np.zeros((1, 1, 1, c), np.int8), np.zeros(c, np.float32),
+                        np.float32(step["gate_scale"]), np.float32(step["ratio"])])
+        continue
       if isinstance(conv, dict):
         conv = QuantizedFusedConv2D.from_config(conv)
       if type(conv) is not QuantizedFusedConv2D:  # pylint: disable=unidiomatic-typecheck
@@ -1109,14 +1166,28 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
     self._layout = None
 
   def _templates(self):
-    """Unbuilt QuantizedFusedConv2D twins (shapes and attrs only)."""
-    return [QuantizedFusedConv2D.from_config(c) for c in self.conv_configs]
+    """Unbuilt QuantizedFusedConv2D twins (shapes and attrs only); a channel
+    scale's is a 1x1 depthwise conv with a side input (the op's encoding of
+    it: the same attrs and weight slots)."""
+    out = []
+    for c in self.conv_configs:
+      if _is_channel_scale(c):
+        n = c["channel_scale"]["channels"]
+        out.append(QuantizedFusedConv2D(n, 1, groups=n, use_side_input=True,
+                                        per_channel_scale=False))
+      else:
+        out.append(QuantizedFusedConv2D.from_config(c))
+    return out
 
   def _shapes(self, input_shape, templates):
     """The sources' shapes: the input's, then each layer's output."""
     shapes = [tuple(input_shape)]
-    for conv, src, side in zip(templates, self.input_sources,
-                               self.side_sources):
+    for k, (conv, src, side) in enumerate(zip(templates, self.input_sources,
+                                              self.side_sources)):
+      if _is_channel_scale(self.conv_configs[k]):
+        shapes.append(_channel_scale_shape(self.name, k, conv.filters,
+                                           shapes[src], shapes[side]))
+        continue
       out = conv.compute_output_shape(shapes[src])
       if side >= 0:
         out = conv._side_shape(out, shapes[side])  # pylint: disable=protected-access
@@ -1143,9 +1214,11 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
     # Each step's attrs, and the op's (flattened) attrs: once, not per call.
     self._steps = [
         dict(self._step_attrs(t), input_source=src, side_source=side,
-             filter_shape=shape, per_channel_scale=t.per_channel_scale)
-        for t, src, side, shape in zip(templates, self.input_sources,
-                                       self.side_sources, filter_shapes)]
+             filter_shape=shape, per_channel_scale=t.per_channel_scale,
+             kind=1 if _is_channel_scale(config) else 0)
+        for t, src, side, shape, config in zip(
+            templates, self.input_sources, self.side_sources, filter_shapes,
+            self.conv_configs)]
     self._op_attrs = ops_lib._conv_sequence_attrs(self._steps)  # pylint: disable=protected-access
     # The layers' weights (when they were built) as the initial values: a
     # build inside a tf.function's first trace creates the variables with
@@ -1195,7 +1268,12 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
 
   def conv_weights(self, k):
     """convs[k]'s weights, as QuantizedFusedConv2D.get_weights() lists
-    them: kernel, bias, conv_input_scale (and side_input_scale)."""
+    them: kernel, bias, conv_input_scale (and side_input_scale). (A channel
+    scale step has none: its factors are in its config.)"""
+    if _is_channel_scale(self.conv_configs[k]):
+      raise ValueError(
+          f"QuantizedConvSequence '{self.name}': step {k} is a channel scale "
+          f"(no convolution weights; its factors are conv_configs[{k}])")
     if self._layout is None:
       raise ValueError(
           f"QuantizedConvSequence '{self.name}' is not built yet: call it on "
@@ -1253,6 +1331,12 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
     f, e = tf.convert_to_tensor(filters), tf.convert_to_tensor(epilogue)
     outs = [inputs]
     for step, l in zip(self._steps, self._layout):
+      if step["kind"] == 1:
+        # Dequantize's multiply, then Int8ChannelMultiply's (float32 each).
+        gate = tf.cast(outs[step["side_source"]], tf.float32) * e[l["scale"]]
+        outs.append(ops_lib.channel_scale_int8(outs[step["input_source"]],
+                                               gate * e[l["side_scale"]]))
+        continue
       shape = step["filter_shape"]
       size = int(np.prod(shape))
       co = shape[3]

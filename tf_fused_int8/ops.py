@@ -425,10 +425,12 @@ def _conv_sequence_attrs(steps):
   strides and dilations (height, width), padding ("SAME", "VALID" or
   "EXPLICIT"), explicit_pads (top, bottom, left, right), activation_mode,
   output_min, output_max, and optionally output_lut (None or 256 int8
-  values). Computed once per layer (``layers.QuantizedConvSequence.build``),
-  not per call."""
+  values) and kind (1: a channel scale; the op's step_kinds). Computed once
+  per layer (``layers.QuantizedConvSequence.build``), not per call."""
   luts = [(k, s["output_lut"]) for k, s in enumerate(steps)
           if s.get("output_lut") is not None]
+  kinds = [int(s.get("kind", 0)) for s in steps]
+  extra = dict(step_kinds=kinds) if any(kinds) else {}
   return dict(
       steps=len(steps),
       input_sources=[int(s["input_source"]) for s in steps],
@@ -443,7 +445,8 @@ def _conv_sequence_attrs(steps):
       output_mins=[int(s["output_min"]) for s in steps],
       output_maxes=[int(s["output_max"]) for s in steps],
       lut_steps=[k for k, _ in luts],
-      output_luts=[int(v) for _, lut in luts for v in lut])
+      output_luts=[int(v) for _, lut in luts for v in lut],
+      **extra)
 
 
 def _conv_sequence(conv_input, filters, epilogue, attrs, name=None):

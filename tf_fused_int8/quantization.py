@@ -2286,6 +2286,119 @@ def _sequence_step(node):
   return x, side
 
 
+class _Steps:
+  """What fuse_conv_sequences can run as sequence steps, over `graph`: the
+  QuantizedFusedConv2D nodes (_sequence_step), and each Int8ChannelMultiply
+  whose gate is a Dequantize of an int8 tensor read by it alone (a channel
+  scale step: the squeeze-excite gate applied as those two layers compute
+  it). Int8Reshape chains that give back their source's shape (the squeeze's
+  [N, 1, 1, C] -> [N, C] -> [N, 1, 1, C], each link read only by the next)
+  read as their source, and such a chain or a gate's Dequantize as the
+  nodes that read them (absorbed: they vanish inside a sequence)."""
+
+  def __init__(self, graph):
+    self.graph = graph
+    self.alias = {}      # id(chain's last output) -> its source tensor
+    self.chain_of = {}   # id(absorbed node) -> (its chain's nodes, last output)
+    for node in graph.nodes:
+      if type(node.operation) is not Int8Reshape:  # pylint: disable=unidiomatic-typecheck
+        continue
+      chain, cur = [node], _single_tensor_call(node)
+      while cur is not None:
+        prev = graph.producer.get(id(cur))
+        if (prev is None or type(prev.operation) is not Int8Reshape or  # pylint: disable=unidiomatic-typecheck
+            graph.sole_consumer(cur) is not chain[0]):
+          break
+        x = _single_tensor_call(prev)
+        if x is None:
+          break
+        chain.insert(0, prev)
+        cur = x
+      if cur is None or len(node.outputs) != 1:
+        continue
+      out = node.outputs[0]
+      if tuple(cur.shape) == tuple(out.shape) and len(cur.shape) == 4:
+        self.alias[id(out)] = cur
+        self.chain_of[id(chain[0])] = (chain, out)
+    self.gate_of = {}  # id(Int8ChannelMultiply node) -> (x, gate, Dequantize node)
+    for node in graph.nodes:
+      if type(node.operation) is not Int8ChannelMultiply or len(  # pylint: disable=unidiomatic-typecheck
+          node.input_tensors) != 2 or len(node.outputs) != 1:
+        continue
+      x, d = node.input_tensors
+      deq = graph.producer.get(id(d))
+      if (deq is None or type(deq.operation) is not Dequantize or  # pylint: disable=unidiomatic-typecheck
+          graph.sole_consumer(d) is not node or id(d) in graph.output_ids):
+        continue
+      g = _single_tensor_call(deq)
+      if g is None or len(g.shape) != 4 or len(x.shape) != 4:
+        continue
+      self.gate_of[id(node)] = (self.resolve(x), self.resolve(g), deq)
+      self.chain_of[id(deq)] = ([deq], None)
+
+  def resolve(self, t):
+    return self.alias.get(id(t), t)
+
+  def step(self, node):
+    """(input, side or gate) of a step node, resolved, or None."""
+    gate = self.gate_of.get(id(node))
+    if gate is not None:
+      return gate[0], gate[1]
+    step = _sequence_step(node)
+    if step is None:
+      return None
+    x, side = step
+    return self.resolve(x), None if side is None else self.resolve(side)
+
+  def consumers(self, t):
+    """The nodes reading t, an absorbed chain's or Dequantize's readers in
+    its place; None where t (or a chain's output) is a model output."""
+    if id(t) in self.graph.output_ids:
+      return None
+    out = []
+    for c in self.graph.consumers.get(id(t), []):
+      absorbed = self.chain_of.get(id(c))
+      if absorbed is None:
+        out.append(c)
+        continue
+      chain, last = absorbed
+      if last is None:  # a gate's Dequantize: read by its channel scale
+        out.extend(self.graph.consumers.get(id(chain[0].outputs[0]), []))
+        continue
+      more = self.consumers(last)
+      if more is None:
+        return None
+      out.extend(more)
+    return out
+
+  def absorbed_by(self, nodes):
+    """The absorbed nodes (chains, Dequantizes) whose every reader is in
+    `nodes` and whose source is one of their outputs."""
+    inside = {id(n) for n in nodes}
+    out = []
+    for n in nodes:
+      for c in self.graph.consumers.get(id(n.outputs[0]), []):
+        absorbed = self.chain_of.get(id(c))
+        if absorbed is None:
+          continue
+        chain, last = absorbed
+        readers = (self.consumers(last) if last is not None else
+                   self.graph.consumers.get(id(chain[0].outputs[0]), []))
+        if readers is not None and readers and all(id(r) in inside for r in readers):
+          out.extend(chain)
+    return out
+
+  def layer(self, node):
+    """The QuantizedConvSequence entry of a step node."""
+    gate = self.gate_of.get(id(node))
+    if gate is None:
+      return node.operation
+    x = gate[0]
+    return {"channel_scale": {"channels": int(x.shape[-1]),
+                              "gate_scale": gate[2].operation.scale,
+                              "ratio": node.operation.ratio}}
+
+
 class _Sequence:
   """A run of conv nodes (graph order) that read only the run's entry tensor
   and each other's outputs."""
@@ -2304,23 +2417,24 @@ class _Sequence:
     return None
 
   @staticmethod
-  def _runs_alone(graph, nodes):
+  def _runs_alone(steps, nodes):
     """Whether `nodes` can be one sequence: each reads only the first
     node's input and the outputs of the nodes before it, and no output but
     the last node's is read outside them (or is a model output)."""
-    known = {id(_sequence_step(nodes[0])[0])}
+    known = {id(steps.step(nodes[0])[0])}
     for node in nodes:
-      x, side = _sequence_step(node)
+      x, side = steps.step(node)
       if id(x) not in known or (side is not None and id(side) not in known):
         return False
       known.add(id(node.outputs[0]))
     inside = {id(n) for n in nodes}
-    return not any(
-        id(n.outputs[0]) in graph.output_ids or any(
-            id(c) not in inside for c in graph.consumers.get(id(n.outputs[0]), []))
-        for n in nodes[:-1])
+    for n in nodes[:-1]:
+      readers = steps.consumers(n.outputs[0])
+      if readers is None or any(id(c) not in inside for c in readers):
+        return False
+    return True
 
-  def segments(self, graph):
+  def segments(self, steps):
     """The run cut into sequences of at least 2 nodes, from the front, each
     as long as it can be (_runs_alone): a node whose output is also read
     outside ends one, and the nodes after it may start the next. (Cutting
@@ -2330,11 +2444,11 @@ class _Sequence:
     out, i, nodes = [], 0, self.nodes
     while i < len(nodes) - 1:
       end = next((j for j in range(len(nodes), i + 1, -1)
-                  if self._runs_alone(graph, nodes[i:j])), None)
+                  if self._runs_alone(steps, nodes[i:j])), None)
       if end is None:
         i += 1
         continue
-      seg = _Sequence(_sequence_step(nodes[i])[0], nodes[i])
+      seg = _Sequence(steps.step(nodes[i])[0], nodes[i])
       seg.nodes = nodes[i:end]
       out.append(seg)
       i = end
@@ -2356,17 +2470,23 @@ def fuse_conv_sequences(model, name=None):
   convolutions become one sequence, a ResNet50's all but the stem.
 
   QuantizedDense layers and every other layer stay as they are and end a
-  run (a conv's ``output_lut`` runs in its step).
+  run (a conv's ``output_lut`` runs in its step), but for a squeeze-excite
+  gate applied by ``Int8ChannelMultiply`` to a Dequantize of an int8 gate
+  (a channel scale step, the same bits) and Int8Reshape pairs that give
+  back their input's shape (read through), so that a quantized
+  EfficientNet's blocks, squeeze-excite included, run as one sequence.
   """
   graph = _Graph(_functional(model))
+  steps = _Steps(graph)
   # A conv joins the run that produced (or starts from) its input when its
   # side input is in that run too; else it starts a run. Runs need not be
   # consecutive in the graph order (parallel branches interleave there):
   # a run is called where its last layer was, and everything it reads is
-  # its entry or its own.
+  # its entry or its own. A channel scale joins like a conv whose side
+  # input is its gate.
   runs, run_of = [], {}
   for node in graph.nodes:
-    step = _sequence_step(node)
+    step = steps.step(node)
     if step is None:
       continue
     x, side = step
@@ -2380,12 +2500,13 @@ def fuse_conv_sequences(model, name=None):
     else:
       continue
     run_of[id(node.outputs[0])] = run
-  runs = [seg for r in runs for seg in r.segments(graph)]
+  runs = [seg for r in runs for seg in r.segments(steps)]
 
   last_of, member = {}, set()
   for run in runs:
     last_of[id(run.nodes[-1])] = run
     member.update(id(n) for n in run.nodes[:-1])
+    member.update(id(n) for n in steps.absorbed_by(run.nodes))
   tensor_of = {}
   inputs = _new_inputs(model, tensor_of)
   names = _UniqueNames(l.name for l in model.layers)
@@ -2397,11 +2518,11 @@ def fuse_conv_sequences(model, name=None):
     if run is not None:
       input_sources, side_sources = [], []
       for n in run.nodes:
-        x, side = _sequence_step(n)
+        x, side = steps.step(n)
         input_sources.append(run.source(x))
         side_sources.append(-1 if side is None else run.source(side))
       seq = QuantizedConvSequence(
-          [n.operation for n in run.nodes], input_sources, side_sources,
+          [steps.layer(n) for n in run.nodes], input_sources, side_sources,
           name=names(f"{run.nodes[0].operation.name}_sequence"))
       tensor_of[id(node.outputs[0])] = seq(tensor_of[id(run.entry)])
       continue

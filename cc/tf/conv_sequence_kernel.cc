@@ -39,6 +39,7 @@
 
 #include <unistd.h>
 
+#include "cc/core/channel_scale.h"
 #include "cc/core/conv_params.h"
 #include "cc/core/fused_conv.h"
 #include "cc/tf/conv_validation.h"
@@ -182,6 +183,54 @@ Tensor View(const Tensor& blob, int64_t offset, int64_t n, const TensorShape& sh
   return view;
 }
 
+// step_kinds: a convolution, or a channel scale (the op doc): out =
+// clip(round_half_to_even(float32(x) * m[n, c])), m[n, c] = (float32(gate[n,
+// c]) * gate_scale) * ratio, two float32 multiplies (a squeeze-excite gate as
+// quantize_model's Dequantize and Int8ChannelMultiply compute it).
+constexpr int64_t kConvStep = 0;
+constexpr int64_t kChannelScaleStep = 1;
+
+// The channel scale's operands: x int8 [N, H, W, C], gate int8 [N, 1, 1, C].
+absl::Status CheckChannelScale(const Tensor& x, const Tensor& gate, int64_t c,
+                               int64_t x_source, int64_t gate_source) {
+  if (x.dtype() != tensorflow::DT_INT8 || x.dims() != 4 || x.dim_size(3) != c) {
+    return absl::InvalidArgumentError(
+        "channel scale: its input (source " + std::to_string(x_source) +
+        ") must be int8 [N, H, W, " + std::to_string(c) + "], got " +
+        tensorflow::DataTypeString(x.dtype()) + " " + x.shape().DebugString());
+  }
+  if (gate.dtype() != tensorflow::DT_INT8 || gate.dims() != 4 ||
+      gate.dim_size(0) != x.dim_size(0) || gate.dim_size(1) != 1 || gate.dim_size(2) != 1 ||
+      gate.dim_size(3) != c) {
+    return absl::InvalidArgumentError(
+        "channel scale: its gate (source " + std::to_string(gate_source) +
+        ") must be int8 [" + std::to_string(x.dim_size(0)) + ", 1, 1, " +
+        std::to_string(c) + "], got " + tensorflow::DataTypeString(gate.dtype()) + " " +
+        gate.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// The channel scale on n images of `pixels` pixels and c channels.
+void RunChannelScaleStep(const int8_t* x, const int8_t* gate, float gate_scale, float ratio,
+                         int64_t n, int64_t pixels, int64_t c, int8_t* out,
+                         const ParallelFor& parallel_for) {
+  if (n * pixels * c == 0) return;
+  std::vector<float> m(static_cast<size_t>(n * c));
+  for (int64_t k = 0; k < n * c; ++k) {
+    const float g = static_cast<float>(gate[k]) * gate_scale;  // Dequantize
+    m[k] = g * ratio;                                           // Int8ChannelMultiply
+  }
+  ChannelScaleArgs a;
+  a.x = x;
+  a.m = m.data();
+  a.out = out;
+  a.batch = n;
+  a.pixels = pixels;
+  a.channels = c;
+  RunChannelScale(a, parallel_for);
+}
+
 // kResource: ResourceFusedInt8ConvSequence (weights in resource variables),
 // else FusedInt8ConvSequence (weights as tensors).
 template <bool kResource>
@@ -190,6 +239,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   explicit FusedInt8ConvSequenceCpuOp(OpKernelConstruction* ctx)
       : OpKernel(ctx) {
     std::vector<int64_t> strides, dilations, pads, mins, maxes, lut_steps, luts;
+    std::vector<int64_t> kinds;
     std::vector<std::string> paddings, activations;
     std::vector<bool> per_channel;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("steps", &steps_));
@@ -206,6 +256,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_maxes", &maxes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("lut_steps", &lut_steps));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_luts", &luts));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("step_kinds", &kinds));
     OP_REQUIRES(ctx, steps_ >= 1,
                 absl::InvalidArgumentError(std::string(kOp) + ": steps must be >= 1"));
     OP_REQUIRES_OK(ctx, CheckLength("input_sources", input_sources_, steps_, 1));
@@ -234,6 +285,18 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                     "lut_steps entry (" + std::to_string(256 * lut_steps.size()) +
                     "), got " + std::to_string(luts.size())));
 
+    if (!kinds.empty()) {
+      OP_REQUIRES_OK(ctx, CheckLength("step_kinds", kinds, steps_, 1));
+    }
+    kinds_.assign(steps_, kConvStep);
+    for (int64_t i = 0; i < static_cast<int64_t>(kinds.size()); ++i) {
+      OP_REQUIRES(ctx, kinds[i] == kConvStep || kinds[i] == kChannelScaleStep,
+                  absl::InvalidArgumentError(
+                      Step(i) + ": step_kinds[" + std::to_string(i) +
+                      "] must be 0 (a convolution) or 1 (a channel scale), got " +
+                      std::to_string(kinds[i])));
+      kinds_[i] = kinds[i];
+    }
     // last_reader_[k]: the last step reading source k (-1: none).
     last_reader_.assign(steps_ + 1, -1);
     attrs_.resize(steps_);
@@ -318,6 +381,23 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         v.output_lut.assign(luts.begin() + at, luts.begin() + at + 256);
       }
       OP_REQUIRES_OK(ctx, InStep(i, MakeConvAttrs(v, &attrs_[i])));
+      if (kinds_[i] == kChannelScaleStep) {
+        // A channel scale is written as a 1x1 depthwise step with nothing
+        // else (so that the shapes come out right everywhere), a gate, and
+        // its two factors in the scale and side-scale slots.
+        OP_REQUIRES(
+            ctx,
+            side >= 0 && f[0] == 1 && f[1] == 1 && f[2] == 1 && !per_channel[i] &&
+                strides[2 * i] == 1 && strides[2 * i + 1] == 1 &&
+                dilations[2 * i] == 1 && dilations[2 * i + 1] == 1 &&
+                v.padding == "VALID" && v.activation_mode == "None" && mins[i] == -128 &&
+                maxes[i] == 127 && v.output_lut.empty(),
+            absl::InvalidArgumentError(
+                Step(i) + ": a channel scale step (step_kinds 1) needs its gate as "
+                "side_sources[" + std::to_string(i) + "], filter_shapes (1, 1, 1, C), "
+                "a scalar scale, strides and dilations 1, padding VALID, activation "
+                "None, output bounds -128 and 127 and no output_lut"));
+      }
     }
     // A step whose input is an earlier step's output that Relu or
     // output_min keeps in [0, 127] (and no output_lut maps elsewhere) tells
@@ -560,6 +640,40 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     for (int64_t i = begin; i < end; ++i) {
       const StepLayout& l = layout_[i];
       const int64_t* f = &filter_shapes_[4 * i];
+      if (kinds_[i] == kChannelScaleStep) {
+        const Tensor& x = sources[input_sources_[i]];
+        const Tensor& gate = sources[side_sources_[i]];
+        TF_RETURN_IF_ERROR(InStep(
+            i, CheckChannelScale(x, gate, f[3], input_sources_[i], side_sources_[i])));
+        Tensor* t = i == steps_ - 1 ? out : &sources[i + 1];
+        if (t == nullptr) {
+          TF_RETURN_IF_ERROR(InStep(i, ctx->allocate_output(0, x.shape(), &t)));
+        } else {
+          TF_RETURN_IF_ERROR(
+              InStep(i, AllocateTemp(ctx, options, x.dtype(), x.shape(), "output", t)));
+        }
+        const auto t0 = record ? std::chrono::steady_clock::now()
+                               : std::chrono::steady_clock::time_point();
+        const float* e = reinterpret_cast<const float*>(epilogue.tensor_data().data());
+        RunChannelScaleStep(
+            reinterpret_cast<const int8_t*>(x.tensor_data().data()),
+            reinterpret_cast<const int8_t*>(gate.tensor_data().data()), e[l.scale],
+            e[l.side_scale], x.dim_size(0), x.dim_size(1) * x.dim_size(2), f[3],
+            reinterpret_cast<int8_t*>(const_cast<char*>(t->tensor_data().data())),
+            options.parallel_for != nullptr
+                ? *options.parallel_for
+                : PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers));
+        if (plans_allowed_) {
+          PlannedStep& p = planned[i - begin];
+          p.input_shape = x.shape();
+          p.output_shape = x.shape();
+        }
+        if (record) RecordStep(i, t0, x.shape(), batch, clock);
+        for (int64_t k = 0; k <= i; ++k) {
+          if (last_reader_[k] == i) sources[k] = Tensor();
+        }
+        continue;
+      }
       const Tensor filter =
           View(filters, l.filter, l.filter_size, TensorShape({f[0], f[1], f[2], f[3]}));
       const Tensor bias = View(epilogue, l.bias, f[3], TensorShape({f[3]}));
@@ -823,6 +937,20 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         output = arena_data + plan.arena_offset[i + 1];
         data[i + 1] = output;
       }
+      if (kinds_[i] == kChannelScaleStep) {
+        const TensorShape& x = p.input_shape;
+        const auto t0 = record ? std::chrono::steady_clock::now()
+                               : std::chrono::steady_clock::time_point();
+        RunChannelScaleStep(data[input_sources_[i]], data[side_sources_[i]],
+                            epilogue_data[l.scale], epilogue_data[l.side_scale],
+                            x.dim_size(0), x.dim_size(1) * x.dim_size(2), x.dim_size(3),
+                            output, parallel_for);
+        if (record) RecordStep(i, t0, p.input_shape, batch, clock);
+        for (const auto& e : plan.inputs) {
+          if (last_reader_[e.first] == i) sources[e.first] = Tensor();
+        }
+        continue;
+      }
       FusedConvArgs args;
       args.geo = p.geo;
       args.bias = epilogue_data + l.bias;
@@ -928,6 +1056,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       s += (d ? "x" : "") +
            std::to_string(d == 0 && batch >= 0 ? batch : input.dim_size(d));
     }
+    if (kinds_[i] == kChannelScaleStep) return s + " channel scale";
     s += " " + std::to_string(f[0]) + "x" + std::to_string(f[1]) + "x" +
          std::to_string(f[2]) + "x" + std::to_string(f[3]);
     const ConvAttrs& a = attrs_[i];
@@ -957,6 +1086,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   std::vector<int64_t> last_reader_;
   std::vector<StepLayout> layout_;
   std::vector<ConvAttrs> attrs_;
+  std::vector<int64_t> kinds_;  // kConvStep or kChannelScaleStep per step
   // Whether step i's input is known to be in [0, 127] (see the constructor).
   std::vector<bool> input_non_negative_;
   Tensor no_side_, zero_scale_;

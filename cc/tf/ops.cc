@@ -490,6 +490,7 @@ CPU only. What the Keras layers run when their variables live on the CPU.
       .Attr("output_maxes: list(int)")                \
       .Attr("lut_steps: list(int) = []")              \
       .Attr("output_luts: list(int) = []")            \
+      .Attr("step_kinds: list(int) = []")             \
       .SetShapeFn(ConvSequenceShape)
 
 REGISTER_OP("ResourceFusedInt8ConvSequence")
@@ -508,6 +509,18 @@ entry (strides, dilations: height and width; explicit_paddings: top, bottom,
 left, right, 0 unless its padding is EXPLICIT) per step. The steps listed in
 lut_steps (increasing) have an output_lut each, the next 256 values of
 output_luts, as the single op's output_lut; the others have none.
+
+step_kinds (default: every step 0, a convolution) marks channel scales with
+1: a squeeze-excite gate applied to source input_sources[i], x int8 [N, H,
+W, C], from source side_sources[i], gate int8 [N, 1, 1, C]:
+  m[n, c] = (float32(gate[n, c]) * gate_scale) * ratio
+  output = clip(round_half_to_even(float32(x) * m[n, c]), -128, 127)
+(three float32 multiplies, each correctly rounded: what a Dequantize of the
+gate and FusedInt8ChannelScale give). Its attrs are those of a 1x1 depthwise
+step that changes nothing (filter_shapes (1, 1, 1, C), strides and
+dilations 1, VALID, None, -128 / 127, a scalar scale); gate_scale is its
+conv_input_scale slot and ratio its side_input_scale slot in `epilogue`
+(its filter and bias slots are not read).
 
 The weights are two resource variables: `filters`, int8 [F], every step's
 HWIO filter of filter_shapes[4i..4i+3] = (Kh, Kw, Ci / groups, Co) in step
