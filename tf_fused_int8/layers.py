@@ -1102,7 +1102,12 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
   Args:
     convs: QuantizedFusedConv2D layers (not QuantizedDense; an
       ``output_lut`` runs in the step) or their configs; built layers'
-      weights are copied.
+      weights are copied. An entry ``{"channel_scale": {"channels": C,
+      "gate_scale": s, "ratio": r}}`` is a channel scale step instead: its
+      input [N, H, W, C] times ``(float32(gate) * s) * r`` per image and
+      channel, rounded and clipped, with the int8 gate [N, 1, 1, C] as its
+      side source (what a Dequantize of the gate and an
+      ``Int8ChannelMultiply`` compute; ``fuse_conv_sequences`` makes them).
     input_sources: per layer, 0 (the sequence's input) or k >= 1 (the output
       of ``convs[k - 1]``, an earlier layer).
     side_sources: per layer, -1 (no side input; the layer must have
