@@ -271,3 +271,70 @@ def test_fused_blocks_are_one_sequence_with_channel_scale_steps(quantized, tmp_p
     for k in want:
       np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"runner {k} n={n}")
   layer_helpers.assert_keras_and_saved_model_round_trip(fused, images(2, seed=4), tmp_path)
+
+
+def mobilenetv3_model(shift=3.0, seed=0):
+  """image -> stem conv + BN + hard-swish -> one MobileNetV3 block [expand
+  1x1 + BN + hard-swish -> depthwise + BN + hard-swish -> SE (GAP keepdims,
+  Conv2D + ReLU, Conv2D, hard sigmoid as keras.applications writes it:
+  ReLU(6)(x + shift) * (1 / 6), Multiply) -> project 1x1 + BN -> Add(input)]
+  -> GAP -> Dense."""
+  inp = keras.Input((12, 10, 3), name="image")
+  x = L.Conv2D(16, 3, padding="same", use_bias=False, name="stem")(inp)
+  x = L.Activation("hard_swish", name="stem_act")(L.BatchNormalization(name="stem_bn")(x))
+  h = L.Conv2D(48, 1, use_bias=False, name="expand")(x)
+  h = L.Activation("hard_swish", name="expand_act")(L.BatchNormalization(name="expand_bn")(h))
+  h = L.DepthwiseConv2D(3, padding="same", use_bias=False, name="dw")(h)
+  h = L.Activation("hard_swish", name="dw_act")(L.BatchNormalization(name="dw_bn")(h))
+  se = L.GlobalAveragePooling2D(keepdims=True, name="se_pool")(h)
+  se = L.ReLU(name="se_relu")(L.Conv2D(8, 1, name="se_conv")(se))
+  se = L.Conv2D(48, 1, name="se_conv_1")(se)
+  se = L.ReLU(6.0, name="se_relu6")(se + shift) * (1.0 / 6.0)
+  h = L.Multiply(name="se_mul")([h, se])
+  h = L.BatchNormalization(name="project_bn")(L.Conv2D(16, 1, use_bias=False, name="project")(h))
+  x = L.Add(name="residual")([x, h])
+  logits = L.Dense(5, name="head")(L.GlobalAveragePooling2D(name="gap")(x))
+  model = keras.Model(inp, {"features": x, "logits": logits})
+  randomize(model, np.random.default_rng(seed), weight_std=0.3)
+  return model
+
+
+def test_mobilenetv3_hard_sigmoid_gate_is_a_table_and_the_block_one_sequence():
+  """keras.applications MobileNetV3's hard sigmoid after the gate conv,
+  ReLU(6)(x + 3) * (1 / 6), becomes that conv's output table (Keras's
+  hard_sigmoid), so the gate is int8 (as EfficientNet's sigmoid gate) and
+  fuse_conv_sequences runs the whole block, its squeeze-excite included, as
+  one sequence with a channel scale step: the same bits as the quantized
+  model, the float outputs within quantization error."""
+  model = mobilenetv3_model()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, images(24), verbose=0)
+  gate = qmodel.get_layer("se_conv_1")
+  assert isinstance(gate, tf_fused_int8.QuantizedFusedConv2D) and gate.output_lut is not None
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Int8ChannelMultiply") == 1 and "ReLU" not in kinds, kinds
+  layer_helpers.assert_outputs_close(model, qmodel, images(8, seed=5))
+  fused = quantization.fuse_conv_sequences(qmodel)
+  seqs = [l for l in fused.layers
+          if isinstance(l, tf_fused_int8.layers.QuantizedConvSequence)]
+  assert len(seqs) == 1 and sum("channel_scale" in c for c in seqs[0].conv_configs) == 1
+  for n in (1, 2):
+    x = images(n, seed=30 + n)
+    want, got = qmodel(x), fused(x)
+    for k in ("features", "logits"):
+      np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]), err_msg=k)
+
+
+def test_other_gate_chains_stay_float():
+  """ReLU(6)(x + 2) * (1 / 6) is not a hard sigmoid: it stays float (and
+  is listed), with the same results as before."""
+  model = mobilenetv3_model(shift=2.0)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, images(24), verbose=0)
+  messages = [str(w.message) for w in caught
+              if issubclass(w.category, quantization.QuantizationWarning)]
+  assert len(messages) == 1 and "(Add)" in messages[0], messages
+  assert qmodel.get_layer("se_conv_1").output_lut is None
+  layer_helpers.assert_outputs_close(model, qmodel, images(8, seed=5))

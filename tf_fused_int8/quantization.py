@@ -1157,6 +1157,46 @@ class Int8Concatenate(_KeepsInputDtype, keras.layers.Concatenate):
   """Concatenate of int8 tensors that share one scale, in int8: a copy."""
 
 
+def _numpy_op_with_constant(node, name):
+  """The constant c of `x OP c` or `c OP x` (keras.ops' numpy op `name`,
+  "Add" or "Multiply", on one KerasTensor and a Python number), else
+  None."""
+  op = node.operation
+  if (type(op).__name__ != name or type(op).__module__ != "keras.src.ops.numpy" or
+      len(node.input_tensors) != 1 or len(node.outputs) != 1 or
+      any(v is not None for v in node.arguments.kwargs.values())):
+    return None
+  args = node.arguments.args
+  if len(args) != 2:
+    return None
+  consts = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+  if len(consts) != 1 or not any(a is node.input_tensors[0] for a in args):
+    return None
+  return float(consts[0])
+
+
+def _hard_sigmoid_chain(graph, node):
+  """The nodes of `relu6(x + 3) * (1 / 6)` starting at node (keras.ops' add
+  of 3.0, a ReLU(6.0), keras.ops' multiply by 1 / 6, each alone reading the
+  one before: keras.applications MobileNetV3's hard_sigmoid, its squeeze-
+  excite gate), else None. Keras's hard_sigmoid activation is the same
+  function (relu6(x + 3) / 6), which the output table computes."""
+  if node is None or _numpy_op_with_constant(node, "Add") != 3.0:
+    return None
+  relu = graph.sole_consumer(node.outputs[0])
+  if (relu is None or _single_tensor_call(relu) is None or
+      type(relu.operation) is not keras.layers.ReLU):  # pylint: disable=unidiomatic-typecheck
+    return None
+  op = relu.operation
+  if not (op.max_value is not None and float(op.max_value) == 6.0 and
+          float(op.negative_slope) == 0.0 and float(op.threshold) == 0.0):
+    return None
+  mul = graph.sole_consumer(relu.outputs[0])
+  if mul is None or _numpy_op_with_constant(mul, "Multiply") != 1.0 / 6.0:
+    return None
+  return [node, relu, mul]
+
+
 def _two_input_add(node):
   """The two input tensors of an Add layer called on a list of two distinct
   tensors, or of `a + b` on two distinct KerasTensors (keras.ops.add, as
@@ -1628,7 +1668,16 @@ class _Plan:
       g.bn_node = nxt
       g.extend(nxt)
       nxt = self.graph.sole_consumer(g.tail)
-    g.fuse_activation(nxt)
+    hard_sigmoid = (_hard_sigmoid_chain(self.graph, nxt)
+                    if g.relu_max is None and g.lut is None else None)
+    if hard_sigmoid is not None:
+      # MobileNetV3's squeeze-excite gate: a table, so that the gate is int8
+      # (as EfficientNet's sigmoid gate) and the block stays in sequences.
+      g.lut, g.pre_lut = "hard_sigmoid", g.tail
+      for n in hard_sigmoid:
+        g.extend(n)
+    else:
+      g.fuse_activation(nxt)
     # Layers that are the identity at inference (Dropout before a residual
     # Add, as in EfficientNet): part of the stack, so that the Add after them
     # still takes the stack's output as its side input.
