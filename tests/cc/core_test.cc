@@ -589,6 +589,29 @@ void FillOperands(const ConvGeometry& g, int operands, int mixed_period,
   }
 }
 
+// pad_kind 0 SAME, 1 VALID (the image grown to the k x k filter), 2 explicit
+// padding of 0 to 4 per side (at least the filter's extent in all): g's
+// padding for the depthwise block sweeps below, then its geometry.
+Padding SquareFilterPadding(int pad_kind, int64_t k, std::mt19937* rng, ConvGeometry* g) {
+  auto uni = [rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(*rng);
+  };
+  const Padding padding = pad_kind == 0 ? Padding::kSame
+                          : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
+  if (padding == Padding::kExplicit) {
+    g->pad_top = uni(0, 4); g->pad_bottom = uni(0, 4);
+    g->pad_left = uni(0, 4); g->pad_right = uni(0, 4);
+    if (g->in_h + g->pad_top + g->pad_bottom < k) g->pad_bottom = k - g->in_h;
+    if (g->in_w + g->pad_left + g->pad_right < k) g->pad_right = k - g->in_w;
+  }
+  if (padding == Padding::kValid) {
+    g->in_h = std::max<int64_t>(g->in_h, k);
+    g->in_w = std::max<int64_t>(g->in_w, k);
+  }
+  EXPECT(ComputeGeometry(padding, g).empty(), "depthwise geometry");
+  return padding;
+}
+
 // The 3x3 depthwise VPDPBUSD kernel (whole 64-channel blocks, borders run
 // with the padding as 0x80 vectors) and its 16-channel tail: channel counts
 // of one to fifteen blocks with and without a tail, images from 1x1 up
@@ -619,19 +642,7 @@ void TestDepthwise3x3Blocks() {
     g.in_h = uni(1, 9);
     g.in_w = iter < 2 * kCounts ? 1 + iter % 4 : uni(1, 21);
     const int pad_kind = (iter / (2 * kCounts)) % 3;
-    Padding padding = pad_kind == 0 ? Padding::kSame
-                      : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
-    if (padding == Padding::kExplicit) {
-      g.pad_top = uni(0, 4); g.pad_bottom = uni(0, 4);
-      g.pad_left = uni(0, 4); g.pad_right = uni(0, 4);
-      if (g.in_h + g.pad_top + g.pad_bottom < 3) g.pad_bottom = 3 - g.in_h;
-      if (g.in_w + g.pad_left + g.pad_right < 3) g.pad_right = 3 - g.in_w;
-    }
-    if (padding == Padding::kValid) {
-      g.in_h = std::max<int64_t>(g.in_h, 3);
-      g.in_w = std::max<int64_t>(g.in_w, 3);
-    }
-    EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
+    SquareFilterPadding(pad_kind, 3, &rng, &g);
     Buffers b;
     const int operands = iter % 4;
     const bool side = iter % 3 == 0;
@@ -724,19 +735,7 @@ void TestDepthwise5x5Blocks() {
     g.in_w = iter < 2 * kCounts ? 1 + iter % 8 : uni(5, 40);
     if (g.in_c == 672) g.in_h = std::min<int64_t>(g.in_h, 4);
     const int pad_kind = (iter / (2 * kCounts)) % 3;
-    Padding padding = pad_kind == 0 ? Padding::kSame
-                      : pad_kind == 1 ? Padding::kValid : Padding::kExplicit;
-    if (padding == Padding::kExplicit) {
-      g.pad_top = uni(0, 4); g.pad_bottom = uni(0, 4);
-      g.pad_left = uni(0, 4); g.pad_right = uni(0, 4);
-      if (g.in_h + g.pad_top + g.pad_bottom < 5) g.pad_bottom = 5 - g.in_h;
-      if (g.in_w + g.pad_left + g.pad_right < 5) g.pad_right = 5 - g.in_w;
-    }
-    if (padding == Padding::kValid) {
-      g.in_h = std::max<int64_t>(g.in_h, 5);
-      g.in_w = std::max<int64_t>(g.in_w, 5);
-    }
-    EXPECT(ComputeGeometry(padding, &g).empty(), "depthwise geometry");
+    SquareFilterPadding(pad_kind, 5, &rng, &g);
     Buffers b;
     const int operands = iter % 4;
     const bool side = iter % 3 == 0;

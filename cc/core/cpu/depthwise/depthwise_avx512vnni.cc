@@ -292,16 +292,35 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
 // DepthwiseRowArgs::input_non_negative) the bytes are u8 as they are,
 // padding is 0 and the accumulators start at zero: the same sums, one VPXORD
 // a column vector less.
-template <bool kClampHi, bool kFlip>
-struct Interior3x3 {
+// What the block interiors (Interior3x3, Interior5x5) know of the call,
+// the block and the output row they are on.
+template <typename Block>
+struct BlockRow {
   const DepthwiseRowArgs* d;
-  const Block3x3* blk;
+  const Block* blk;
   const Epilogue512Consts* k;
-  const int8_t* image;   // the row's batch element
+  const int8_t* image;  // the row's batch element
   int64_t iy0, ky0, ky1;
   int64_t c0;
   int8_t* out_row;
   const int8_t* side_row;
+
+  // Output row r of the call (image n = r / out_h, row oy = r % out_h).
+  void SetRow(int64_t r) {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int64_t n = r / g.out_h, oy = r % g.out_h;
+    image = d->input + n * g.in_h * g.in_w * cc;
+    iy0 = oy * g.stride_h - g.pad_top;
+    ky0 = d->ky_range[2 * oy];
+    ky1 = d->ky_range[2 * oy + 1];
+    out_row = d->output + r * g.out_w * cc;
+    side_row = d->side != nullptr ? d->side + r * g.out_w * cc : nullptr;
+  }
+};
+
+template <bool kClampHi, bool kFlip>
+struct Interior3x3 : BlockRow<Block3x3> {
   __m512i shuffle_e[4];  // byte 4j + i of each lane to dword i's low byte
 
   __m512i Load(const int8_t* p) const {
@@ -747,29 +766,16 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   const int64_t c_rest = c_split + half * (kBlock / 2) + quarter * (kBlock / 4);
   // The channels past the full, half and quarter blocks (cc % 16): the
   // one-tap-per-lane kernel, borders included.
-  if (c_rest < cc) {
-    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      Rows16::Row(d, k, run_full, run_part, r, 0, g.out_w, c_rest);
-    }
-  }
+  if (c_rest < cc) Rows16::RestChannels(d, k, c_rest);
   // Blocks outer, rows inner: a block's weights (2-4 KiB) and the three
   // input rows of its 64 channels stay in L1 from one output row to the
   // next. Rows outer cycled every block's weights (3.8 KiB each; 34 KiB for
   // 576 channels) and 3 full input rows through the 32 KiB L1 per row.
-  auto set_row = [&](int64_t r) {
-    const int64_t n = r / g.out_h, oy = r % g.out_h;
-    in.image = d.input + n * g.in_h * g.in_w * cc;
-    in.iy0 = oy * g.stride_h - g.pad_top;
-    in.ky0 = d.ky_range[2 * oy];
-    in.ky1 = d.ky_range[2 * oy + 1];
-    in.out_row = d.output + r * g.out_w * cc;
-    in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-  };
   for (int64_t bi = 0; bi < nblocks; ++bi) {
     in.blk = &blocks[bi];
     in.c0 = bi * kBlock;
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      set_row(r);
+      in.SetRow(r);
       // Every column, borders too (checked loads there).
       if (g.stride_w == 1) {
         in.template Run<1>(0, g.out_w);
@@ -795,7 +801,7 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     in.blk = &blocks[bi];
     in.c0 = c0;
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      set_row(r);
+      in.SetRow(r);
       if (q0 > 0 || groups == 0) {
         Rows16::Row(d, k, run_full, run_part, r, 0, groups ? q0 : g.out_w, c0,
                     c0 + width);
@@ -899,19 +905,13 @@ void Prepare5x5(const DepthwiseRowArgs& d, Block5x5* blocks) {
 // row's correction takes off again, as in Interior3x3::Pair), and a group
 // past the row's end stores only its pixels.
 template <bool kClampHi, bool kFlip, int kS>
-struct Interior5x5 {
+struct Interior5x5 : BlockRow<Block5x5> {
   static constexpr int kP = kS == 1 ? 4 : 2;
-  const DepthwiseRowArgs* d;
-  const Block5x5* blk;
-  const Epilogue512Consts* k;
-  const int8_t* image;  // the row's batch element
-  int64_t iy0, ky0, ky1;
-  int64_t c0;
-  int8_t* out_row;
-  const int8_t* side_row;
   __m512i start[4];  // the accumulators' start: the valid rows' corrections
 
-  void SetRow() {
+  // BlockRow::SetRow, then the accumulators' start for that row.
+  void SetRow(int64_t r) {
+    BlockRow<Block5x5>::SetRow(r);
     for (int j = 0; j < 4; ++j) {
       start[j] = _mm512_setzero_si512();
       if (kFlip) {
@@ -1014,13 +1014,7 @@ void Rows5x5(const DepthwiseRowArgs& d) {
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
   const int64_t c_split = nblocks * kBlock;
   // The channels past the full blocks: the one-tap-per-lane kernel.
-  if (c_split < cc) {
-    Rows16::RunFn run_full, run_part;
-    Rows16::PickInterior(g, &run_full, &run_part);
-    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      Rows16::Row(d, k, run_full, run_part, r, 0, g.out_w, c_split);
-    }
-  }
+  if (c_split < cc) Rows16::RestChannels(d, k, c_split);
   Interior5x5<kClampHi, kFlip, kS> in;
   in.d = &d;
   in.k = &k;
@@ -1029,14 +1023,7 @@ void Rows5x5(const DepthwiseRowArgs& d) {
     in.blk = &blocks[bi];
     in.c0 = bi * kBlock;
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      const int64_t n = r / g.out_h, oy = r % g.out_h;
-      in.image = d.input + n * g.in_h * g.in_w * cc;
-      in.iy0 = oy * g.stride_h - g.pad_top;
-      in.ky0 = d.ky_range[2 * oy];
-      in.ky1 = d.ky_range[2 * oy + 1];
-      in.out_row = d.output + r * g.out_w * cc;
-      in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-      in.SetRow();
+      in.SetRow(r);
       in.Run(g.out_w);
     }
   }

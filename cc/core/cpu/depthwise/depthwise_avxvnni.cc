@@ -397,13 +397,7 @@ void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   }
   const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
   const int64_t c_rest = nblocks * kBlock;
-  if (c_rest < cc) {
-    Rows16::RunFn run_full, run_part;
-    Rows16::PickInterior(g, &run_full, &run_part);
-    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      Rows16::Row(rest, k, run_full, run_part, r, 0, g.out_w, c_rest);
-    }
-  }
+  if (c_rest < cc) Rows16::RestChannels(rest, k, c_rest);
   const Epilogue32 ep;
   Interior3x3<kClampHi, kFlip> in;
   in.d = &d;

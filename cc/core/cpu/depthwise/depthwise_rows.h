@@ -339,6 +339,16 @@ struct DepthwiseRowKernel {
   // Output row r, columns [col_begin, col_end), the 16-channel blocks of
   // channels [c_begin, c_end) (c_begin a multiple of 16; c_end < 0: all
   // channels from c_begin on).
+  // Channels [c_begin, channels) of every row of the call, all columns:
+  // what the block kernels of the ISA files leave to this one.
+  static void RestChannels(const DepthwiseRowArgs& d, const Consts& k, int64_t c_begin) {
+    RunFn run_full, run_part;
+    PickInterior(*d.geo, &run_full, &run_part);
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      Row(d, k, run_full, run_part, r, 0, d.geo->out_w, c_begin);
+    }
+  }
+
   static void Row(const DepthwiseRowArgs& d, const Consts& k, RunFn run_full,
                   RunFn run_part, int64_t r, int64_t col_begin,
                   int64_t col_end, int64_t c_begin, int64_t c_end = -1) {
