@@ -1157,13 +1157,18 @@ class Int8Concatenate(_KeepsInputDtype, keras.layers.Concatenate):
   """Concatenate of int8 tensors that share one scale, in int8: a copy."""
 
 
+def _is_ops_numpy(op, name):
+  """Whether op is keras.ops' numpy operation `name` ("Add", "Multiply"):
+  what `a + b` or `x * c` on KerasTensors makes in a functional model."""
+  return type(op).__name__ == name and type(op).__module__ == "keras.src.ops.numpy"
+
+
 def _numpy_op_with_constant(node, name):
   """The constant c of `x OP c` or `c OP x` (keras.ops' numpy op `name`,
   "Add" or "Multiply", on one KerasTensor and a Python number), else
   None."""
-  op = node.operation
-  if (type(op).__name__ != name or type(op).__module__ != "keras.src.ops.numpy" or
-      len(node.input_tensors) != 1 or len(node.outputs) != 1 or
+  if (not _is_ops_numpy(node.operation, name) or len(node.input_tensors) != 1 or
+      len(node.outputs) != 1 or
       any(v is not None for v in node.arguments.kwargs.values())):
     return None
   args = node.arguments.args
@@ -1201,9 +1206,7 @@ def _two_input_add(node):
   """The two input tensors of an Add layer called on a list of two distinct
   tensors, or of `a + b` on two distinct KerasTensors (keras.ops.add, as
   ConvNeXt's residual connection; no other arguments), else None."""
-  op = node.operation
-  if (type(op).__name__ == "Add" and
-      type(op).__module__ == "keras.src.ops.numpy"):
+  if _is_ops_numpy(node.operation, "Add"):
     args, ins = node.arguments.args, node.input_tensors
     if (len(args) == 2 and not any(
         v is not None for v in node.arguments.kwargs.values()) and
@@ -2348,7 +2351,9 @@ class _Steps:
   def __init__(self, graph):
     self.graph = graph
     self.alias = {}      # id(chain's last output) -> its source tensor
-    self.chain_of = {}   # id(absorbed node) -> (its chain's nodes, last output)
+    # id(absorbed node) -> (its nodes, their last output): a reshape chain,
+    # or a gate's Dequantize alone.
+    self.chain_of = {}
     for node in graph.nodes:
       if type(node.operation) is not Int8Reshape:  # pylint: disable=unidiomatic-typecheck
         continue
@@ -2383,7 +2388,7 @@ class _Steps:
       if g is None or len(g.shape) != 4 or len(x.shape) != 4:
         continue
       self.gate_of[id(node)] = (self.resolve(x), self.resolve(g), deq)
-      self.chain_of[id(deq)] = ([deq], None)
+      self.chain_of[id(deq)] = ([deq], d)
 
   def resolve(self, t):
     return self.alias.get(id(t), t)
@@ -2410,11 +2415,7 @@ class _Steps:
       if absorbed is None:
         out.append(c)
         continue
-      chain, last = absorbed
-      if last is None:  # a gate's Dequantize: read by its channel scale
-        out.extend(self.graph.consumers.get(id(chain[0].outputs[0]), []))
-        continue
-      more = self.consumers(last)
+      more = self.consumers(absorbed[1])
       if more is None:
         return None
       out.extend(more)
@@ -2431,9 +2432,8 @@ class _Steps:
         if absorbed is None:
           continue
         chain, last = absorbed
-        readers = (self.consumers(last) if last is not None else
-                   self.graph.consumers.get(id(chain[0].outputs[0]), []))
-        if readers is not None and readers and all(id(r) in inside for r in readers):
+        readers = self.consumers(last)
+        if readers and all(id(r) in inside for r in readers):
           out.extend(chain)
     return out
 

@@ -640,79 +640,88 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     for (int64_t i = begin; i < end; ++i) {
       const StepLayout& l = layout_[i];
       const int64_t* f = &filter_shapes_[4 * i];
-      if (kinds_[i] == kChannelScaleStep) {
-        const Tensor& x = sources[input_sources_[i]];
-        const Tensor& gate = sources[side_sources_[i]];
-        TF_RETURN_IF_ERROR(InStep(
-            i, CheckChannelScale(x, gate, f[3], input_sources_[i], side_sources_[i])));
-        Tensor* t = i == steps_ - 1 ? out : &sources[i + 1];
-        if (t == nullptr) {
-          TF_RETURN_IF_ERROR(InStep(i, ctx->allocate_output(0, x.shape(), &t)));
-        } else {
-          TF_RETURN_IF_ERROR(
-              InStep(i, AllocateTemp(ctx, options, x.dtype(), x.shape(), "output", t)));
-        }
-        const auto t0 = record ? std::chrono::steady_clock::now()
-                               : std::chrono::steady_clock::time_point();
-        const float* e = reinterpret_cast<const float*>(epilogue.tensor_data().data());
-        RunChannelScaleStep(
-            reinterpret_cast<const int8_t*>(x.tensor_data().data()),
-            reinterpret_cast<const int8_t*>(gate.tensor_data().data()), e[l.scale],
-            e[l.side_scale], x.dim_size(0), x.dim_size(1) * x.dim_size(2), f[3],
-            reinterpret_cast<int8_t*>(const_cast<char*>(t->tensor_data().data())),
-            options.parallel_for != nullptr
-                ? *options.parallel_for
-                : PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers));
-        if (plans_allowed_) {
-          PlannedStep& p = planned[i - begin];
-          p.input_shape = x.shape();
-          p.output_shape = x.shape();
-        }
-        if (record) RecordStep(i, t0, x.shape(), batch, clock);
-        for (int64_t k = 0; k <= i; ++k) {
-          if (last_reader_[k] == i) sources[k] = Tensor();
-        }
-        continue;
-      }
-      const Tensor filter =
-          View(filters, l.filter, l.filter_size, TensorShape({f[0], f[1], f[2], f[3]}));
-      const Tensor bias = View(epilogue, l.bias, f[3], TensorShape({f[3]}));
-      const Tensor scale = View(epilogue, l.scale, l.scale_size, TensorShape({l.scale_size}));
-      Tensor side_scale;
-      ConvInputs in;
-      in.input = &sources[input_sources_[i]];
-      in.filter = &filter;
-      in.bias = &bias;
-      in.conv_input_scale = &scale;
-      if (l.side_scale >= 0) {
-        side_scale = View(epilogue, l.side_scale, 1, TensorShape({}));
-        in.side_input = &sources[side_sources_[i]];
-        in.side_input_scale = &side_scale;
-      } else {
-        in.side_input = &no_side_;
-        in.side_input_scale = &zero_scale_;
-      }
       const bool last = i == steps_ - 1;
+      // Its input's shape, kept: the input itself may be released below.
+      const TensorShape input_shape = sources[input_sources_[i]].shape();
       const auto t0 = record ? std::chrono::steady_clock::now()
                              : std::chrono::steady_clock::time_point();
-      CpuConvOptions step_options = options;
-      step_options.input_non_negative = input_non_negative_[i];
       ValidatedConv v;
-      TF_RETURN_IF_ERROR(InStep(i, RunFusedConvCpu(ctx, attrs_[i], in, pin,
-                                                   last ? out : &sources[i + 1],
-                                                   step_options, &v)));
+      if (kinds_[i] == kChannelScaleStep) {
+        TF_RETURN_IF_ERROR(InStep(i, RunChannelScaleCpu(ctx, epilogue, sources, i, options,
+                                                        last ? out : &sources[i + 1])));
+        v.output_shape = input_shape;
+      } else {
+        const Tensor filter =
+            View(filters, l.filter, l.filter_size, TensorShape({f[0], f[1], f[2], f[3]}));
+        const Tensor bias = View(epilogue, l.bias, f[3], TensorShape({f[3]}));
+        const Tensor scale =
+            View(epilogue, l.scale, l.scale_size, TensorShape({l.scale_size}));
+        Tensor side_scale;
+        ConvInputs in;
+        in.input = &sources[input_sources_[i]];
+        in.filter = &filter;
+        in.bias = &bias;
+        in.conv_input_scale = &scale;
+        if (l.side_scale >= 0) {
+          side_scale = View(epilogue, l.side_scale, 1, TensorShape({}));
+          in.side_input = &sources[side_sources_[i]];
+          in.side_input_scale = &side_scale;
+        } else {
+          in.side_input = &no_side_;
+          in.side_input_scale = &zero_scale_;
+        }
+        CpuConvOptions step_options = options;
+        step_options.input_non_negative = input_non_negative_[i];
+        TF_RETURN_IF_ERROR(InStep(i, RunFusedConvCpu(ctx, attrs_[i], in, pin,
+                                                     last ? out : &sources[i + 1],
+                                                     step_options, &v)));
+      }
       if (plans_allowed_) {
         PlannedStep& p = planned[i - begin];
         p.geo = v.geo;
-        p.input_shape = in.input->shape();
+        p.input_shape = input_shape;
         p.output_shape = v.output_shape;
       }
-      if (record) RecordStep(i, t0, in.input->shape(), batch, clock);
+      if (record) RecordStep(i, t0, input_shape, batch, clock);
       for (int64_t k = 0; k <= i; ++k) {
         if (last_reader_[k] == i) sources[k] = Tensor();
       }
     }
     if (plans_allowed_) AddPlan(begin, end, dtype, std::move(planned));
+    return absl::OkStatus();
+  }
+
+  // The core's parallel-for of the steps: options' own, else the context's
+  // intra-op pool.
+  static ParallelFor StepsParallelFor(OpKernelContext* ctx, const CpuConvOptions& options) {
+    return options.parallel_for != nullptr
+               ? *options.parallel_for
+               : PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
+  }
+
+  // Channel scale step i on its sources, checked, into a new tensor: the
+  // op's output 0 when `temp` is null, else *temp (as RunFusedConvCpu).
+  absl::Status RunChannelScaleCpu(OpKernelContext* ctx, const Tensor& epilogue,
+                                  const std::vector<Tensor>& sources, int64_t i,
+                                  const CpuConvOptions& options, Tensor* temp) const {
+    const Tensor& x = sources[input_sources_[i]];
+    const Tensor& gate = sources[side_sources_[i]];
+    const int64_t c = filter_shapes_[4 * i + 3];
+    TF_RETURN_IF_ERROR(
+        CheckChannelScale(x, gate, c, input_sources_[i], side_sources_[i]));
+    if (temp == nullptr) {
+      TF_RETURN_IF_ERROR(ctx->allocate_output(0, x.shape(), &temp));
+    } else {
+      TF_RETURN_IF_ERROR(AllocateTemp(ctx, options, x.dtype(), x.shape(), "output", temp));
+    }
+    const float* e = reinterpret_cast<const float*>(epilogue.tensor_data().data());
+    const StepLayout& l = layout_[i];
+    RunChannelScaleStep(reinterpret_cast<const int8_t*>(x.tensor_data().data()),
+                        reinterpret_cast<const int8_t*>(gate.tensor_data().data()),
+                        e[l.scale], e[l.side_scale], x.dim_size(0),
+                        x.dim_size(1) * x.dim_size(2), c,
+                        reinterpret_cast<int8_t*>(const_cast<char*>(temp->tensor_data().data())),
+                        StepsParallelFor(ctx, options));
     return absl::OkStatus();
   }
 
@@ -914,10 +923,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     }
     const int8_t* filter_data = reinterpret_cast<const int8_t*>(filters.tensor_data().data());
     const float* epilogue_data = reinterpret_cast<const float*>(epilogue.tensor_data().data());
-    const ParallelFor parallel_for =
-        options.parallel_for != nullptr
-            ? *options.parallel_for
-            : PoolParallelFor(ctx->device()->tensorflow_cpu_worker_threads()->workers);
+    const ParallelFor parallel_for = StepsParallelFor(ctx, options);
     for (int64_t i = plan.begin; i < plan.end; ++i) {
       const PlannedStep& p = plan.steps[i - plan.begin];
       const StepLayout& l = layout_[i];
@@ -937,43 +943,37 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         output = arena_data + plan.arena_offset[i + 1];
         data[i + 1] = output;
       }
+      const auto t0 = record ? std::chrono::steady_clock::now()
+                             : std::chrono::steady_clock::time_point();
       if (kinds_[i] == kChannelScaleStep) {
         const TensorShape& x = p.input_shape;
-        const auto t0 = record ? std::chrono::steady_clock::now()
-                               : std::chrono::steady_clock::time_point();
         RunChannelScaleStep(data[input_sources_[i]], data[side_sources_[i]],
                             epilogue_data[l.scale], epilogue_data[l.side_scale],
                             x.dim_size(0), x.dim_size(1) * x.dim_size(2), x.dim_size(3),
                             output, parallel_for);
-        if (record) RecordStep(i, t0, p.input_shape, batch, clock);
-        for (const auto& e : plan.inputs) {
-          if (last_reader_[e.first] == i) sources[e.first] = Tensor();
+      } else {
+        FusedConvArgs args;
+        args.geo = p.geo;
+        args.bias = epilogue_data + l.bias;
+        args.conv_input_scale = epilogue_data + l.scale;
+        args.per_channel_scale = l.scale_size != 1;
+        if (l.side_scale >= 0) {
+          args.side_input = data[side_sources_[i]];
+          args.side_input_scale = epilogue_data[l.side_scale];
         }
-        continue;
+        args.activation = attrs.activation;
+        args.output_min = attrs.output_min;
+        args.output_max = attrs.output_max;
+        args.output_lut = attrs.output_lut.empty() ? nullptr : attrs.output_lut.data();
+        args.input_non_negative = input_non_negative_[i];
+        args.input = data[input_sources_[i]];
+        args.filter = filter_data + l.filter;
+        args.filter_pin = pin.filter;
+        args.epilogue_pin = pin.epilogue;
+        args.output = output;
+        const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
+        if (!err.empty()) return InStep(i, absl::InvalidArgumentError(err));
       }
-      FusedConvArgs args;
-      args.geo = p.geo;
-      args.bias = epilogue_data + l.bias;
-      args.conv_input_scale = epilogue_data + l.scale;
-      args.per_channel_scale = l.scale_size != 1;
-      if (l.side_scale >= 0) {
-        args.side_input = data[side_sources_[i]];
-        args.side_input_scale = epilogue_data[l.side_scale];
-      }
-      args.activation = attrs.activation;
-      args.output_min = attrs.output_min;
-      args.output_max = attrs.output_max;
-      args.output_lut = attrs.output_lut.empty() ? nullptr : attrs.output_lut.data();
-      args.input_non_negative = input_non_negative_[i];
-      args.input = data[input_sources_[i]];
-      args.filter = filter_data + l.filter;
-      args.filter_pin = pin.filter;
-      args.epilogue_pin = pin.epilogue;
-      args.output = output;
-      const auto t0 = record ? std::chrono::steady_clock::now()
-                             : std::chrono::steady_clock::time_point();
-      const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
-      if (!err.empty()) return InStep(i, absl::InvalidArgumentError(err));
       if (record) RecordStep(i, t0, p.input_shape, batch, clock);
       // The given tensors are released after their last reader, as without
       // a plan (the arena goes at the end).

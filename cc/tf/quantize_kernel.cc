@@ -35,6 +35,7 @@ class FusedInt8QuantizeCpuOp : public tensorflow::OpKernel {
                     "preprocess_ops entry (" + std::to_string(ops.size()) + "), got " +
                     std::to_string(sizes.size())));
     int64_t total = 0;
+    std::vector<int64_t> offsets;  // each step's first value in values_
     for (size_t k = 0; k < ops.size(); ++k) {
       PreprocessStep step;
       if (ops[k] == "mul") {
@@ -60,7 +61,7 @@ class FusedInt8QuantizeCpuOp : public tensorflow::OpKernel {
                       ", got " + std::to_string(size)));
       if (size > 1) channels_ = size;
       step.count = size;
-      offsets_.push_back(total);
+      offsets.push_back(total);
       total += size;
       steps_.push_back(step);
     }
@@ -69,7 +70,7 @@ class FusedInt8QuantizeCpuOp : public tensorflow::OpKernel {
                     "FusedInt8Quantize: preprocess_values must hold the sum of "
                     "preprocess_sizes (" + std::to_string(total) + ") values, got " +
                     std::to_string(values_.size())));
-    for (size_t k = 0; k < steps_.size(); ++k) steps_[k].values = values_.data() + offsets_[k];
+    for (size_t k = 0; k < steps_.size(); ++k) steps_[k].values = values_.data() + offsets[k];
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
@@ -114,7 +115,6 @@ class FusedInt8QuantizeCpuOp : public tensorflow::OpKernel {
   float scale_ = 1.0f;
   // The preprocessing steps (their values point into values_).
   std::vector<float> values_;
-  std::vector<int64_t> offsets_;
   std::vector<PreprocessStep> steps_;
   int64_t channels_ = 1;
 };

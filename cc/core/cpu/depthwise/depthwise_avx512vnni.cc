@@ -292,6 +292,13 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
 // DepthwiseRowArgs::input_non_negative) the bytes are u8 as they are,
 // padding is 0 and the accumulators start at zero: the same sums, one VPXORD
 // a column vector less.
+// x ^ 0x80 (x + 128, VPDPBUSD's u8 operand) where kFlip, else x: the block
+// interiors' input bytes and padding columns.
+template <bool kFlip>
+inline __m512i FlipU8(__m512i x) {
+  return kFlip ? _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80))) : x;
+}
+
 // What the block interiors (Interior3x3, Interior5x5) know of the call,
 // the block and the output row they are on.
 template <typename Block>
@@ -327,10 +334,7 @@ struct Interior3x3 : BlockRow<Block3x3> {
     return Flip(_mm512_loadu_si512(p));
   }
 
-  // x ^ 0x80 where kFlip, else x.
-  static __m512i Flip(__m512i x) {
-    return kFlip ? _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80))) : x;
-  }
+  static __m512i Flip(__m512i x) { return FlipU8<kFlip>(x); }
 
   // By value and inlined: GCC 12 made it a call taking the accumulators
   // through the stack (with a vzeroupper per pixel).
@@ -930,7 +934,6 @@ struct Interior5x5 : BlockRow<Block5x5> {
     const ConvGeometry& g = *d->geo;
     const int64_t cc = d->channels;
     const int64_t ix0 = ox * kS - g.pad_left;
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512i acc[kP][4];
 #pragma GCC unroll 4
     for (int p = 0; p < kP; ++p) {
@@ -947,10 +950,9 @@ struct Interior5x5 : BlockRow<Block5x5> {
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) {
-          x[c] = kFlip ? flip : _mm512_setzero_si512();
+          x[c] = FlipU8<kFlip>(_mm512_setzero_si512());
         } else {
-          x[c] = _mm512_loadu_si512(image + row_off + c * cc);
-          if (kFlip) x[c] = _mm512_xor_si512(x[c], flip);
+          x[c] = FlipU8<kFlip>(_mm512_loadu_si512(image + row_off + c * cc));
         }
       }
       __m512i u0[4], u1[4];
