@@ -763,6 +763,70 @@ void TestDepthwise5x5Blocks() {
   std::printf("depthwise 5x5 blocks: %d runs checked\n", runs);
 }
 
+// 1x1 depthwise windows (depthwise_rows.h OnePixelRows: no padding, each
+// output pixel reads one input pixel; with explicit padding the row walk):
+// channel counts from 1 to 1000 with and without a partial 16-channel
+// block, multiplier 1 and 2, images from 1x1 to 9x23 (runs of four pixels
+// and the rest), strides 1 to 3 across and down independently, SAME / VALID
+// / explicit padding up to 2, batch 1 to 3, side input, per-channel or
+// scalar scale, Relu or none, operands at the extremes.
+void TestDepthwiseOneTap() {
+  std::mt19937 rng(11);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t channel_counts[] = {1, 7, 16, 17, 48, 64, 100, 160, 256, 1000};
+  constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
+  int runs = 0;
+  for (int iter = 0; iter < 16 * kCounts; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1 + iter % 3;
+    g.in_c = g.groups = channel_counts[iter % kCounts];
+    g.out_c = g.in_c * (iter % 5 == 4 ? 2 : 1);
+    g.filter_h = g.filter_w = 1;
+    g.stride_h = 1 + (iter / kCounts) % 3;
+    g.stride_w = 1 + (iter / (3 * kCounts) + iter) % 3;
+    if (iter % 2 == 0) g.stride_h = g.stride_w = 1;
+    g.in_h = uni(1, 9);
+    g.in_w = iter < 2 * kCounts ? 1 + iter % 6 : uni(1, 23);
+    if (g.in_c >= 256) g.in_h = std::min<int64_t>(g.in_h, 3);
+    const int pad_kind = (iter / 7) % 3;
+    const Padding padding = pad_kind == 0   ? Padding::kSame
+                            : pad_kind == 1 ? Padding::kValid
+                                            : Padding::kExplicit;
+    if (padding == Padding::kExplicit) {
+      g.pad_top = uni(0, 2); g.pad_bottom = uni(0, 1);
+      g.pad_left = uni(0, 2); g.pad_right = uni(0, 1);
+    }
+    EXPECT(ComputeGeometry(padding, &g).empty(), "one-tap depthwise geometry");
+    Buffers b;
+    const int operands = iter % 4;
+    const bool side = iter % 3 == 0;
+    FillOperands(g, operands, /*mixed_period=*/2, side, &rng, &b);
+    const bool per_channel = iter % 7 != 3;
+    b.scale.resize(static_cast<size_t>(per_channel ? g.out_c : 1));
+    // |acc| <= 2^14: about one output level per 2^7, so the extremes
+    // saturate and random products land in range.
+    for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -7);
+    b.bias.resize(static_cast<size_t>(g.out_c));
+    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    PointAt(b, side ? -0.75f : 0.0f, &a);
+    a.per_channel_scale = per_channel;
+    a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
+    char what[160];
+    std::snprintf(what, sizeof(what),
+                  "one-tap depthwise n%ld %ldx%ldx%ld m%ld s%ldx%ld pad %d (%ld %ld %ld %ld) "
+                  "operands %d",
+                  long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c),
+                  long(g.out_c / g.in_c), long(g.stride_h), long(g.stride_w), pad_kind,
+                  long(g.pad_top), long(g.pad_bottom), long(g.pad_left), long(g.pad_right),
+                  operands);
+    runs += CheckAllPaths(a, what);
+  }
+  std::printf("one-tap depthwise: %d runs checked\n", runs);
+}
+
 // The vector epilogues against EpilogueScalar on the values that matter:
 // NaN, +-Inf, huge, ties at .5, -0, denormals, in scales and biases.
 // Each lookup-table body this CPU runs against the table itself: every
@@ -3407,6 +3471,7 @@ int main() {
   TestChannelTails();
   TestDepthwise3x3Blocks();
   TestDepthwise5x5Blocks();
+  TestDepthwiseOneTap();
   TestDepthwiseOnePixel();
   TestDepthwiseGlobalUniform();
   TestDepthwiseUniformTaps();
