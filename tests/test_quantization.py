@@ -586,3 +586,54 @@ def test_stem_pooling_stays_int8_and_exact(tmp_path):
   restored = tf.saved_model.load(export_dir)
   served = restored.serve(tf.constant(x))
   np.testing.assert_array_equal(served[0].numpy(), got.numpy())
+
+
+def test_cropping_stays_int8_and_exact(tmp_path):
+  """NASNet's reduction path: conv+BN+ReLU -> ZeroPadding2D(((0, 1), (0,
+  1))) -> Cropping2D(((1, 0), (1, 0))) -> AveragePooling2D(1, strides=2) /
+  a conv: the crop is a slice of the int8 tensor at its scale
+  (Int8Cropping2D), so the model is one int8 region with nothing float and
+  no warning (keras.applications.NASNetMobile: 5 regions and 4 float
+  Cropping2D before), the conv after the crop is the reference's chain bit
+  for bit, and the layer survives a .keras round trip."""
+  inp = keras.Input((11, 9, 3), name="image")
+  h = L.ReLU(name="relu1")(L.BatchNormalization(name="bn1")(
+      L.Conv2D(8, 3, padding="same", name="c1")(inp)))
+  crop = L.Cropping2D(((1, 0), (1, 0)), name="crop")(
+      L.ZeroPadding2D(((0, 1), (0, 1)), name="pad")(h))
+  out = L.Conv2D(6, 3, padding="same", activation="relu", name="c2")(crop)
+  sub = L.AveragePooling2D(1, strides=2, padding="valid", name="sub")(crop)
+  out2 = L.Conv2D(4, 1, activation="relu", name="c3")(sub)
+  model = keras.Model(inp, [out, out2])
+  randomize(model, np.random.default_rng(13))
+  x = images(5, seed=4, shape=(11, 9, 3))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", quantization.QuantizationWarning)
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 2, kinds
+  assert isinstance(qmodel.get_layer("crop"), quantization.Int8Cropping2D)
+  assert qmodel.get_layer("crop").output.dtype == "int8"
+  s_in = qmodel.get_layer("image_quantize").scale
+  xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
+  k, b, s = qmodel.get_layer("c1").get_weights()
+  h1 = reference.fused_conv2d_reference(xq, k, b, conv_input_scale=s,
+                                        padding="SAME", activation="Relu")
+  cropped = np.pad(h1, ((0, 0), (0, 1), (0, 1), (0, 0)))[:, 1:, 1:, :]
+  k, b, s = qmodel.get_layer("c2").get_weights()
+  want = reference.fused_conv2d_reference(cropped, k, b, conv_input_scale=s,
+                                          padding="SAME", activation="Relu")
+  assert len(np.unique(want)) > 10
+  got, got2 = qmodel(x)
+  s2 = np.float32(qmodel.get_layer(qmodel.output[0]._keras_history.operation.name).scale)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got.numpy(), want.astype(np.float32) * s2)
+  want_float, want_float2 = (t.numpy() for t in model(x))
+  assert np.abs(got.numpy() - want_float).max() < 0.1 * np.abs(want_float).max()
+  assert (np.abs(got2.numpy() - want_float2).max() <
+          0.1 * np.abs(want_float2).max())
+  path = str(tmp_path / "crop.keras")
+  qmodel.save(path)
+  loaded = keras.models.load_model(path)
+  assert isinstance(loaded.get_layer("crop"), quantization.Int8Cropping2D)
+  for a, b in zip(loaded(x), (got, got2)):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())

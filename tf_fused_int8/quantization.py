@@ -922,7 +922,7 @@ _FLOAT_LAYERS = (
     keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D,
     keras.layers.ReLU, keras.layers.Activation, keras.layers.Softmax,
     keras.layers.Add, keras.layers.Rescaling, keras.layers.Identity,
-    keras.layers.ZeroPadding2D,
+    keras.layers.ZeroPadding2D, keras.layers.Cropping2D,
 )
 
 
@@ -1026,6 +1026,12 @@ class Int8ZeroPadding2D(_EagerCall, _KeepsInputDtype,
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8Cropping2D(_EagerCall, _KeepsInputDtype, keras.layers.Cropping2D):
+  """Cropping2D of an int8 tensor (a slice: exact at the input's scale;
+  NASNet's reductions crop a padded tensor by one row and column)."""
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Int8Flatten(_EagerCall, _KeepsInputDtype, keras.layers.Flatten):
   """Flatten of an int8 tensor (a reshape: exact at the input's scale)."""
 
@@ -1109,6 +1115,7 @@ _INT8_PASSTHROUGH = {
     keras.layers.AveragePooling2D: Int8AveragePooling2D,
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
     keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
+    keras.layers.Cropping2D: Int8Cropping2D,
     keras.layers.Flatten: Int8Flatten,
     # A squeeze-excite branch's GAP -> Reshape([1, 1, C]) -> conv.
     keras.layers.Reshape: Int8Reshape,
@@ -1119,8 +1126,9 @@ _INT8_PASSTHROUGH = {
 
 def _int8_passthrough(node, dense=True):
   """Whether a node can run on the int8 tensor of its one input as it is:
-  MaxPooling2D, GlobalMaxPooling2D and ZeroPadding2D, channels_last (max
-  commutes with the monotonic quantization, padding zeros are int8 zeros),
+  MaxPooling2D, GlobalMaxPooling2D, ZeroPadding2D and Cropping2D,
+  channels_last (max commutes with the monotonic quantization, padding zeros
+  are int8 zeros, a crop is a slice),
   an AveragePooling2D whose windows reach SAME's padding (Keras divides
   those by the cells they hold: Int8AveragePooling2D, the exact average
   rounded once at the input's scale), a ReLU / ReLU6 / ReLU(max_value=m) no
