@@ -16,6 +16,7 @@ import warnings
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import layer_helpers
 import tf_fused_int8
@@ -216,3 +217,28 @@ def test_relu_beside_a_residual_runs_in_int8():
   np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())  # float
   w, g = want[0].numpy(), got[0].numpy()
   assert np.abs(g - w).max() < 0.05 * np.abs(w).max()
+
+
+@pytest.mark.parametrize("output_max", [0, 1, 40, 126, 127])
+def test_int8_relu_is_the_clip_on_every_input(output_max):
+  """Int8ReLU on a 4-D int8 tensor runs the fused op as an identity 1x1
+  depthwise convolution: every int8 value (-128 .. 127 at every position
+  of channel blocks and tails, 1 to 70 channels, batch 1-2) gives
+  clip(q, 0, output_max), eagerly (cached operands per channel count) and
+  in a tf.function, whose graph has the op and no Maximum / Minimum."""
+  relu = quantization.Int8ReLU(output_max=output_max)
+  relu.build(None)
+  rng = np.random.default_rng(output_max)
+  fn = tf.function(relu.call)
+  for channels in (1, 3, 16, 17, 64, 70):
+    for shape in ((1, 4, 64, channels), (2, 3, 5, channels)):
+      q = np.resize(np.arange(-128, 128, dtype=np.int8),
+                    int(np.prod(shape))).reshape(shape)
+      q = rng.permuted(q, axis=2)
+      want = np.clip(q, 0, output_max)
+      np.testing.assert_array_equal(relu(tf.constant(q)).numpy(), want)
+      np.testing.assert_array_equal(fn(tf.constant(q)).numpy(), want)
+  graph = fn.get_concrete_function(tf.TensorSpec([1, 2, 2, 5], tf.int8)).graph
+  types = {op.type for op in graph.get_operations()}
+  assert "FusedInt8Conv2DBiasActivation" in types, types
+  assert not types & {"Maximum", "Minimum", "ClipByValue"}, types
