@@ -25,7 +25,8 @@ BUILDERS = {
     name: name for name in (
         "ResNet50", "MobileNetV2", "ResNet50V2", "VGG16", "InceptionV3",
         "DenseNet121", "Xception", "EfficientNetB0", "MobileNetV3Small",
-        "ConvNeXtTiny")
+        "ConvNeXtTiny", "MobileNet", "MobileNetV3Large", "EfficientNetV2B0",
+        "NASNetMobile")
 }
 IMAGE_SHAPE = (224, 224, 3)
 
