@@ -746,13 +746,9 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   const int64_t cc = d.channels;
   const int64_t nblocks = cc / kBlock;
   std::vector<Block3x3> local;
-  const Block3x3* blocks = static_cast<const Block3x3*>(d.prepared);
-  if (blocks == nullptr) {  // called without the per-call preparation
-    local.resize(static_cast<size_t>(nblocks + HalfBlocks(cc) +
-                                     QuarterBlocks(cc, g)));
-    PrepareBlocks(d, local.data());
-    blocks = local.data();
-  }
+  const Block3x3* blocks = PreparedBlocks(
+      d.prepared, nblocks + HalfBlocks(cc) + QuarterBlocks(cc, g), &local,
+      [&](Block3x3* b) { PrepareBlocks(d, b); });
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
   Rows16::RunFn run_full, run_part;
   Rows16::PickInterior(g, &run_full, &run_part);
@@ -1007,12 +1003,8 @@ void Rows5x5(const DepthwiseRowArgs& d) {
   const int64_t cc = d.channels;
   const int64_t nblocks = cc / kBlock;
   std::vector<Block5x5> local;
-  const Block5x5* blocks = static_cast<const Block5x5*>(d.prepared);
-  if (blocks == nullptr) {  // called without the per-call preparation
-    local.resize(static_cast<size_t>(nblocks));
-    Prepare5x5(d, local.data());
-    blocks = local.data();
-  }
+  const Block5x5* blocks = PreparedBlocks(d.prepared, nblocks, &local,
+                                          [&](Block5x5* b) { Prepare5x5(d, b); });
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
   const int64_t c_split = nblocks * kBlock;
   // The channels past the full blocks: the one-tap-per-lane kernel.

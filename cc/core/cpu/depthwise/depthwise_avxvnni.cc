@@ -385,16 +385,10 @@ void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   const int64_t cc = d.channels;
   const int64_t nblocks = cc / kBlock;
   std::vector<BlockYmm> local;
-  const BlockYmm* blocks =
-      d.prepared != nullptr
-          ? reinterpret_cast<const BlockYmm*>(static_cast<const char*>(d.prepared) +
-                                              BlocksOffset(d))
-          : nullptr;
-  if (blocks == nullptr) {  // called without the per-filter preparation
-    local.resize(static_cast<size_t>(nblocks));
-    PrepareBlocks(d, local.data());
-    blocks = local.data();
-  }
+  const BlockYmm* blocks = PreparedBlocks(
+      d.prepared != nullptr ? static_cast<const char*>(d.prepared) + BlocksOffset(d)
+                            : nullptr,
+      nblocks, &local, [&](BlockYmm* b) { PrepareBlocks(d, b); });
   const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
   const int64_t c_rest = nblocks * kBlock;
   if (c_rest < cc) Rows16::RestChannels(rest, k, c_rest);

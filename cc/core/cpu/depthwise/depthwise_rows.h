@@ -39,12 +39,25 @@
 #define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_ROWS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
 namespace {
+
+// A block kernel's weight blocks: those its DepthwisePrep made once per
+// filter (`prepared`, already offset to them), or, for a call made without
+// that preparation, `count` blocks made now into *local by fill(blocks).
+template <class B, class Fill>
+const B* PreparedBlocks(const void* prepared, int64_t count, std::vector<B>* local,
+                        Fill fill) {
+  if (prepared != nullptr) return static_cast<const B*>(prepared);
+  local->resize(static_cast<size_t>(count));
+  fill(local->data());
+  return local->data();
+}
 
 // Whether the policy has Store4(acc[4], scale, bias, side, ld, consts, tail,
 // out): four pixels ld bytes apart in one epilogue.
