@@ -562,6 +562,20 @@ void PointAt(const Buffers& b, float side_scale, FusedConvArgs* a) {
   a->side_input_scale = b.side.empty() ? 0.0f : side_scale;
 }
 
+// b's scale (`scales` values 2^exponent * [1, 1.99] in steps of 0.01: about
+// one output level per 2^-exponent of accumulator) and bias (`channels`
+// half-integers in [-20, 20]), drawn in that order.
+void RandomScaleAndBias(int64_t scales, int exponent, int64_t channels,
+                        std::mt19937* rng, Buffers* b) {
+  auto uni = [rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(*rng);
+  };
+  b->scale.resize(static_cast<size_t>(scales));
+  for (auto& x : b->scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, exponent);
+  b->bias.resize(static_cast<size_t>(channels));
+  for (auto& x : b->bias) x = uni(-40, 40) * 0.5f;
+}
+
 // b's input and filter for g: operands 0 random, 1 every activation and
 // weight -128, 2 activations 127 and weights -128, 3 random activations and
 // weights alternating 127 and -128 (-128 every mixed_period-th); with
@@ -647,12 +661,9 @@ void TestDepthwise3x3Blocks() {
     const int operands = iter % 4;
     const bool side = iter % 3 == 0;
     FillOperands(g, operands, /*mixed_period=*/2, side, &rng, &b);
-    b.scale.resize(static_cast<size_t>(g.out_c));
     // About one output level per 2^10 of accumulator: extreme sums saturate,
     // random ones land in range.
-    for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -10);
-    b.bias.resize(static_cast<size_t>(g.out_c));
-    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    RandomScaleAndBias(g.out_c, -10, g.out_c, &rng, &b);
     PointAt(b, side ? 0.5f : 0.0f, &a);
     a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
     char what[128];
@@ -744,10 +755,7 @@ void TestDepthwise5x5Blocks() {
     if (told) {
       for (auto& x : b.input) x = static_cast<int8_t>(x & 0x7f);
     }
-    b.scale.resize(static_cast<size_t>(g.out_c));
-    for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -11);
-    b.bias.resize(static_cast<size_t>(g.out_c));
-    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    RandomScaleAndBias(g.out_c, -11, g.out_c, &rng, &b);
     PointAt(b, side ? 0.5f : 0.0f, &a);
     a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
     a.input_non_negative = told == 1;
@@ -805,12 +813,9 @@ void TestDepthwiseOneTap() {
     const bool side = iter % 3 == 0;
     FillOperands(g, operands, /*mixed_period=*/2, side, &rng, &b);
     const bool per_channel = iter % 7 != 3;
-    b.scale.resize(static_cast<size_t>(per_channel ? g.out_c : 1));
     // |acc| <= 2^14: about one output level per 2^7, so the extremes
     // saturate and random products land in range.
-    for (auto& x : b.scale) x = std::ldexp(1.0f + uni(0, 99) / 100.0f, -7);
-    b.bias.resize(static_cast<size_t>(g.out_c));
-    for (auto& x : b.bias) x = uni(-40, 40) * 0.5f;
+    RandomScaleAndBias(per_channel ? g.out_c : 1, -7, g.out_c, &rng, &b);
     PointAt(b, side ? -0.75f : 0.0f, &a);
     a.per_channel_scale = per_channel;
     a.activation = iter % 2 ? Activation::kRelu : Activation::kNone;
