@@ -156,6 +156,24 @@ def _cpu_variable(value, dtype):
 _DEVICE_ON_CPU = {}
 
 
+def _identity_depthwise_operands(channels):
+  """The int8 filter of ones [1, 1, 1, channels] and the zero float32 bias
+  of an identity 1x1 depthwise convolution (quantization.Int8ReLU): eager
+  tensors made once per channel count, or a graph's own constants."""
+  def make():
+    return (tf.ones([1, 1, 1, channels], tf.int8),
+            tf.zeros([channels], tf.float32))
+  if not tf.executing_eagerly():
+    return make()
+  key = ("identity_depthwise", int(channels))
+  t = _EAGER_CONSTANTS.get(key)
+  if t is None:
+    if len(_EAGER_CONSTANTS) >= _MAX_EAGER_CONSTANTS:
+      _EAGER_CONSTANTS.clear()
+    t = _EAGER_CONSTANTS[key] = make()
+  return t
+
+
 def _empty_side_input(dtype, eager):
   if eager:
     key = ("empty", dtype)

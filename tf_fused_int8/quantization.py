@@ -1100,7 +1100,7 @@ class Int8ReLU(_EagerCall, keras.layers.Layer):
       # TF's Maximum / Minimum on int8 took 40-45 us each per call on
       # NASNetMobile's tensors (one Zen 4 thread of two); the op runs the
       # depthwise kernels' 1x1 path.
-      ones, zeros = _identity_depthwise_operands(channels)
+      ones, zeros = ops._identity_depthwise_operands(channels)  # pylint: disable=protected-access
       return ops.fused_conv2d_bias_activation(
           inputs, ones, zeros, strides=1, padding="VALID",
           conv_input_scale=1.0, activation_mode="Relu",
@@ -1115,26 +1115,6 @@ class Int8ReLU(_EagerCall, keras.layers.Layer):
     config = super().get_config()
     config["output_max"] = self.output_max
     return config
-
-
-# Eager identity depthwise operands per channel count (Int8ReLU).
-_IDENTITY_OPERANDS = {}
-
-
-def _identity_depthwise_operands(channels):
-  """The int8 filter of ones [1, 1, 1, channels] and the zero bias: eager
-  tensors made once per channel count, or a graph's own constants."""
-  def make():
-    return (tf.ones([1, 1, 1, channels], tf.int8),
-            tf.zeros([channels], tf.float32))
-  if not tf.executing_eagerly():
-    return make()
-  t = _IDENTITY_OPERANDS.get(channels)
-  if t is None:
-    if len(_IDENTITY_OPERANDS) >= 64:
-      _IDENTITY_OPERANDS.clear()
-    t = _IDENTITY_OPERANDS[channels] = make()
-  return t
 
 
 # The dropout layers: the identity at inference (quantize_model's result is
