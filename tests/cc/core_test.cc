@@ -626,13 +626,31 @@ Padding SquareFilterPadding(int pad_kind, int64_t k, std::mt19937* rng, ConvGeom
   return padding;
 }
 
+// The call again on its input's non-negative form (every byte x & 0x7f, or
+// max(x, 0): half zeros, as after a Relu), told so
+// (FusedConvArgs::input_non_negative): the avx2 path's 3x3 blocks
+// (VPMADDUBSW, exact on such bytes only) and the VNNI paths' unflipped
+// operands run; b's input is changed in place.
+int CheckToldNonNegative(FusedConvArgs a, Buffers* b, bool relu_like, const char* what) {
+  for (auto& x : b->input) {
+    x = relu_like ? std::max<int8_t>(x, 0) : static_cast<int8_t>(x & 0x7f);
+  }
+  a.input = b->input.data();
+  a.input_non_negative = true;
+  char told[192];
+  std::snprintf(told, sizeof(told), "%s, input in [0, 127] (%s) told", what,
+                relu_like ? "max(x, 0)" : "x & 0x7f");
+  return CheckAllPaths(a, told);
+}
+
 // The 3x3 depthwise VPDPBUSD kernel (whole 64-channel blocks, borders run
 // with the padding as 0x80 vectors) and its 16-channel tail: channel counts
 // of one to fifteen blocks with and without a tail, images from 1x1 up
 // (every column a border, or none), stride 1 and 2, SAME / VALID / explicit
 // asymmetric padding up to 4 (windows wholly in the padding), batch 2, side
 // input, and operands at the extremes (activations -128 or 127 with weights
-// -128: the +128 shift and its correction at their limits).
+// -128: the +128 shift and its correction at their limits); each call
+// again on a non-negative input told so (CheckToldNonNegative).
 void TestDepthwise3x3Blocks() {
   std::mt19937 rng(33);
   auto uni = [&rng](int lo, int hi) {
@@ -673,6 +691,7 @@ void TestDepthwise3x3Blocks() {
                   long(g.stride_w), pad_kind, long(g.pad_top), long(g.pad_bottom),
                   long(g.pad_left), long(g.pad_right), operands);
     runs += CheckAllPaths(a, what);
+    runs += CheckToldNonNegative(a, &b, iter % 5 < 2, what);
   }
   // Stride 2 on rows wide enough for runs of pairs that carry the next
   // pair's D (Interior3x3::PairsS2: columns up to ix0 + 7 inside the
@@ -714,6 +733,7 @@ void TestDepthwise3x3Blocks() {
                   long(g.stride_w), long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c), pad_kind,
                   long(g.pad_left), long(g.pad_right), operands);
     runs += CheckAllPaths(a, what);
+    runs += CheckToldNonNegative(a, &b, iter % 7 < 3, what);
   }
   std::printf("depthwise 3x3 blocks: %d runs checked\n", runs);
 }

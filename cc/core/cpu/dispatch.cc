@@ -242,8 +242,9 @@ namespace {
 std::atomic<int64_t> g_non_negative_calls{0};
 
 #if defined(__x86_64__)
-// Whether the avx2 and avxvnni GEMMs may take their kernels for an input
-// whose every byte is in [0, 127] (gemm_avx2.cc, gemm_avxvnni.cc): the
+// Whether the avx2 and avxvnni GEMMs (and the avx2 3x3 depthwise blocks,
+// RunFusedConv) may take their kernels for an input whose every byte is in
+// [0, 127] (gemm_avx2.cc, gemm_avxvnni.cc, depthwise_avx2.cc): the
 // caller's promise (FusedConvArgs::input_non_negative), or a scan of the
 // input that a signed input usually ends within its first 256 bytes (AVX2
 // code: both paths' CPUs have it). The avx512vnni GEMM reads the promise
@@ -404,7 +405,20 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
   bool lut_applied = false;
   if (args.geo.IsDepthwise()) {
     const DepthwiseKernel dw = DepthwiseKernelFor(resolved);
-    cpu::RunDepthwise(args, dw.rows, parallel_for, dw.prep, cpu::LutBodyFor(resolved));
+    FusedConvArgs dw_args = args;
+#if defined(__x86_64__)
+    // The avx2 3x3 blocks take inputs in [0, 127] only (depthwise_avx2.cc):
+    // an input not known to be is scanned, as for the avx2 GEMM. bench_core,
+    // one Zen 4 thread, a non-negative input not told against told, two
+    // rounds: 112x112x32 106-112 / 96-97 us, 56x56x144 135-142 / 132-145,
+    // 14x14x576 36-42 / 31-33, 7x7x960 16-22 / 17 (the blocks take 0.4-0.7x
+    // the time of the 16-channel kernel: depthwise_avx2.cc).
+    if (dw.rows == cpu::DepthwiseRowsAvx2 && !args.input_non_negative &&
+        cpu::DepthwiseAvx2TakesNonNegative(args.geo)) {
+      dw_args.input_non_negative = NonNegativeInput(args);
+    }
+#endif
+    cpu::RunDepthwise(dw_args, dw.rows, parallel_for, dw.prep, cpu::LutBodyFor(resolved));
     lut_applied = true;
 #if defined(__x86_64__)
   } else if ((resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) &&

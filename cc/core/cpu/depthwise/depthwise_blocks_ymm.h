@@ -1,0 +1,437 @@
+// Copyright tf-fused-int8 authors. Apache 2.0.
+//
+// The 3x3 depthwise block kernel on ymm (stride 1 or 2, dilation 1:
+// MobileNet's depthwise layers), blocks of 32 channels: the 256-bit form of
+// depthwise_avx512vnni.cc's full-block kernel (see there for the method),
+// shared by depthwise_avxvnni.cc (VEX VPDPBUSD) and depthwise_avx2.cc
+// (VPMADDUBSW + VPMADDWD by ones + VPADDD, inputs in [0, 127] only), which
+// differ only in the u8 x s8 dot of four bytes a lane (DotPolicy, below).
+//
+// A lane (one channel) holds four horizontally adjacent input pixels D =
+// (x[q], .., x[q+3]) as u8, built for 32 channels by 8 unpacks
+// (Interleave4: ymm j, 128-bit lane L, dword i = channel 16L + 4j + i); per
+// filter row the weights are arranged the same way as dwords:
+//   stride 1: pixel ox = D . (w0, w1, w2, 0), pixel ox+1 = D . (0, w0, w1, w2)
+//   stride 2: pixel ox = D . (w0, w1, w2, 0),
+//             pixel ox+1 = D . (0, 0, w0, w1) + E . (w2, 0, 0, 0), E = x[q+4]
+//             in each dword's low byte (VPSHUFB)
+// so a pair of pixels costs 8 (stride 1) or 12 (stride 2) dots per filter
+// row and 32 channels. kFlip: the u8 operand is x ^ 0x80 (any int8 input)
+// and the +128 is undone per valid filter row by -128 * (w0 + w1 + w2) (the
+// accumulators start there); a column in the padding is the zero
+// activation, 0x80 after the flip, whose taps that correction takes off
+// again. Without kFlip (an input known to be in [0, 127],
+// DepthwiseRowArgs::input_non_negative) the u8 operand is x itself, the
+// padding 0 and the accumulators start at zero. Weight bytes that are zero
+// make the fourth pixel (or E's zero bytes) count nothing. Epilogue32: the
+// contract on the four interleaved accumulators, PACKSSDW / PACKSSWB
+// putting the bytes back in natural order (as Epilogue64 does per 128-bit
+// lane).
+//
+// DotPolicy: static __m256i Dot(__m256i acc, __m256i u8, __m256i s8), acc
+// plus the four u8 x s8 products of each dword lane, exactly for every
+// operand it is given; kAnyU8: exact for every u8 byte (VPDPBUSD: |4 * 255
+// * 128| < 2^31), or only for bytes in [0, 127] (VPMADDUBSW's int16 pair
+// sums saturate past 32767: 2 * 127 * 128 = 32512 does not), in which case
+// Interior3x3 refuses kFlip at compile time.
+//
+// The channels past the last 32-channel block, and every other geometry,
+// run the AVX2 kernel (depthwise_ymm.h: PMADDWD, pair weights): the
+// preparation (PrepBytes / PrepFill) holds its pair weights first, then
+// the blocks. Include ONLY from depthwise_avxvnni.cc and depthwise_avx2.cc
+// (needs -mavx2 -mfma); everything is a template on the policy or lives in
+// an anonymous namespace.
+#ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_BLOCKS_YMM_H_
+#define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_BLOCKS_YMM_H_
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cc/core/cpu/depthwise/depthwise.h"
+#include "cc/core/cpu/depthwise/depthwise_rows.h"
+#include "cc/core/cpu/depthwise/depthwise_ymm.h"
+#include "cc/core/dword_spread.h"
+#include "cc/core/epilogue.h"
+#include "cc/core/epilogue_avx2.h"
+
+namespace tf_fused_int8 {
+namespace cpu {
+namespace {
+
+constexpr int64_t kBlock = 32;
+using Rows16 = DepthwiseRowKernel<Ymm2x8>;
+
+// The channel of position p (0..31) of the interleaved order: ymm j = p / 8,
+// lane L = (p % 8) / 4, dword i = p % 4.
+constexpr int64_t InterleavedChannel(int64_t p) {
+  return 16 * ((p % 8) / 4) + 4 * (p / 8) + p % 4;
+}
+
+// The four interleaved dword vectors of four 32-channel pixel vectors:
+// u[j] lane L dword i = bytes (r0, r1, r2, r3) of channel 16L + 4j + i.
+inline void Interleave4(__m256i r0, __m256i r1, __m256i r2, __m256i r3, __m256i u[4]) {
+  const __m256i t0 = _mm256_unpacklo_epi8(r0, r1);
+  const __m256i t1 = _mm256_unpackhi_epi8(r0, r1);
+  const __m256i t2 = _mm256_unpacklo_epi8(r2, r3);
+  const __m256i t3 = _mm256_unpackhi_epi8(r2, r3);
+  u[0] = _mm256_unpacklo_epi16(t0, t2);
+  u[1] = _mm256_unpackhi_epi16(t0, t2);
+  u[2] = _mm256_unpacklo_epi16(t1, t3);
+  u[3] = _mm256_unpackhi_epi16(t1, t3);
+}
+
+// One 32-channel block's operands per filter row ky, interleaved: the weight
+// dwords of pixel ox (a), of pixel ox + 1 (b), stride 2's E weights (e),
+// -128 * (w0 + w1 + w2) (corr) and its sum over the three rows (corr_all);
+// scale and bias in the interleaved order.
+struct alignas(32) BlockYmm {
+  __m256i a[3][4], b[3][4], e[3][4], corr[3][4], corr_all[4];
+  float scale[kBlock], bias[kBlock];
+};
+
+bool Use3x3Blocks(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  return d.channels >= kBlock && g.filter_h == 3 && g.filter_w == 3 && g.dilation_h == 1 &&
+         g.dilation_w == 1 && (g.stride_w == 1 || g.stride_w == 2);
+}
+
+template <class DotPolicy>
+void PrepareBlocks(const DepthwiseRowArgs& d, BlockYmm* blocks) {
+  const int64_t cc = d.channels;
+  const bool s2 = d.geo->stride_w == 2;
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+    BlockYmm& blk = blocks[bi];
+    const int64_t c0 = bi * kBlock;
+    for (int j = 0; j < 4; ++j) blk.corr_all[j] = zero;
+    for (int ky = 0; ky < 3; ++ky) {
+      const int8_t* w = d.filter + ky * 3 * cc + c0;
+      auto load = [](const int8_t* p) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      };
+      const __m256i w0 = load(w), w1 = load(w + cc), w2 = load(w + 2 * cc);
+      Interleave4(w0, w1, w2, zero, blk.a[ky]);
+      if (s2) {
+        Interleave4(zero, zero, w0, w1, blk.b[ky]);
+      } else {
+        Interleave4(zero, w0, w1, w2, blk.b[ky]);
+      }
+      Interleave4(w2, zero, zero, zero, blk.e[ky]);
+      for (int j = 0; j < 4; ++j) {
+        // w0 + w1 + w2 per lane (u8 ones times the signed weight bytes).
+        const __m256i sum = DotPolicy::Dot(zero, ones, blk.a[ky][j]);
+        blk.corr[ky][j] = _mm256_sub_epi32(zero, _mm256_slli_epi32(sum, 7));
+        blk.corr_all[j] = _mm256_add_epi32(blk.corr_all[j], blk.corr[ky][j]);
+      }
+    }
+    for (int64_t p = 0; p < kBlock; ++p) {
+      blk.scale[p] = d.scale[c0 + InterleavedChannel(p)];
+      blk.bias[p] = d.bias[c0 + InterleavedChannel(p)];
+    }
+  }
+}
+
+// The contract on one pixel's 32 channels in the interleaved order (u0..u3),
+// stored as 32 bytes in natural order: y per ymm as Epilogue16's
+// (EpilogueFloat256), PACKSSDW (u0, u1), (u2, u3) and PACKSSWB leave lane L's
+// bytes as [u0.L, u1.L, u2.L, u3.L] = channels 16L .. 16L + 15; then PMAXSB.
+// side: the pixel's 32 side bytes in natural order, each moved to its
+// interleaved dword (VPSHUFB into the top byte, arithmetic shift), or nullptr.
+struct Epilogue32 {
+  __m256i side_shuffle[4];
+
+  Epilogue32() {
+    for (int j = 0; j < 4; ++j) {
+      alignas(32) int8_t idx[32];
+      DwordSpreadShuffle(j, /*at=*/3, /*lanes=*/2, idx);
+      side_shuffle[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
+    }
+  }
+
+  template <bool kClampHi>
+  __attribute__((always_inline)) void Store(const __m256i u[4], const BlockYmm& blk,
+                                            const int8_t* side, const Epilogue256Consts& k,
+                                            int8_t* out) const {
+    __m256i y[4];
+    __m256i s;
+    if (side != nullptr) s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(side));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256 scale = _mm256_load_ps(blk.scale + 8 * j);
+      const __m256 bias = _mm256_load_ps(blk.bias + 8 * j);
+      __m256 f;
+      if (side != nullptr) {
+        const __m256i sj = _mm256_srai_epi32(_mm256_shuffle_epi8(s, side_shuffle[j]), 24);
+        f = EpilogueFloat256<kClampHi>(u[j], scale, bias, &sj, k.side_scale, k.c127);
+      } else {
+        f = EpilogueFloat256<kClampHi>(u[j], scale, bias, nullptr, k.side_scale, k.c127);
+      }
+      y[j] = _mm256_cvtps_epi32(f);
+    }
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(y[0], y[1]),
+                                         _mm256_packs_epi32(y[2], y[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_max_epi8(b, k.lo2));
+  }
+};
+
+// kClampHi: the epilogue's upper clamp (Epilogue256Consts::clamp_hi),
+// chosen once per call (Rows3x3). kFlip: the u8 operand is x ^ 0x80 as
+// above; without it (an input known to be in [0, 127],
+// DepthwiseRowArgs::input_non_negative) it is x itself, the padding 0 and
+// the accumulators start at zero (as in depthwise_avx512vnni.cc).
+template <class DotPolicy, bool kClampHi, bool kFlip>
+struct Interior3x3 {
+  static_assert(!kFlip || DotPolicy::kAnyU8,
+                "x ^ 0x80 reaches 255: only a dot exact on every u8 byte may take it");
+  const DepthwiseRowArgs* d;
+  const BlockYmm* blk;
+  const Epilogue256Consts* k;
+  const Epilogue32* ep;
+  const int8_t* image;  // the row's batch element
+  int64_t iy0, ky0, ky1;
+  int64_t c0;
+  int8_t* out_row;
+  const int8_t* side_row;
+  __m256i shuffle_e[4];  // byte 4j + i of each lane to dword i's low byte
+
+  __m256i Load(const int8_t* p) const {
+    return Flip(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+
+  // x ^ 0x80 where kFlip, else x.
+  static __m256i Flip(__m256i x) {
+    return kFlip ? _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))) : x;
+  }
+
+  __attribute__((always_inline)) void Store(const __m256i acc[4], int64_t ox) const {
+    const int64_t o = ox * d->channels + c0;
+    ep->template Store<kClampHi>(acc, *blk, side_row != nullptr ? side_row + o : nullptr,
+                                 *k, out_row + o);
+  }
+
+  // Both pixels' accumulators start at the +128 correction of the valid
+  // filter rows.
+  template <bool kFullRows>
+  __attribute__((always_inline)) void StartAccumulators(__m256i acc0[4], __m256i acc1[4]) const {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      if (!kFlip) {
+        acc0[j] = _mm256_setzero_si256();
+      } else if (kFullRows || ky1 - ky0 == 3) {
+        acc0[j] = blk->corr_all[j];
+      } else {
+        acc0[j] = _mm256_setzero_si256();
+        for (int64_t ky = ky0; ky < ky1; ++ky) {
+          acc0[j] = _mm256_add_epi32(acc0[j], blk->corr[ky][j]);
+        }
+      }
+      acc1[j] = acc0[j];
+    }
+  }
+
+  // Pixels ox and (if kTwo) ox + 1, stride kS; kChecked: some input column
+  // may lie outside the image (then it is the zero activation, 0x80 where
+  // kFlip);
+  // kFullRows: all three filter rows inside (as depthwise_avx512vnni.cc's
+  // Pair).
+  template <int kS, bool kChecked, bool kTwo, bool kFullRows>
+  __attribute__((always_inline)) void Pair(int64_t ox) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int64_t ix0 = ox * kS - g.pad_left;
+    const __m256i padding = Flip(_mm256_setzero_si256());
+    // An offset, not a pointer: ix0 may be negative, and a column outside
+    // the image is neither addressed nor read.
+    auto column = [&](int64_t row_off, int64_t c) {
+      if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) return padding;
+      return Load(image + (row_off + c * cc));
+    };
+    __m256i acc0[4], acc1[4];
+    const int64_t ky_begin = kFullRows ? 0 : ky0;
+    const int64_t ky_end = kFullRows ? 3 : ky1;
+    StartAccumulators<kFullRows>(acc0, acc1);
+#pragma GCC unroll 3
+    for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
+      const int64_t row_off = ((iy0 + ky) * g.in_w + ix0) * cc + c0;
+      const __m256i x0 = column(row_off, 0), x1 = column(row_off, 1), x2 = column(row_off, 2);
+      // The fourth pixel meets zero weights for ox: a single pixel reuses x2
+      // instead of reading a column that may lie past the image.
+      const __m256i x3 = kTwo ? column(row_off, 3) : x2;
+      __m256i u[4];
+      Interleave4(x0, x1, x2, x3, u);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc0[j] = DotPolicy::Dot(acc0[j], u[j], blk->a[ky][j]);
+      if constexpr (kTwo) {
+        __m256i e[4];
+        if constexpr (kS == 2) {
+          const __m256i x4 = column(row_off, 4);
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j) e[j] = _mm256_shuffle_epi8(x4, shuffle_e[j]);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc1[j] = DotPolicy::Dot(acc1[j], u[j], blk->b[ky][j]);
+          if constexpr (kS == 2) {
+            acc1[j] = DotPolicy::Dot(acc1[j], e[j], blk->e[ky][j]);
+          }
+        }
+      }
+    }
+    Store(acc0, ox);
+    if constexpr (kTwo) Store(acc1, ox + 1);
+  }
+
+  // Stride 1, `pairs` full pairs from ox whose columns ix0 .. ix0 + 2 *
+  // pairs + 1 all lie inside the image, all three filter rows valid: the
+  // next pair's first byte unpacks are this pair's second ones, kept (as
+  // depthwise_avx512vnni.cc's PairsS1): two loads and four byte unpacks
+  // fewer a filter row.
+  __attribute__((always_inline)) void PairsS1(int64_t ox, int64_t pairs) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int8_t* base = image + (iy0 * g.in_w + ox - g.pad_left) * cc + c0;
+    const int64_t row = g.in_w * cc;
+    __m256i lo[3], hi[3];  // per filter row: the pair's first two columns
+#pragma GCC unroll 3
+    for (int ky = 0; ky < 3; ++ky) {
+      const int8_t* p = base + ky * row;
+      const __m256i r0 = Load(p), r1 = Load(p + cc);
+      lo[ky] = _mm256_unpacklo_epi8(r0, r1);
+      hi[ky] = _mm256_unpackhi_epi8(r0, r1);
+    }
+    for (int64_t i = 0; i < pairs; ++i, ox += 2, base += 2 * cc) {
+      __m256i acc0[4], acc1[4];
+      StartAccumulators<true>(acc0, acc1);
+#pragma GCC unroll 3
+      for (int ky = 0; ky < 3; ++ky) {
+        const int8_t* p = base + ky * row + 2 * cc;
+        const __m256i r2 = Load(p), r3 = Load(p + cc);
+        const __m256i t2 = _mm256_unpacklo_epi8(r2, r3);
+        const __m256i t3 = _mm256_unpackhi_epi8(r2, r3);
+        __m256i u[4];  // as Interleave4(x0, x1, x2, x3)
+        u[0] = _mm256_unpacklo_epi16(lo[ky], t2);
+        u[1] = _mm256_unpackhi_epi16(lo[ky], t2);
+        u[2] = _mm256_unpacklo_epi16(hi[ky], t3);
+        u[3] = _mm256_unpackhi_epi16(hi[ky], t3);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc0[j] = DotPolicy::Dot(acc0[j], u[j], blk->a[ky][j]);
+          acc1[j] = DotPolicy::Dot(acc1[j], u[j], blk->b[ky][j]);
+        }
+        lo[ky] = t2;
+        hi[ky] = t3;
+      }
+      Store(acc0, ox);
+      Store(acc1, ox + 1);
+    }
+  }
+
+  // Output columns [ox, ox_end) in pairs; a pair whose span (columns ix0 ..
+  // ix0 + (two ? kS + 2 : 2)) leaves the image takes the checked loads.
+  template <int kS>
+  void Run(int64_t ox, int64_t ox_end) const {
+    const ConvGeometry& g = *d->geo;
+    const bool full_rows = ky0 == 0 && ky1 == 3;
+    for (; ox < ox_end; ox += 2) {
+      const bool two = ox + 1 < ox_end;
+      const int64_t ix0 = ox * kS - g.pad_left;
+      const int64_t last = ix0 + (two ? kS + 2 : 2);
+      if (kS == 1 && full_rows && ix0 >= 0 && ix0 + 3 < g.in_w) {
+        // Full pairs whose columns up to ix0 + 2 * pairs + 1 are in the image.
+        const int64_t pairs = std::min((g.in_w - 4 - ix0) / 2 + 1, (ox_end - ox) / 2);
+        if (pairs >= 2) {
+          PairsS1(ox, pairs);
+          ox += 2 * pairs - 2;
+          continue;
+        }
+      }
+      if (ix0 >= 0 && last < g.in_w) {
+        if (!two) {
+          Pair<kS, false, false, false>(ox);
+        } else if (full_rows) {
+          Pair<kS, false, true, true>(ox);
+        } else {
+          Pair<kS, false, true, false>(ox);
+        }
+      } else if (two) {
+        Pair<kS, true, true, false>(ox);
+      } else {
+        Pair<kS, true, false, false>(ox);
+      }
+    }
+  }
+};
+
+// The prepared bytes: the AVX2 kernel's pair weights (for the channels past
+// the blocks), then the blocks, from this offset (64-byte aligned).
+int64_t BlocksOffset(const DepthwiseRowArgs& d) { return (PairBytes(d) + 63) / 64 * 64; }
+
+int64_t PrepBytes(const DepthwiseRowArgs& d) {
+  const int64_t blocks = Use3x3Blocks(d) ? d.channels / kBlock : 0;
+  return BlocksOffset(d) + blocks * static_cast<int64_t>(sizeof(BlockYmm));
+}
+
+template <class DotPolicy>
+void PrepFill(const DepthwiseRowArgs& d, void* p) {
+  if (PairBytes(d) > 0) PairFill(d, p);
+  if (Use3x3Blocks(d)) {
+    PrepareBlocks<DotPolicy>(d, reinterpret_cast<BlockYmm*>(static_cast<char*>(p) + BlocksOffset(d)));
+  }
+}
+
+// The 3x3 blocks (Use3x3Blocks), with or without the epilogue's upper clamp
+// (DirectRowArgs::clamp_hi); rest: d for the one-tap kernel's channels.
+template <class DotPolicy, bool kClampHi, bool kFlip>
+void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t cc = d.channels;
+  const int64_t nblocks = cc / kBlock;
+  std::vector<BlockYmm> local;
+  const BlockYmm* blocks = PreparedBlocks(
+      d.prepared != nullptr ? static_cast<const char*>(d.prepared) + BlocksOffset(d)
+                            : nullptr,
+      nblocks, &local, [&](BlockYmm* b) { PrepareBlocks<DotPolicy>(d, b); });
+  const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
+  const int64_t c_rest = nblocks * kBlock;
+  if (c_rest < cc) Rows16::RestChannels(rest, k, c_rest);
+  const Epilogue32 ep;
+  Interior3x3<DotPolicy, kClampHi, kFlip> in;
+  in.d = &d;
+  in.k = &k;
+  in.ep = &ep;
+  for (int j = 0; j < 4; ++j) {
+    alignas(32) int8_t idx[32];
+    DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/2, idx);
+    in.shuffle_e[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
+  }
+  // Blocks outer, rows inner: a block's weights and the three input rows of
+  // its 32 channels stay in L1 from one output row to the next.
+  for (int64_t bi = 0; bi < nblocks; ++bi) {
+    in.blk = &blocks[bi];
+    in.c0 = bi * kBlock;
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      const int64_t n = r / g.out_h, oy = r % g.out_h;
+      in.image = d.input + n * g.in_h * g.in_w * cc;
+      in.iy0 = oy * g.stride_h - g.pad_top;
+      in.ky0 = d.ky_range[2 * oy];
+      in.ky1 = d.ky_range[2 * oy + 1];
+      in.out_row = d.output + r * g.out_w * cc;
+      in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+      if (g.stride_w == 1) {
+        in.template Run<1>(0, g.out_w);
+      } else {
+        in.template Run<2>(0, g.out_w);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace tf_fused_int8
+
+#endif  // TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_BLOCKS_YMM_H_
