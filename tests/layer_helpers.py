@@ -99,14 +99,22 @@ def set_all_bn(model, rng):
       set_bn(layer, rng)
 
 
-def quantized_with_scales(model, x):
-  """(qmodel, scales): quantize_model on `x` with every QuantizationWarning
-  an error, and calibrate's scales for the same data."""
+def quantize_strict(model, *args, **kwargs):
+  """quantization.quantize_model(model, *args, **kwargs) with every
+  QuantizationWarning an error: the tests that expect a model to quantize
+  whole (nothing left in float, no fallback) fail on the first warning."""
   import warnings  # pylint: disable=g-import-not-at-top
   from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
   with warnings.catch_warnings():
     warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+    return quantization.quantize_model(model, *args, **kwargs)
+
+
+def quantized_with_scales(model, x):
+  """(qmodel, scales): quantize_model on `x` with every QuantizationWarning
+  an error, and calibrate's scales for the same data."""
+  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
+  qmodel = quantize_strict(model, x, verbose=0)
   return qmodel, quantization.calibrate(model, x, verbose=0)
 
 
@@ -115,15 +123,11 @@ def applications_model_quantized(builder, size, batch=8, seed=0, **kwargs):
   BatchNormalization statistics: set_bn), quantized on `batch` random
   images in [-1, 1] with every QuantizationWarning an error. Returns
   (model, qmodel, rng) with rng ready for test images."""
-  import warnings  # pylint: disable=g-import-not-at-top
-  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
   model = builder(weights=None, input_shape=(size, size, 3), **kwargs)
   rng = np.random.default_rng(seed)
   set_all_bn(model, rng)
   x = rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = quantize_strict(model, x, verbose=0)
   return model, qmodel, rng
 
 

@@ -5,7 +5,6 @@ methods, unsupported layers, end-to-end accuracy on scikit-learn's digits,
 and .keras / SavedModel round trips of the quantized model."""
 
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -104,10 +103,7 @@ def test_scale_derivation_and_int8_graph_on_a_hand_made_model():
                        for k in ("image", "relu1", "relu2"))
   # The conv body's derivation (the head stays float: dense=False; the int8
   # head: tests/test_quantization_head.py).
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, scales=scales, verbose=0,
-                                         dense=False)
+  qmodel = layer_helpers.quantize_strict(model, scales=scales, verbose=0, dense=False)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   assert kinds == {"image": "InputLayer", "image_quantize": "Quantize",
                    "c1": "QuantizedFusedConv2D", "c2": "QuantizedFusedConv2D",
@@ -360,10 +356,7 @@ def test_multi_input_model_and_shared_int8_tensors():
   model = keras.Model({"a": a, "b": b}, out)
   data = {"a": images(12, seed=6, shape=(8, 8, 3)),
           "b": images(12, seed=7, shape=(8, 8, 4))}
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, data, batch_size=5,
-                                         verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, data, batch_size=5, verbose=0)
   kinds = sorted(type(l).__name__ for l in qmodel.layers)
   assert kinds == sorted(["InputLayer", "InputLayer", "Quantize", "Quantize",
                           "QuantizedFusedConv2D", "QuantizedFusedConv2D",
@@ -416,10 +409,7 @@ def digits():
   example = layer_helpers.load_example("ptq_digits")
   x_train, y_train, x_test, y_test = example.load_digits_split()
   float_model = example.train_float_model(keras, x_train, y_train, epochs=4)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    int8_model = quantization.quantize_model(float_model, x_train[:256],
-                                             verbose=0)
+  int8_model = layer_helpers.quantize_strict(float_model, x_train[:256], verbose=0)
   return example, float_model, int8_model, x_test, y_test
 
 
@@ -531,9 +521,7 @@ def test_stem_pooling_stays_int8_and_exact(tmp_path):
   # The pooled tensor's own scale is not what c2 reads: the int8 tensor
   # keeps the scale of relu1, its producer.
   scales["pool_same"] *= 3
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, scales=scales, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 2, kinds
   for name in ("pool", "pool_same", "gmp"):
@@ -607,9 +595,7 @@ def test_cropping_stays_int8_and_exact(tmp_path):
   model = keras.Model(inp, [out, out2])
   randomize(model, np.random.default_rng(13))
   x = images(5, seed=4, shape=(11, 9, 3))
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 2, kinds
   assert isinstance(qmodel.get_layer("crop"), quantization.Int8Cropping2D)

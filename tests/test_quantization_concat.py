@@ -14,7 +14,6 @@ and .keras / SavedModel round trips.
 """
 
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -202,9 +201,7 @@ def test_unpadded_average_pooling_runs_in_int8():
   model = keras.Model(inp, out)
   randomize(model, np.random.default_rng(4))
   x = images(16, seed=3, shape=(8, 8, 3))
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   scales = quantization.calibrate(model, x, verbose=0)
   for name, k in (("trans_pool", (2, 2)), ("same_pool", (2, 2)), ("rect_pool", (3, 2))):
     layer = qmodel.get_layer(name)
@@ -240,9 +237,7 @@ def test_concatenate_edge_cases(tmp_path):
   model = keras.Model(inp, [s1, L.Conv2D(2, 1, name="c")(s2)])
   randomize(model, np.random.default_rng(8))
   x = images(12, seed=6, shape=(6, 5, 3))
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   # Four int8 concatenations, by three layers: the shared one stays shared.
   assert kinds.count("Int8Concatenate") == 3 and "Concatenate" not in kinds, kinds

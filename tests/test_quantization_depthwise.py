@@ -5,7 +5,6 @@ numpy reference (tests/reference.py), a MobileNetV2-style CNN trained on
 scikit-learn's digits (accuracy, per-layer bits, .keras / SavedModel), and
 keras.applications.MobileNetV2 quantized end to end."""
 
-import warnings
 
 import keras
 import numpy as np
@@ -166,10 +165,7 @@ def test_inverted_residual_weights_relu6_bound_and_int8_graph():
   # int8 saturation at 127; larger scales make every ReLU6 bound < 127.
   scales.update(expand_relu=0.1, dw_relu=0.09, dw2=0.07)
   s = {k: float(np.float32(v)) for k, v in scales.items()}
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, scales=scales, verbose=0,
-                                         dense=False)
+  qmodel = layer_helpers.quantize_strict(model, scales=scales, verbose=0, dense=False)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   assert kinds == {
       "image": "InputLayer", "image_quantize": "Quantize",
@@ -255,9 +251,7 @@ def test_zero_padding_becomes_explicit_padding(kernel, stride, size,
   x = np.random.default_rng(2).uniform(-1, 1, (2,) + hw + (3,)).astype(
       np.float32)
   scales = quantization.calibrate(model, x, verbose=0)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, scales=scales, verbose=0)
   assert "zp" not in [l.name for l in qmodel.layers]
   layer = qmodel.get_layer("conv")
   assert layer.padding == want
@@ -285,9 +279,7 @@ def test_zero_padding_that_cannot_be_merged_stays_float_quietly():
   model = keras.Model(inp, [a, b, c])
   randomize(model, np.random.default_rng(3))
   x = np.random.default_rng(4).uniform(-1, 1, (2, 7, 6, 3)).astype(np.float32)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   assert type(qmodel.get_layer("zp")) is L.ZeroPadding2D  # pylint: disable=unidiomatic-typecheck
   assert type(qmodel.get_layer("zp2")) is L.ZeroPadding2D  # pylint: disable=unidiomatic-typecheck
   assert qmodel.get_layer("a").padding == "same"
@@ -368,9 +360,7 @@ def test_clipped_relu_bound_and_int8_graph():
             "dw": ("dw_relu", 2.53125, 0.0625),
             "c3": ("add_relu", 3.0, 0.04)}
   scales.update({key: s for key, _, s in bounds.values()})
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, scales=scales, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, scales=scales, verbose=0)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   assert kinds == {"image": "InputLayer", "image_quantize": "Quantize",
                    **{n: "QuantizedFusedConv2D" for n in bounds},
@@ -417,9 +407,7 @@ def test_leaky_thresholded_or_zero_clipped_relu_stays_float(relu_kwargs):
   x = np.random.default_rng(9).uniform(-3, 3, (2, 6, 6, 3)).astype(np.float32)
   # A ReLU the op cannot compute is an ordinary float layer (like any
   # unfused ReLU: not listed by the QuantizationWarning).
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   c = qmodel.get_layer("c")
   assert isinstance(c, QFC) and c.activation is None and c.output_max == 127
   r = qmodel.get_layer("r")
@@ -499,9 +487,7 @@ def digits_mobilenet():
       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   model.fit(x_train, y_train, batch_size=32, epochs=4, verbose=0)
   scales = quantization.calibrate(model, x_train[:256], verbose=0)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    int8_model = quantization.quantize_model(model, scales=scales, verbose=0)
+  int8_model = layer_helpers.quantize_strict(model, scales=scales, verbose=0)
   return example, model, int8_model, scales, x_test, y_test
 
 

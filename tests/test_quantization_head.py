@@ -12,7 +12,6 @@ keras.applications.MobileNetV2 with a linear classifier int8 to the logits.
 """
 
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -210,9 +209,7 @@ def head_model(keepdims=False, seed=0):
 def test_head_runs_in_int8_bit_exact(keepdims):
   model = head_model(keepdims)
   x = images(24)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   for name in ("fc", "logits", "side_fc"):
     assert kinds[name] == "QuantizedDense", kinds
@@ -291,10 +288,8 @@ def test_what_stays_float_in_the_head():
   model = keras.Model([inp, fixed], [a, soft, tanh, on_input])
   randomize(model, np.random.default_rng(3))
   data = [images(8, shape=(7, 7, 3)), images(8, seed=2, shape=(6, 6, 3))]
-  with warnings.catch_warnings():
-    # Dense and the pooling are float-head layers: no warning.
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, data, verbose=0)
+  # Dense and the pooling are float-head layers: no warning.
+  qmodel = layer_helpers.quantize_strict(model, data, verbose=0)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   assert kinds["gap"] == "GlobalAveragePooling2D"
   assert kinds["after_float_gap"] == "Dense"

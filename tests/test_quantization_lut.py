@@ -11,7 +11,6 @@ on its actual inputs, the float model's outputs within quantization error,
 and .keras / SavedModel round trips.
 """
 
-import warnings
 
 import keras
 import numpy as np
@@ -67,9 +66,7 @@ def activation_model(seed=0):
 def quantized():
   model = activation_model()
   calibration = images(24)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, calibration, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, calibration, verbose=0)
   scales = quantization.calibrate(model, calibration, verbose=0)
   return model, qmodel, scales
 
@@ -133,9 +130,7 @@ def test_activation_before_a_residual_add_stays_apart():
   model = keras.Model(inp, s)
   randomize(model, np.random.default_rng(3))
   x = test_quantization.images(16, 2, (8, 8, 8))
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, x, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   b_layer = qmodel.get_layer("b")
   assert b_layer.use_side_input and b_layer.output_lut is not None
   assert qmodel.get_layer("a").output_lut is not None

@@ -11,7 +11,6 @@ model's outputs within quantization error, and .keras / SavedModel round
 trips.
 """
 
-import warnings
 
 import keras
 import numpy as np
@@ -68,9 +67,7 @@ def preactivation_resnet(seed=0, negative_gamma=False):
 @pytest.fixture(scope="module", params=[False, True], ids=["gamma", "neg_gamma"])
 def quantized(request):
   model = preactivation_resnet(negative_gamma=request.param)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, images(24), verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, images(24), verbose=0)
   return model, qmodel
 
 

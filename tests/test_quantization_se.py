@@ -307,9 +307,7 @@ def test_mobilenetv3_hard_sigmoid_gate_is_a_table_and_the_block_one_sequence():
   one sequence with a channel scale step: the same bits as the quantized
   model, the float outputs within quantization error."""
   model = mobilenetv3_model()
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, images(24), verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, images(24), verbose=0)
   gate = qmodel.get_layer("se_conv_1")
   assert isinstance(gate, tf_fused_int8.QuantizedFusedConv2D) and gate.output_lut is not None
   kinds = [type(l).__name__ for l in qmodel.layers]

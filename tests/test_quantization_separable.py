@@ -11,7 +11,6 @@ actual int8 inputs; closeness to the float model; calibration keys; the
 user's model is not touched; .keras round trip.
 """
 
-import warnings
 
 import keras
 import numpy as np
@@ -188,9 +187,7 @@ def test_relu_beside_a_residual_runs_in_int8():
   model = keras.Model(inp, [out, L.Flatten(name="raw_flat")(raw)])
   layer_helpers.set_all_bn(model, np.random.default_rng(4))
   data = images(16, shape=(10, 9, 4))
-  with warnings.catch_warnings():
-    warnings.simplefilter("error", quantization.QuantizationWarning)
-    qmodel = quantization.quantize_model(model, data, verbose=0)
+  qmodel = layer_helpers.quantize_strict(model, data, verbose=0)
   scales = quantization.calibrate(model, data, verbose=0)
   kinds = {l.name: type(l).__name__ for l in qmodel.layers}
   assert [kinds[f"b{b}_act"] for b in range(3)] == ["Int8ReLU"] * 3, kinds
