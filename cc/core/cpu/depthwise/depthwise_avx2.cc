@@ -75,18 +75,7 @@ bool DepthwiseAvx2TakesNonNegative(const ConvGeometry& g) {
   return Use3x3Blocks(d);
 }
 
-void DepthwiseRowsAvx2(const DepthwiseRowArgs& d) {
-  // The pair weights start the preparation; the blocks follow them.
-  DepthwiseRowArgs rest = d;
-  rest.prepared = d.prepared != nullptr && PairBytes(d) > 0 ? d.prepared : nullptr;
-  if (!d.input_non_negative || !Use3x3Blocks(d)) {
-    Rows16::Rows(rest);
-    return;
-  }
-  WithClampHi(d.clamp_hi, [&](auto clamp) {
-    Rows3x3<MaddubsDot, decltype(clamp)::value, false>(d, rest);
-  });
-}
+void DepthwiseRowsAvx2(const DepthwiseRowArgs& d) { RowsWithBlocks<MaddubsDot>(d); }
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

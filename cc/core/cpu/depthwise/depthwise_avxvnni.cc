@@ -51,22 +51,7 @@ int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
 extern const DepthwisePrep kDepthwisePrepAvxVnni = {PrepBytes, PrepFill<VnniDot>,
                                                     PrepWideFrom};
 
-void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
-  // The AVX2 kernel reads its pair weights at the start of the preparation.
-  DepthwiseRowArgs rest = d;
-  rest.prepared = d.prepared != nullptr && PairBytes(d) > 0 ? d.prepared : nullptr;
-  if (!Use3x3Blocks(d)) {
-    Rows16::Rows(rest);
-    return;
-  }
-  WithClampHi(d.clamp_hi, [&](auto clamp) {
-    if (d.input_non_negative) {
-      Rows3x3<VnniDot, decltype(clamp)::value, false>(d, rest);
-    } else {
-      Rows3x3<VnniDot, decltype(clamp)::value, true>(d, rest);
-    }
-  });
-}
+void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) { RowsWithBlocks<VnniDot>(d); }
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

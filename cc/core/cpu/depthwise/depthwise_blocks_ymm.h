@@ -430,6 +430,28 @@ void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   }
 }
 
+// The row kernel of a file using these blocks: the blocks where the
+// geometry has them and DotPolicy can take the input (any input when
+// kAnyU8, else one told to be in [0, 127]), the channels past them and
+// everything else through the AVX2 kernel, which reads its pair weights at
+// the start of the preparation (PrepFill).
+template <class DotPolicy>
+void RowsWithBlocks(const DepthwiseRowArgs& d) {
+  DepthwiseRowArgs rest = d;
+  rest.prepared = d.prepared != nullptr && PairBytes(d) > 0 ? d.prepared : nullptr;
+  if (!Use3x3Blocks(d) || (!DotPolicy::kAnyU8 && !d.input_non_negative)) {
+    Rows16::Rows(rest);
+    return;
+  }
+  WithClampHi(d.clamp_hi, [&](auto clamp) {
+    if (d.input_non_negative) {
+      Rows3x3<DotPolicy, decltype(clamp)::value, false>(d, rest);
+    } else if constexpr (DotPolicy::kAnyU8) {
+      Rows3x3<DotPolicy, decltype(clamp)::value, true>(d, rest);
+    }
+  });
+}
+
 }  // namespace
 }  // namespace cpu
 }  // namespace tf_fused_int8
