@@ -101,7 +101,13 @@ struct CpuFeatures {
     __builtin_cpu_init();
     f.avx2 = __builtin_cpu_supports("avx2");
     f.fma = __builtin_cpu_supports("fma");
+#if defined(TF_FUSED_INT8_AVXVNNI_EMULATED)
+    // core_test_avxvnni_emulated's build (BUILD, avxvnni_dot.h): its
+    // avxvnni kernels emulate VPDPBUSD with AVX2 instructions.
+    f.avxvnni = f.avx2;
+#else
     f.avxvnni = f.avx2 && __builtin_cpu_supports("avxvnni");
+#endif
     f.avx512vnni = __builtin_cpu_supports("avx512f") &&
                    __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") &&

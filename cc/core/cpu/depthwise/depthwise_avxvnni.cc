@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "cc/core/cpu/avxvnni_dot.h"
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_blocks_ymm.h"
 #include "cc/core/cpu/depthwise/depthwise_ymm.h"
@@ -37,7 +38,7 @@ namespace {
 struct VnniDot {
   static constexpr bool kAnyU8 = true;
   static __m256i Dot(__m256i acc, __m256i u8, __m256i s8) {
-    return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+    return DpbusdAvx(acc, u8, s8);
   }
 };
 

@@ -13,10 +13,12 @@
 //    0.90x the time, at batch 8 0.97-0.99x; 28x28x192 -> 32 0.95x;
 //    14x14x576 -> 96 0.97x; 56x56x64 -> 256 0.99x; 28x28x128 3x3 -> 128
 //    (gathered rows, no flip) 0.96-0.97x.
-// Built with -mavx2 -mfma -mavxvnni -ffp-contract=off; everything but the
-// IsaKernels tables has internal linkage.
+// Built with -mavx2 -mfma -mavxvnni -ffp-contract=off (VPDPBUSD through
+// avxvnni_dot.h, which core_test_avxvnni_emulated's build emulates);
+// everything but the IsaKernels tables has internal linkage.
 #include <immintrin.h>
 
+#include "cc/core/cpu/avxvnni_dot.h"
 #include "cc/core/cpu/gemm/gemm_ymm.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 
@@ -28,7 +30,7 @@ struct VnniPolicy {
   static constexpr bool kInt16 = false;
   static constexpr bool kShift = true;
   static __m256i Dot(__m256i acc, __m256i a, __m256i b) {
-    return _mm256_dpbusd_avx_epi32(acc, a, b);
+    return DpbusdAvx(acc, a, b);
   }
 };
 
@@ -37,7 +39,7 @@ struct VnniNonNegativePolicy {
   static constexpr bool kInt16 = false;
   static constexpr bool kShift = false;
   static __m256i Dot(__m256i acc, __m256i a, __m256i b) {
-    return _mm256_dpbusd_avx_epi32(acc, a, b);
+    return DpbusdAvx(acc, a, b);
   }
 };
 

@@ -20,7 +20,13 @@ namespace {
 
 #if defined(__x86_64__)
 bool HasAvx2() { return KernelPathSupported(KernelPath::kAvx2); }
+#if defined(TF_FUSED_INT8_AVXVNNI_EMULATED)
+// The avxvnni path's VPDPBUSD is emulated in this build (avxvnni_dot.h);
+// the loop below runs the instruction itself.
+bool HasAvxVnni() { return false; }
+#else
 bool HasAvxVnni() { return KernelPathSupported(KernelPath::kAvxVnni); }
+#endif
 bool HasAvx512Vnni() { return KernelPathSupported(KernelPath::kAvx512Vnni); }
 bool HasAmx() { return KernelPathSupported(KernelPath::kAmx); }
 
