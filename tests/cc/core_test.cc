@@ -2651,12 +2651,15 @@ void TestGeometryErrors() {
 // the forced path is refused.
 bool SelectPaths() {
   const char* env = std::getenv("TF_FUSED_INT8_CPU_KERNEL");
-#if defined(TF_FUSED_INT8_AVXVNNI_EMULATED)
-  // core_test_avxvnni_emulated (BUILD): the avxvnni path alone, its VPDPBUSD
-  // emulated with AVX2 instructions (cc/core/cpu/avxvnni_dot.h); core_test
-  // runs the other paths. None on a CPU without AVX2 or off x86-64.
+#if defined(TF_FUSED_INT8_EMULATED_ISAS)
+  // core_test_emulated (BUILD): the avxvnni and amx paths alone, their
+  // VPDPBUSD and tile instructions emulated (cc/core/cpu/avxvnni_dot.h,
+  // amx_tiles.h) where the CPU has AVX2 and AVX-512 VNNI; core_test runs
+  // the other paths. None off x86-64.
   if (env == nullptr || env[0] == '\0') {
-    if (KernelPathSupported(KernelPath::kAvxVnni)) g_paths.push_back(KernelPath::kAvxVnni);
+    for (KernelPath p : {KernelPath::kAvxVnni, KernelPath::kAmx}) {
+      if (KernelPathSupported(p)) g_paths.push_back(p);
+    }
     return true;
   }
 #endif

@@ -4,8 +4,8 @@
 // the four u8 x s8 products of each dword lane, in int32 (wrapping, as the
 // instruction adds).
 //
-// In the build of core_test_avxvnni_emulated (BUILD: the *_avxvnni.cc files
-// built with AVX2 only and TF_FUSED_INT8_AVXVNNI_EMULATED) the same sums
+// In the build of core_test_emulated (BUILD: the *_avxvnni.cc files built
+// with AVX2 only and TF_FUSED_INT8_EMULATED_ISAS) the same sums
 // come from AVX2 instructions, so that every other instruction of the
 // avxvnni kernels is tested bit for bit on CPUs without AVX-VNNI (AMD
 // before Zen 5, Intel server cores before Sierra Forest; QEMU's TCG has no
@@ -27,7 +27,7 @@ namespace cpu {
 namespace {
 
 inline __m256i DpbusdAvx(__m256i acc, __m256i u8, __m256i s8) {
-#if defined(TF_FUSED_INT8_AVXVNNI_EMULATED)
+#if defined(TF_FUSED_INT8_EMULATED_ISAS)
   const __m256i u_even = _mm256_and_si256(u8, _mm256_set1_epi16(0x00FF));
   const __m256i u_odd = _mm256_srli_epi16(u8, 8);
   const __m256i s_even = _mm256_srai_epi16(_mm256_slli_epi16(s8, 8), 8);

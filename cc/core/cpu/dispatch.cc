@@ -101,9 +101,9 @@ struct CpuFeatures {
     __builtin_cpu_init();
     f.avx2 = __builtin_cpu_supports("avx2");
     f.fma = __builtin_cpu_supports("fma");
-#if defined(TF_FUSED_INT8_AVXVNNI_EMULATED)
-    // core_test_avxvnni_emulated's build (BUILD, avxvnni_dot.h): its
-    // avxvnni kernels emulate VPDPBUSD with AVX2 instructions.
+#if defined(TF_FUSED_INT8_EMULATED_ISAS)
+    // core_test_emulated's build (BUILD): its avxvnni kernels compute
+    // VPDPBUSD with AVX2 instructions (avxvnni_dot.h).
     f.avxvnni = f.avx2;
 #else
     f.avxvnni = f.avx2 && __builtin_cpu_supports("avxvnni");
@@ -115,7 +115,13 @@ struct CpuFeatures {
                    __builtin_cpu_supports("avx512vnni");
 #if defined(__x86_64__) && defined(__linux__)
     // The amx path runs everything but its GEMMs on the avx512vnni kernels.
+#if defined(TF_FUSED_INT8_EMULATED_ISAS)
+    // core_test_emulated's build: its amx kernels run the tile
+    // instructions in C++ (amx_tiles.h).
+    f.amx = f.avx512vnni;
+#else
     f.amx = f.avx512vnni && AmxUsable();
+#endif
 #endif
 #elif defined(__aarch64__) && defined(__linux__)
     // The kernel reports what user space may execute (and qemu-user reports

@@ -14,7 +14,7 @@
 //    14x14x576 -> 96 0.97x; 56x56x64 -> 256 0.99x; 28x28x128 3x3 -> 128
 //    (gathered rows, no flip) 0.96-0.97x.
 // Built with -mavx2 -mfma -mavxvnni -ffp-contract=off (VPDPBUSD through
-// avxvnni_dot.h, which core_test_avxvnni_emulated's build emulates);
+// avxvnni_dot.h, which core_test_emulated's build emulates);
 // everything but the IsaKernels tables has internal linkage.
 #include <immintrin.h>
 

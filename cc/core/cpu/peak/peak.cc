@@ -20,15 +20,16 @@ namespace {
 
 #if defined(__x86_64__)
 bool HasAvx2() { return KernelPathSupported(KernelPath::kAvx2); }
-#if defined(TF_FUSED_INT8_AVXVNNI_EMULATED)
-// The avxvnni path's VPDPBUSD is emulated in this build (avxvnni_dot.h);
-// the loop below runs the instruction itself.
+bool HasAvx512Vnni() { return KernelPathSupported(KernelPath::kAvx512Vnni); }
+#if defined(TF_FUSED_INT8_EMULATED_ISAS)
+// core_test_emulated's build emulates the avxvnni and amx paths'
+// instructions (BUILD); the loops below time the instructions themselves.
 bool HasAvxVnni() { return false; }
+bool HasAmx() { return false; }
 #else
 bool HasAvxVnni() { return KernelPathSupported(KernelPath::kAvxVnni); }
-#endif
-bool HasAvx512Vnni() { return KernelPathSupported(KernelPath::kAvx512Vnni); }
 bool HasAmx() { return KernelPathSupported(KernelPath::kAmx); }
+#endif
 
 // ops_per_block: instructions per block x MACs (or FMAs) each x 2, or the
 // outputs per block for the epilogue loops.
