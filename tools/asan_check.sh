@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the op library and the TF-free core test with AddressSanitizer + UBSan
+# Builds the op library and the TF-free core tests with AddressSanitizer + UBSan
 # (bazel --config=asan, written into .bazelrc by configure.sh) and runs the core
 # test and the whole pytest suite against that library. Any sanitizer report
 # aborts the process and fails the run (-fno-sanitize-recover=all).
@@ -20,7 +20,8 @@ set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
 ./configure.sh
-bazel build --config=asan //:_fused_int8_ops.so //:core_test //:gpu_host_test //:libtfi_gpu_harness.so
+bazel build --config=asan //:_fused_int8_ops.so //:core_test //:core_test_emulated //:gpu_host_test \
+  //:libtfi_gpu_harness.so
 out="$(bazel info --config=asan bazel-bin)"
 # bazel-bin now points at the ASan outputs (tests/test_gpu_build.py loads the
 # harness library from there); restore it to the normal build afterwards.
@@ -28,8 +29,9 @@ trap 'bazel build //:all >/dev/null 2>&1 || true' EXIT
 
 export ASAN_OPTIONS="detect_leaks=0:detect_odr_violation=0:alloc_dealloc_mismatch=0:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-echo "asan_check: core test and GPU host test"
+echo "asan_check: core tests (the emulated avxvnni and amx paths too) and GPU host test"
 "${out}/core_test"
+"${out}/core_test_emulated"
 "${out}/gpu_host_test"
 
 libasan="$(g++ -print-file-name=libasan.so)"
