@@ -643,6 +643,24 @@ int CheckToldNonNegative(FusedConvArgs a, Buffers* b, bool relu_like, const char
   return CheckAllPaths(a, told);
 }
 
+// CheckAllPaths once more with every -128 weight byte made -127 (a
+// signed input, not told): the avx2 depthwise blocks then multiply the
+// input's bytes as they are (depthwise_avx2.cc SignDot: VPSIGNB, exact only
+// without -128 weights) where a -128 sends them to the flipped form; with
+// the extreme operands, -128 x -127 pairs at VPMADDUBSW's bound.
+int CheckWithoutMinWeight(FusedConvArgs a, Buffers* b, const char* what) {
+  bool any = false;
+  for (auto& w : b->filter) {
+    any |= w == -128;
+    if (w == -128) w = -127;
+  }
+  if (!any) return 0;  // the call ran so already
+  a.filter = b->filter.data();
+  char no_min[192];
+  std::snprintf(no_min, sizeof(no_min), "%s, no -128 weight", what);
+  return CheckAllPaths(a, no_min);
+}
+
 // The 3x3 depthwise VPDPBUSD kernel (whole 64-channel blocks, borders run
 // with the padding as 0x80 vectors) and its 16-channel tail: channel counts
 // of one to fifteen blocks with and without a tail, images from 1x1 up
@@ -650,7 +668,8 @@ int CheckToldNonNegative(FusedConvArgs a, Buffers* b, bool relu_like, const char
 // asymmetric padding up to 4 (windows wholly in the padding), batch 2, side
 // input, and operands at the extremes (activations -128 or 127 with weights
 // -128: the +128 shift and its correction at their limits); each call
-// again on a non-negative input told so (CheckToldNonNegative).
+// again without -128 weights (CheckWithoutMinWeight) and on a non-negative
+// input told so (CheckToldNonNegative).
 void TestDepthwise3x3Blocks() {
   std::mt19937 rng(33);
   auto uni = [&rng](int lo, int hi) {
@@ -691,6 +710,7 @@ void TestDepthwise3x3Blocks() {
                   long(g.stride_w), pad_kind, long(g.pad_top), long(g.pad_bottom),
                   long(g.pad_left), long(g.pad_right), operands);
     runs += CheckAllPaths(a, what);
+    runs += CheckWithoutMinWeight(a, &b, what);
     runs += CheckToldNonNegative(a, &b, iter % 5 < 2, what);
   }
   // Stride 2 on rows wide enough for runs of pairs that carry the next
@@ -733,6 +753,7 @@ void TestDepthwise3x3Blocks() {
                   long(g.stride_w), long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c), pad_kind,
                   long(g.pad_left), long(g.pad_right), operands);
     runs += CheckAllPaths(a, what);
+    runs += CheckWithoutMinWeight(a, &b, what);
     runs += CheckToldNonNegative(a, &b, iter % 7 < 3, what);
   }
   std::printf("depthwise 3x3 blocks: %d runs checked\n", runs);

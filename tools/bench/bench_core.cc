@@ -102,8 +102,14 @@ int main(int argc, char** argv) {
   if (input_kind == "relu" || input_kind == "relu_known") {
     for (auto& v : x) v = std::max<int8_t>(v, 0);
   }
+  // BENCH_CORE_WEIGHTS=symmetric: weights in [-127, 127], as quantize_model
+  // and QuantizedFusedConv2D.from_float_weights make them (the avx2
+  // depthwise blocks multiply a signed input as it is only without -128
+  // weights, depthwise_avx2.cc); default: every int8 value.
+  const char* weights_env = std::getenv("BENCH_CORE_WEIGHTS");
+  const bool symmetric = weights_env != nullptr && std::string(weights_env) == "symmetric";
   for (auto& w : ws) {
-    for (auto& v : w) v = static_cast<int8_t>(u8(rng));
+    for (auto& v : w) v = static_cast<int8_t>(symmetric ? std::max(u8(rng), -127) : u8(rng));
   }
   std::vector<float> bias(g.out_c, 1.0f), scale(g.out_c);
   for (auto& s : scale) s = 40.0f / (std::sqrt(float(g.ReductionDepth())) * 74 * 74);

@@ -9,11 +9,8 @@
 // come from AVX2 instructions, so that every other instruction of the
 // avxvnni kernels is tested bit for bit on CPUs without AVX-VNNI (AMD
 // before Zen 5, Intel server cores before Sierra Forest; QEMU's TCG has no
-// AVX-VNNI either, 10.0 tried). Each lane's bytes 0 and 2 and its bytes 1
-// and 3 are widened to int16 (the u8 operand zero-extended, the s8 one
-// sign-extended), VPMADDWD sums each pair's two products (at most 2 * 255 *
-// 128 in magnitude: exact), and both sums are added to acc. Never in the
-// op library: only that test's build defines the macro.
+// AVX-VNNI either, 10.0 tried): DotU8S8Widened (dot_u8s8_avx2.h). Never
+// in the op library: only that test's build defines the macro.
 //
 // Include ONLY from the *_avxvnni.cc files (needs -mavx2, and -mavxvnni
 // unless emulated); internal linkage.
@@ -22,18 +19,15 @@
 
 #include <immintrin.h>
 
+#include "cc/core/cpu/dot_u8s8_avx2.h"
+
 namespace tf_fused_int8 {
 namespace cpu {
 namespace {
 
 inline __m256i DpbusdAvx(__m256i acc, __m256i u8, __m256i s8) {
 #if defined(TF_FUSED_INT8_EMULATED_ISAS)
-  const __m256i u_even = _mm256_and_si256(u8, _mm256_set1_epi16(0x00FF));
-  const __m256i u_odd = _mm256_srli_epi16(u8, 8);
-  const __m256i s_even = _mm256_srai_epi16(_mm256_slli_epi16(s8, 8), 8);
-  const __m256i s_odd = _mm256_srai_epi16(s8, 8);
-  return _mm256_add_epi32(_mm256_add_epi32(acc, _mm256_madd_epi16(u_even, s_even)),
-                          _mm256_madd_epi16(u_odd, s_odd));
+  return DotU8S8Widened(acc, u8, s8);
 #else
   return _mm256_dpbusd_avx_epi32(acc, u8, s8);
 #endif

@@ -419,8 +419,11 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
     const DepthwiseKernel dw = DepthwiseKernelFor(resolved);
     FusedConvArgs dw_args = args;
 #if defined(__x86_64__)
-    // The avx2 3x3 blocks take inputs in [0, 127] only (depthwise_avx2.cc):
-    // an input not known to be is scanned, as for the avx2 GEMM. bench_core,
+    // The avx2 3x3 blocks run fastest on inputs in [0, 127] (MaddubsDot,
+    // three instructions a dot, against SignDot's five on signed bytes:
+    // 56x56x144 125-131 against 151 us, 28x28x192 37 against 47, one Zen 4
+    // thread; depthwise_avx2.cc): an input not known to be is scanned, as
+    // for the avx2 GEMM. bench_core,
     // one Zen 4 thread, a non-negative input not told against told, two
     // rounds: 112x112x32 106-112 / 96-97 us, 56x56x144 135-142 / 132-145,
     // 14x14x576 36-42 / 31-33, 7x7x960 16-22 / 17 (the blocks take 0.4-0.7x

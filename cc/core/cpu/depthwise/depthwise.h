@@ -146,9 +146,9 @@ struct DepthwisePrep {
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d);
 void DepthwiseRowsAvx2(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvx2;
-// Whether DepthwiseRowsAvx2 runs faster kernels on g for an input known to
-// be in [0, 127] (its 3x3 blocks): the dispatcher then scans an input it
-// was not told about (dispatch.cc).
+// Whether DepthwiseRowsAvx2 runs a faster kernel on g for an input known to
+// be in [0, 127] (its 3x3 blocks' MaddubsDot): the dispatcher then scans an
+// input it was not told about (dispatch.cc).
 bool DepthwiseAvx2TakesNonNegative(const ConvGeometry& g);
 void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvxVnni;

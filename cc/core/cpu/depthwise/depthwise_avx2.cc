@@ -25,6 +25,22 @@
 // (step profiler, runner, one thread, avx2 forced, libraries alternated
 // four times): 1.43-1.76 -> 0.89-1.04 ms of its 5.3-6.6 ms.
 //
+// Any other input (signed: a SiLU or hard-swish table's output, a linear
+// projection's) takes the same blocks since 2026-12-06: its bytes as they
+// are with SignDot (VPABSB, VPSIGNB, then MaddubsDot's three; exact where no
+// weight byte is -128, as every quantize_model filter: [-127, 127]), or,
+// where a block holds a -128 weight, the flipped bytes with WidenedDot
+// (dot_u8s8_avx2.h, exact on every byte). Against this kernel on every
+// channel (bench_core, one Zen 4 thread, avx2 forced, a signed input,
+// weights in [-127, 127], 4 rotating filters, 5 rounds alternated, median
+// time ratio): 112x112x32 0.63, 56x56x144 0.69 (batch 8 0.76), 112x112x96 /
+// 2 0.80, 56x56x144 / 2 0.79, 28x28x192 0.56, 14x14x384 0.55, 14x14x576 /
+// 2 0.68, 7x7x960 0.53; with -128 weights (WidenedDot, every int8 weight)
+// 0.59-0.99. EfficientNetB0's 3x3 depthwise steps in TF (step profiler,
+// runner, one thread, avx2 forced, libraries alternated twice): 0.65-0.84x
+// (its 5x5 ones keep this kernel), all its depthwise steps 2.72-2.84 ->
+// 2.43-2.56 ms.
+//
 // Tried and dropped: running the two 8-channel halves of a block one after
 // the other in the interior, so that 8 pixels' accumulators and the weights
 // fit the 16 ymm registers (perf shows a seventh of the interior's samples
@@ -37,6 +53,7 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_blocks_ymm.h"
 #include "cc/core/cpu/depthwise/depthwise_ymm.h"
+#include "cc/core/cpu/dot_u8s8_avx2.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -63,6 +80,44 @@ struct MaddubsDot {
   }
 };
 
+// A signed input as it is (no flip): |x| (u8, up to 128) times w with x's
+// sign (VPSIGNB: -w where x < 0, 0 where x == 0), VPMADDUBSW, VPMADDWD by
+// ones, VPADDD: four products a lane in five instructions (VPABSB, VPSIGNB
+// and the three of MaddubsDot), the abs shared by the two pixels a column
+// vector feeds. Exact where no weight byte is -128: then |w| <= 127, -w
+// does not wrap, and a VPMADDUBSW pair sum is at most 2 * 128 * 127 =
+// 32512 in magnitude (no saturation); a -128 would become -128 again under
+// VPSIGNB (its product's sign wrong), so blocks with one take WidenedDot.
+struct SignDot {
+  static constexpr bool kAnyU8 = false;
+  static __m256i Dot(__m256i acc, __m256i x, __m256i s8) {
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(s8, x));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+
+// Any u8 byte (the flipped form of any input): DotU8S8Widened, exact.
+struct WidenedDot {
+  static constexpr bool kAnyU8 = true;
+  static __m256i Dot(__m256i acc, __m256i u8, __m256i s8) {
+    return DotU8S8Widened(acc, u8, s8);
+  }
+};
+
+// The blocks on an input not told to be in [0, 127]: SignDot on its bytes
+// as they are, or, where a weight byte of the blocks is -128, WidenedDot on
+// the flipped bytes.
+struct SignedBlocks {
+  template <bool kClampHi>
+  static void Rows(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
+    if (BlocksHaveMinWeight(d)) {
+      Rows3x3<WidenedDot, kClampHi, true>(d, rest);
+    } else {
+      Rows3x3<SignDot, kClampHi, false>(d, rest);
+    }
+  }
+};
+
 }  // namespace
 
 extern const DepthwisePrep kDepthwisePrepAvx2 = {PrepBytes, PrepFill<MaddubsDot>,
@@ -75,7 +130,9 @@ bool DepthwiseAvx2TakesNonNegative(const ConvGeometry& g) {
   return Use3x3Blocks(d);
 }
 
-void DepthwiseRowsAvx2(const DepthwiseRowArgs& d) { RowsWithBlocks<MaddubsDot>(d); }
+void DepthwiseRowsAvx2(const DepthwiseRowArgs& d) {
+  RowsWithBlocks<MaddubsDot, SignedBlocks>(d);
+}
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

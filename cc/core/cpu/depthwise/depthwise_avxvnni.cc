@@ -52,7 +52,9 @@ int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
 extern const DepthwisePrep kDepthwisePrepAvxVnni = {PrepBytes, PrepFill<VnniDot>,
                                                     PrepWideFrom};
 
-void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) { RowsWithBlocks<VnniDot>(d); }
+void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
+  RowsWithBlocks<VnniDot, FlippedBlocks<VnniDot>>(d);
+}
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

@@ -4,8 +4,8 @@
 // MobileNet's depthwise layers), blocks of 32 channels: the 256-bit form of
 // depthwise_avx512vnni.cc's full-block kernel (see there for the method),
 // shared by depthwise_avxvnni.cc (VEX VPDPBUSD) and depthwise_avx2.cc
-// (VPMADDUBSW + VPMADDWD by ones + VPADDD, inputs in [0, 127] only), which
-// differ only in the u8 x s8 dot of four bytes a lane (DotPolicy, below).
+// (VPMADDUBSW-based dots, below and there), which differ only in the dot of
+// four bytes a lane (DotPolicy, below).
 //
 // A lane (one channel) holds four horizontally adjacent input pixels D =
 // (x[q], .., x[q+3]) as u8, built for 32 channels by 8 unpacks
@@ -20,20 +20,22 @@
 // and the +128 is undone per valid filter row by -128 * (w0 + w1 + w2) (the
 // accumulators start there); a column in the padding is the zero
 // activation, 0x80 after the flip, whose taps that correction takes off
-// again. Without kFlip (an input known to be in [0, 127],
-// DepthwiseRowArgs::input_non_negative) the u8 operand is x itself, the
-// padding 0 and the accumulators start at zero. Weight bytes that are zero
-// make the fourth pixel (or E's zero bytes) count nothing. Epilogue32: the
+// again. Without kFlip the operand is x itself, the padding 0 and the
+// accumulators start at zero: an input known to be in [0, 127]
+// (DepthwiseRowArgs::input_non_negative), valid u8 bytes, or any input for
+// a dot that reads its operand as signed bytes (depthwise_avx2.cc's
+// SignDot). Weight bytes that are zero make the fourth pixel (or E's zero
+// bytes) count nothing. Epilogue32: the
 // contract on the four interleaved accumulators, PACKSSDW / PACKSSWB
 // putting the bytes back in natural order (as Epilogue64 does per 128-bit
 // lane).
 //
 // DotPolicy: static __m256i Dot(__m256i acc, __m256i u8, __m256i s8), acc
-// plus the four u8 x s8 products of each dword lane, exactly for every
-// operand it is given; kAnyU8: exact for every u8 byte (VPDPBUSD: |4 * 255
-// * 128| < 2^31), or only for bytes in [0, 127] (VPMADDUBSW's int16 pair
-// sums saturate past 32767: 2 * 127 * 128 = 32512 does not), in which case
-// Interior3x3 refuses kFlip at compile time.
+// plus the four products of each dword lane, exactly for every operand it is
+// given; kAnyU8: exact for every u8 byte (VPDPBUSD: |4 * 255 * 128| < 2^31;
+// depthwise_avx2.cc's WidenedDot), else Interior3x3 refuses kFlip at compile
+// time (VPMADDUBSW's int16 pair sums saturate past 32767: exact on bytes in
+// [0, 127], 2 * 127 * 128 = 32512, but not on 255).
 //
 // The channels past the last 32-channel block, and every other geometry,
 // run the AVX2 kernel (depthwise_ymm.h: PMADDWD, pair weights): the
@@ -90,12 +92,24 @@ inline void Interleave4(__m256i r0, __m256i r1, __m256i r2, __m256i r3, __m256i 
 struct alignas(32) BlockYmm {
   __m256i a[3][4], b[3][4], e[3][4], corr[3][4], corr_all[4];
   float scale[kBlock], bias[kBlock];
+  bool min_weight;  // a weight byte of the block is -128 (WeightsHaveMin)
 };
 
 bool Use3x3Blocks(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   return d.channels >= kBlock && g.filter_h == 3 && g.filter_w == 3 && g.dilation_h == 1 &&
          g.dilation_w == 1 && (g.stride_w == 1 || g.stride_w == 2);
+}
+
+// Whether any of the 3x3 weight bytes of channels [c0, c0 + 32) is -128.
+inline bool WeightsHaveMin(const int8_t* filter, int64_t cc, int64_t c0) {
+  const __m256i min = _mm256_set1_epi8(static_cast<char>(-128));
+  __m256i any = _mm256_setzero_si256();
+  for (int t = 0; t < 9; ++t) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(filter + t * cc + c0));
+    any = _mm256_or_si256(any, _mm256_cmpeq_epi8(w, min));
+  }
+  return _mm256_movemask_epi8(any) != 0;
 }
 
 template <class DotPolicy>
@@ -132,6 +146,7 @@ void PrepareBlocks(const DepthwiseRowArgs& d, BlockYmm* blocks) {
       blk.scale[p] = d.scale[c0 + InterleavedChannel(p)];
       blk.bias[p] = d.bias[c0 + InterleavedChannel(p)];
     }
+    blk.min_weight = WeightsHaveMin(d.filter, cc, c0);
   }
 }
 
@@ -430,24 +445,54 @@ void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   }
 }
 
+// Whether a weight byte of the blocks' channels is -128: from the
+// preparation, or from the filter where there is none.
+inline bool BlocksHaveMinWeight(const DepthwiseRowArgs& d) {
+  const int64_t nblocks = d.channels / kBlock;
+  if (d.prepared != nullptr) {
+    const BlockYmm* blocks = reinterpret_cast<const BlockYmm*>(
+        static_cast<const char*>(d.prepared) + BlocksOffset(d));
+    for (int64_t bi = 0; bi < nblocks; ++bi) {
+      if (blocks[bi].min_weight) return true;
+    }
+    return false;
+  }
+  for (int64_t bi = 0; bi < nblocks; ++bi) {
+    if (WeightsHaveMin(d.filter, d.channels, bi * kBlock)) return true;
+  }
+  return false;
+}
+
+// The blocks on an input not told to be in [0, 127], flipped (x ^ 0x80)
+// into Dot, exact on every u8 byte (kAnyU8).
+template <class Dot>
+struct FlippedBlocks {
+  template <bool kClampHi>
+  static void Rows(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
+    Rows3x3<Dot, kClampHi, true>(d, rest);
+  }
+};
+
 // The row kernel of a file using these blocks: the blocks where the
-// geometry has them and DotPolicy can take the input (any input when
-// kAnyU8, else one told to be in [0, 127]), the channels past them and
-// everything else through the AVX2 kernel, which reads its pair weights at
-// the start of the preparation (PrepFill).
-template <class DotPolicy>
+// geometry has them, with DotPolicy (no flip) on an input told to be in
+// [0, 127] and as Signed::Rows runs them on any other (FlippedBlocks, or
+// depthwise_avx2.cc's choice); the channels past them and everything else
+// through the AVX2 kernel, which reads its pair weights at the start of the
+// preparation (PrepFill; the blocks' preparation is the same for every dot).
+template <class DotPolicy, class Signed>
 void RowsWithBlocks(const DepthwiseRowArgs& d) {
   DepthwiseRowArgs rest = d;
   rest.prepared = d.prepared != nullptr && PairBytes(d) > 0 ? d.prepared : nullptr;
-  if (!Use3x3Blocks(d) || (!DotPolicy::kAnyU8 && !d.input_non_negative)) {
+  if (!Use3x3Blocks(d)) {
     Rows16::Rows(rest);
     return;
   }
   WithClampHi(d.clamp_hi, [&](auto clamp) {
+    constexpr bool kClampHi = decltype(clamp)::value;
     if (d.input_non_negative) {
-      Rows3x3<DotPolicy, decltype(clamp)::value, false>(d, rest);
-    } else if constexpr (DotPolicy::kAnyU8) {
-      Rows3x3<DotPolicy, decltype(clamp)::value, true>(d, rest);
+      Rows3x3<DotPolicy, kClampHi, false>(d, rest);
+    } else {
+      Signed::template Rows<kClampHi>(d, rest);
     }
   });
 }
