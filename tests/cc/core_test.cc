@@ -767,13 +767,17 @@ void TestDepthwise3x3Blocks() {
 // several, with borders of 0 to 4 columns), 1 to 9 rows (filter rows cut by
 // the top and bottom), SAME / VALID / explicit asymmetric padding, batch 2,
 // side input, Relu or none, operands at the extremes, and inputs in [0, 127]
-// told as such (unflipped bytes, no correction) or not.
+// told as such (unflipped bytes, no correction) or not. The same calls reach
+// the ymm 5x5 blocks (depthwise_blocks_ymm.h: 32 channels, groups of 2
+// pixels; one to 21 blocks, 32 / 48 / 56 channels for one block with and
+// without the AVX2 kernel's 16 / 24 more), a signed input again without -128
+// weights (CheckWithoutMinWeight: the avx2 path's SignDot).
 void TestDepthwise5x5Blocks() {
   std::mt19937 rng(55);
   auto uni = [&rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
-  const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672};
+  const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672, 32, 48, 56};
   constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
   for (int iter = 0; iter < 24 * kCounts; ++iter) {
@@ -808,6 +812,7 @@ void TestDepthwise5x5Blocks() {
                   long(g.stride_w), pad_kind, long(g.pad_top), long(g.pad_bottom),
                   long(g.pad_left), long(g.pad_right), operands, told);
     runs += CheckAllPaths(a, what);
+    if (told == 0) runs += CheckWithoutMinWeight(a, &b, what);
   }
   std::printf("depthwise 5x5 blocks: %d runs checked\n", runs);
 }

@@ -6,17 +6,19 @@
 // int8 activations times the widened weights of depthwise.h: w * x
 // exactly), or, in the interior of 3-, 5- and 7-wide windows, per two
 // filter rows (LoadPair: the two rows' activations as int16 pairs times
-// pair weights, both taps in one PMADDWD); a last block of fewer than 16
+// pair weights, both taps in one PMADDWD: against one row at a time,
+// bench_core, one Zen 5 thread, 11 rounds alternated, median time ratio
+// 0.89-0.99 on MobileNetV2's layers); a last block of fewer than 16
 // channels goes through a zeroed 16-byte copy. The row walk is
 // depthwise_rows.h; the epilogue is Epilogue16 / Epilogue16x2
 // (epilogue_avx2.h, natural order).
 //
 // On an input known to be in [0, 127] (DepthwiseRowArgs::input_non_negative:
 // a Relu step's output in the sequence op, as MobileNetV2's depthwise
-// layers read), 3x3 layers at stride 1 or 2 run depthwise_blocks_ymm.h's
-// 32-channel blocks with VPMADDUBSW + VPMADDWD by ones + VPADDD as their
-// dot (MaddubsDot below: exact there only), the channels past the blocks
-// this kernel. Against this kernel on every channel (bench_core, one Zen 4
+// layers read), 3x3 (and, below, 5x5) layers at stride 1 or 2 run
+// depthwise_blocks_ymm.h's 32-channel blocks with VPMADDUBSW + VPMADDWD by
+// ones + VPADDD as their dot (MaddubsDot below: exact there only), the
+// channels past the blocks this kernel. Against this kernel on every channel (bench_core, one Zen 4
 // thread, avx2 forced, input told non-negative, 4 rotating filters, old and
 // new alternated twice): 112x112x32 185-200 -> 92 us, 56x56x144 218-258 ->
 // 124-129 (batch 8 2206-2314 -> 1387-1471), 112x112x96 / 2 220-230 ->
@@ -37,9 +39,18 @@
 // 2 0.80, 56x56x144 / 2 0.79, 28x28x192 0.56, 14x14x384 0.55, 14x14x576 /
 // 2 0.68, 7x7x960 0.53; with -128 weights (WidenedDot, every int8 weight)
 // 0.59-0.99. EfficientNetB0's 3x3 depthwise steps in TF (step profiler,
-// runner, one thread, avx2 forced, libraries alternated twice): 0.65-0.84x
-// (its 5x5 ones keep this kernel), all its depthwise steps 2.72-2.84 ->
-// 2.43-2.56 ms.
+// runner, one thread, avx2 forced, libraries alternated twice): 0.65-0.84x,
+// all its depthwise steps 2.72-2.84 -> 2.43-2.56 ms.
+//
+// The 5x5 layers (stride 1 or 2) run depthwise_blocks_ymm.h's 5x5 blocks
+// with the same three dots (groups of two pixels; same day, same method):
+// a signed input 28x28x240 0.69-0.78, 14x14x480 0.71, 14x14x672 0.65-0.80,
+// 7x7x1152 0.71, 56x56x144 / 2 0.79, 14x14x672 / 2 0.89; in [0, 127] 0.47-0.58.
+// At batch 8 this VM read anything from 0.89 to 1.4 for the same pair of
+// binaries within minutes (28x28x240: 1.2-1.5 in some runs, its eight
+// images' 3 MB no longer in L2, 0.9 in others). EfficientNetB0 in TF (as
+// above, libraries alternated twice): its depthwise steps 2.41-2.53 ->
+// 2.09-2.10 ms at batch 1, 18.4-19.3 -> 17.1-17.7 ms at batch 8.
 //
 // Tried and dropped: running the two 8-channel halves of a block one after
 // the other in the interior, so that 8 pixels' accumulators and the weights
@@ -58,15 +69,6 @@
 namespace tf_fused_int8 {
 namespace cpu {
 namespace {
-
-// Every channel's single-row (widened) weights too: borders and odd rows.
-// Pairs against one row at a time (bench_core, one Zen 5 thread, forced
-// avx2, 11 rounds alternated, median time ratio): 112x112x32 0.89,
-// 56x56x144 0.94 (batch 8 0.97), 112x112x96 / 2 0.97, 56x56x144 / 2 0.95,
-// 28x28x192 0.96, 14x14x384 0.99, 7x7x960 0.95.
-// (A signed input runs this kernel on every channel, so the blocks'
-// channels keep their widened and pair weights too.)
-int64_t PairWideFrom(const DepthwiseRowArgs&) { return 0; }
 
 // Four u8 x s8 products a dword lane for bytes in [0, 127] only: VPMADDUBSW
 // sums two into an int16 lane, at most 2 * 127 * 128 = 32512 in magnitude
@@ -111,9 +113,9 @@ struct SignedBlocks {
   template <bool kClampHi>
   static void Rows(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
     if (BlocksHaveMinWeight(d)) {
-      Rows3x3<WidenedDot, kClampHi, true>(d, rest);
+      RowsBlocks<WidenedDot, kClampHi, true>(d, rest);
     } else {
-      Rows3x3<SignDot, kClampHi, false>(d, rest);
+      RowsBlocks<SignDot, kClampHi, false>(d, rest);
     }
   }
 };
@@ -121,13 +123,13 @@ struct SignedBlocks {
 }  // namespace
 
 extern const DepthwisePrep kDepthwisePrepAvx2 = {PrepBytes, PrepFill<MaddubsDot>,
-                                                 PairWideFrom};
+                                                 BlocksWideFrom};
 
 bool DepthwiseAvx2TakesNonNegative(const ConvGeometry& g) {
   DepthwiseRowArgs d;
   d.geo = &g;
   d.channels = g.out_c;
-  return Use3x3Blocks(d);
+  return UseBlocks(d);
 }
 
 void DepthwiseRowsAvx2(const DepthwiseRowArgs& d) {

@@ -3,12 +3,15 @@
 // Depthwise row kernel, AVX-VNNI (the avxvnni path: VEX VPDPBUSD on ymm, as
 // on Intel's client cores from Alder Lake on, which have no AVX-512).
 //
-// 3x3, stride 1 or 2, dilation 1 (MobileNet's depthwise layers), blocks of
-// 32 channels: depthwise_blocks_ymm.h's kernel with VPDPBUSD as its dot,
-// which is exact on every u8 byte, so it takes any input flipped (x ^ 0x80)
-// and an input known to be in [0, 127] as it is. The channels past the last
-// 32-channel block, and every other geometry, run the AVX2 kernel
-// (depthwise_ymm.h: PMADDWD, pair weights).
+// 3x3 and 5x5, stride 1 or 2, dilation 1 (MobileNet's and EfficientNet's
+// depthwise layers), blocks of 32 channels: depthwise_blocks_ymm.h's kernels
+// with VPDPBUSD as their dot, which is exact on every u8 byte, so they take
+// any input flipped (x ^ 0x80) and an input known to be in [0, 127] as it
+// is. The channels past the last 32-channel block, and every other
+// geometry, run the AVX2 kernel (depthwise_ymm.h: PMADDWD, pair weights).
+// The 5x5 blocks (2026-12-06) were measured on the avx2 path only (1.1-2x
+// there, depthwise_avx2.cc): no CPU with AVX-VNNI was at hand; their bits
+// are tested by core_test_emulated.
 //
 // Against that AVX2 kernel on every channel (bench_core, one Zen 5 thread,
 // avxvnni forced, 7 rounds alternated, median time ratio): 112x112x32 0.52,
@@ -42,15 +45,10 @@ struct VnniDot {
   }
 };
 
-// The AVX2 kernel (widened weights) runs only the channels past the blocks.
-int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
-  return Use3x3Blocks(d) ? d.channels / kBlock * kBlock : 0;
-}
-
 }  // namespace
 
 extern const DepthwisePrep kDepthwisePrepAvxVnni = {PrepBytes, PrepFill<VnniDot>,
-                                                    PrepWideFrom};
+                                                    BlocksWideFrom};
 
 void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d) {
   RowsWithBlocks<VnniDot, FlippedBlocks<VnniDot>>(d);

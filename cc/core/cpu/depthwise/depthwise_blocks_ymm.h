@@ -1,8 +1,9 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // The 3x3 depthwise block kernel on ymm (stride 1 or 2, dilation 1:
-// MobileNet's depthwise layers), blocks of 32 channels: the 256-bit form of
-// depthwise_avx512vnni.cc's full-block kernel (see there for the method),
+// MobileNet's depthwise layers), blocks of 32 channels, and a 5x5 one (the
+// section "5x5" below): the 256-bit forms of depthwise_avx512vnni.cc's
+// full-block kernels (see there for the method),
 // shared by depthwise_avxvnni.cc (VEX VPDPBUSD) and depthwise_avx2.cc
 // (VPMADDUBSW-based dots, below and there), which differ only in the dot of
 // four bytes a lane (DotPolicy, below).
@@ -101,11 +102,12 @@ bool Use3x3Blocks(const DepthwiseRowArgs& d) {
          g.dilation_w == 1 && (g.stride_w == 1 || g.stride_w == 2);
 }
 
-// Whether any of the 3x3 weight bytes of channels [c0, c0 + 32) is -128.
-inline bool WeightsHaveMin(const int8_t* filter, int64_t cc, int64_t c0) {
+// Whether any of the `taps` (9: 3x3, 25: 5x5) weight bytes of channels
+// [c0, c0 + 32) is -128.
+inline bool WeightsHaveMin(const int8_t* filter, int64_t cc, int64_t c0, int taps) {
   const __m256i min = _mm256_set1_epi8(static_cast<char>(-128));
   __m256i any = _mm256_setzero_si256();
-  for (int t = 0; t < 9; ++t) {
+  for (int t = 0; t < taps; ++t) {
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(filter + t * cc + c0));
     any = _mm256_or_si256(any, _mm256_cmpeq_epi8(w, min));
   }
@@ -146,7 +148,7 @@ void PrepareBlocks(const DepthwiseRowArgs& d, BlockYmm* blocks) {
       blk.scale[p] = d.scale[c0 + InterleavedChannel(p)];
       blk.bias[p] = d.bias[c0 + InterleavedChannel(p)];
     }
-    blk.min_weight = WeightsHaveMin(d.filter, cc, c0);
+    blk.min_weight = WeightsHaveMin(d.filter, cc, c0, 9);
   }
 }
 
@@ -167,8 +169,8 @@ struct Epilogue32 {
     }
   }
 
-  template <bool kClampHi>
-  __attribute__((always_inline)) void Store(const __m256i u[4], const BlockYmm& blk,
+  template <bool kClampHi, class Block>
+  __attribute__((always_inline)) void Store(const __m256i u[4], const Block& blk,
                                             const int8_t* side, const Epilogue256Consts& k,
                                             int8_t* out) const {
     __m256i y[4];
@@ -381,21 +383,193 @@ struct Interior3x3 {
   }
 };
 
+// ---------------------------------------------------------------- 5x5
+//
+// 5x5, stride 1 or 2, dilation 1 (EfficientNet's and MobileNetV3's 5x5
+// layers), blocks of 32 channels: depthwise_avx512vnni.cc's 5x5 method on
+// ymm, in groups of two output pixels (four would need 16 accumulators, the
+// whole ymm register file). Per filter row a lane holds columns ix0 ..
+// ix0 + 3 (D0) and ix0 + 4 .. ix0 + 7 (D1) of one channel, and pixel p of
+// the group, whose window starts r = kS * p columns in, is D0 . a_r + D1 .
+// b_r with the row's weights shifted by r:
+//   r = 0: a = (w0, w1, w2, w3), b = (w4, 0, 0, 0)
+//   r = 1: a = (0, w0, w1, w2), b = (w3, w4, 0, 0)
+//   r = 2: a = (0, 0, w0, w1), b = (w2, w3, w4, 0)
+// so a group costs 8 loads, 16 unpacks and 16 dots per filter row and 32
+// channels, where the AVX2 kernel takes five PMADDWD taps (or pairs of them)
+// per pixel and 8 channels. Exactness as the 3x3 blocks' (the top of this
+// file): kFlip's correction is -128 * (w0 + ... + w4) per valid filter row;
+// zero weight bytes make the other columns count nothing; 25 taps cannot
+// overflow int32. A column outside the image is the zero activation (0x80
+// where kFlip). The channels past the last block run the AVX2 kernel.
+struct alignas(32) Block5x5Ymm {
+  __m256i w[5][3][2][4];  // [ky][r][a, b][j]
+  __m256i corr[5][4];     // -128 * (w0 + ... + w4) of filter row ky
+  float scale[kBlock], bias[kBlock];
+  bool min_weight;  // a weight byte of the block is -128 (WeightsHaveMin)
+};
+
+bool Use5x5Blocks(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  return d.channels >= kBlock && g.filter_h == 5 && g.filter_w == 5 && g.dilation_h == 1 &&
+         g.dilation_w == 1 && (g.stride_w == 1 || g.stride_w == 2);
+}
+
+template <class DotPolicy>
+void Prepare5x5(const DepthwiseRowArgs& d, Block5x5Ymm* blocks) {
+  const int64_t cc = d.channels;
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+    Block5x5Ymm& blk = blocks[bi];
+    const int64_t c0 = bi * kBlock;
+    for (int ky = 0; ky < 5; ++ky) {
+      __m256i w[5];
+      for (int kx = 0; kx < 5; ++kx) {
+        w[kx] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(d.filter + (ky * 5 + kx) * cc + c0));
+      }
+      Interleave4(w[0], w[1], w[2], w[3], blk.w[ky][0][0]);
+      Interleave4(w[4], zero, zero, zero, blk.w[ky][0][1]);
+      Interleave4(zero, w[0], w[1], w[2], blk.w[ky][1][0]);
+      Interleave4(w[3], w[4], zero, zero, blk.w[ky][1][1]);
+      Interleave4(zero, zero, w[0], w[1], blk.w[ky][2][0]);
+      Interleave4(w[2], w[3], w[4], zero, blk.w[ky][2][1]);
+      for (int j = 0; j < 4; ++j) {
+        // w0 + ... + w4 per lane (u8 ones times the signed weight bytes).
+        const __m256i sum = DotPolicy::Dot(DotPolicy::Dot(zero, ones, blk.w[ky][0][0][j]), ones,
+                                           blk.w[ky][0][1][j]);
+        blk.corr[ky][j] = _mm256_sub_epi32(zero, _mm256_slli_epi32(sum, 7));
+      }
+    }
+    for (int64_t p = 0; p < kBlock; ++p) {
+      blk.scale[p] = d.scale[c0 + InterleavedChannel(p)];
+      blk.bias[p] = d.bias[c0 + InterleavedChannel(p)];
+    }
+    blk.min_weight = WeightsHaveMin(d.filter, cc, c0, 25);
+  }
+}
+
+// One 32-channel block of one output row, in groups of two pixels, borders
+// included (kChecked: a column outside the image is the zero activation), a
+// group past the row's end storing only its first pixel.
+template <class DotPolicy, bool kClampHi, bool kFlip, int kS>
+struct Interior5x5 {
+  static_assert(!kFlip || DotPolicy::kAnyU8,
+                "x ^ 0x80 reaches 255: only a dot exact on every u8 byte may take it");
+  const DepthwiseRowArgs* d;
+  const Block5x5Ymm* blk;
+  const Epilogue256Consts* k;
+  const Epilogue32* ep;
+  const int8_t* image;  // the row's batch element
+  int64_t iy0, ky0, ky1;
+  int64_t c0;
+  int8_t* out_row;
+  const int8_t* side_row;
+  __m256i start[4];  // the accumulators' start: the valid rows' corrections
+
+  static __m256i Flip(__m256i x) {
+    return kFlip ? _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))) : x;
+  }
+
+  void SetStart() {
+    for (int j = 0; j < 4; ++j) {
+      start[j] = _mm256_setzero_si256();
+      if (kFlip) {
+        for (int64_t ky = ky0; ky < ky1; ++ky) {
+          start[j] = _mm256_add_epi32(start[j], blk->corr[ky][j]);
+        }
+      }
+    }
+  }
+
+  template <bool kFullRows, bool kChecked>
+  __attribute__((always_inline)) void Group(int64_t ox, bool two) const {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int64_t ix0 = ox * kS - g.pad_left;
+    __m256i acc[2][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[0][j] = acc[1][j] = start[j];
+    const int64_t ky_begin = kFullRows ? 0 : ky0;
+    const int64_t ky_end = kFullRows ? 5 : ky1;
+#pragma GCC unroll 5
+    for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
+      // An offset, not a pointer: ix0 may be negative, and a column outside
+      // the image is neither addressed nor read.
+      const int64_t row_off = ((iy0 + ky) * g.in_w + ix0) * cc + c0;
+      __m256i x[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) {
+          x[c] = Flip(_mm256_setzero_si256());
+        } else {
+          x[c] = Flip(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(image + row_off + c * cc)));
+        }
+      }
+      __m256i u0[4], u1[4];
+      Interleave4(x[0], x[1], x[2], x[3], u0);
+      Interleave4(x[4], x[5], x[6], x[7], u1);
+#pragma GCC unroll 2
+      for (int p = 0; p < 2; ++p) {
+        const int r = kS * p;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc[p][j] = DotPolicy::Dot(acc[p][j], u0[j], blk->w[ky][r][0][j]);
+          acc[p][j] = DotPolicy::Dot(acc[p][j], u1[j], blk->w[ky][r][1][j]);
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {
+      if (p == 1 && !two) break;
+      const int64_t o = (ox + p) * cc + c0;
+      ep->template Store<kClampHi>(acc[p], *blk, side_row != nullptr ? side_row + o : nullptr,
+                                   *k, out_row + o);
+    }
+  }
+
+  template <bool kFullRows>
+  void RunRow(int64_t out_w) const {
+    const ConvGeometry& g = *d->geo;
+    for (int64_t ox = 0; ox < out_w; ox += 2) {
+      const int64_t ix0 = ox * kS - g.pad_left;
+      const bool two = ox + 1 < out_w;
+      if (ix0 >= 0 && ix0 + 7 < g.in_w) {
+        Group<kFullRows, false>(ox, two);
+      } else {
+        Group<kFullRows, true>(ox, two);
+      }
+    }
+  }
+
+  void Run(int64_t out_w) const {
+    if (ky1 - ky0 == 5) {
+      RunRow<true>(out_w);
+    } else {
+      RunRow<false>(out_w);
+    }
+  }
+};
+
 // The prepared bytes: the AVX2 kernel's pair weights (for the channels past
 // the blocks), then the blocks, from this offset (64-byte aligned).
 int64_t BlocksOffset(const DepthwiseRowArgs& d) { return (PairBytes(d) + 63) / 64 * 64; }
 
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
-  const int64_t blocks = Use3x3Blocks(d) ? d.channels / kBlock : 0;
-  return BlocksOffset(d) + blocks * static_cast<int64_t>(sizeof(BlockYmm));
+  const int64_t blocks = d.channels / kBlock;
+  const int64_t bytes = Use3x3Blocks(d)   ? blocks * static_cast<int64_t>(sizeof(BlockYmm))
+                        : Use5x5Blocks(d) ? blocks * static_cast<int64_t>(sizeof(Block5x5Ymm))
+                                          : 0;
+  return BlocksOffset(d) + bytes;
 }
 
 template <class DotPolicy>
 void PrepFill(const DepthwiseRowArgs& d, void* p) {
   if (PairBytes(d) > 0) PairFill(d, p);
-  if (Use3x3Blocks(d)) {
-    PrepareBlocks<DotPolicy>(d, reinterpret_cast<BlockYmm*>(static_cast<char*>(p) + BlocksOffset(d)));
-  }
+  char* blocks = static_cast<char*>(p) + BlocksOffset(d);
+  if (Use3x3Blocks(d)) PrepareBlocks<DotPolicy>(d, reinterpret_cast<BlockYmm*>(blocks));
+  if (Use5x5Blocks(d)) Prepare5x5<DotPolicy>(d, reinterpret_cast<Block5x5Ymm*>(blocks));
 }
 
 // The 3x3 blocks (Use3x3Blocks), with or without the epilogue's upper clamp
@@ -445,20 +619,87 @@ void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   }
 }
 
+// The 5x5 blocks (Use5x5Blocks), as Rows3x3.
+template <class DotPolicy, bool kClampHi, bool kFlip>
+void Rows5x5(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t cc = d.channels;
+  const int64_t nblocks = cc / kBlock;
+  std::vector<Block5x5Ymm> local;
+  const Block5x5Ymm* blocks = PreparedBlocks(
+      d.prepared != nullptr ? static_cast<const char*>(d.prepared) + BlocksOffset(d)
+                            : nullptr,
+      nblocks, &local, [&](Block5x5Ymm* b) { Prepare5x5<DotPolicy>(d, b); });
+  const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
+  const int64_t c_rest = nblocks * kBlock;
+  if (c_rest < cc) Rows16::RestChannels(rest, k, c_rest);
+  const Epilogue32 ep;
+  auto run = [&](auto stride) {
+    constexpr int kS = decltype(stride)::value;
+    Interior5x5<DotPolicy, kClampHi, kFlip, kS> in;
+    in.d = &d;
+    in.k = &k;
+    in.ep = &ep;
+    // Blocks outer, rows inner (a block's 4.4 KiB of weights stays in L1).
+    for (int64_t bi = 0; bi < nblocks; ++bi) {
+      in.blk = &blocks[bi];
+      in.c0 = bi * kBlock;
+      for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+        const int64_t n = r / g.out_h, oy = r % g.out_h;
+        in.image = d.input + n * g.in_h * g.in_w * cc;
+        in.iy0 = oy * g.stride_h - g.pad_top;
+        in.ky0 = d.ky_range[2 * oy];
+        in.ky1 = d.ky_range[2 * oy + 1];
+        in.out_row = d.output + r * g.out_w * cc;
+        in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
+        in.SetStart();
+        in.Run(g.out_w);
+      }
+    }
+  };
+  if (g.stride_w == 1) {
+    run(std::integral_constant<int, 1>());
+  } else {
+    run(std::integral_constant<int, 2>());
+  }
+}
+
+// Whether the geometry has blocks (3x3 or 5x5).
+bool UseBlocks(const DepthwiseRowArgs& d) { return Use3x3Blocks(d) || Use5x5Blocks(d); }
+
+// DepthwisePrep::wide_from: the AVX2 kernel reads widened weights only for
+// the channels past the blocks (every input runs the blocks).
+int64_t BlocksWideFrom(const DepthwiseRowArgs& d) {
+  return UseBlocks(d) ? d.channels / kBlock * kBlock : 0;
+}
+
+// The blocks of the geometry (UseBlocks) with DotPolicy, kFlip.
+template <class DotPolicy, bool kClampHi, bool kFlip>
+void RowsBlocks(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
+  if (Use3x3Blocks(d)) {
+    Rows3x3<DotPolicy, kClampHi, kFlip>(d, rest);
+  } else {
+    Rows5x5<DotPolicy, kClampHi, kFlip>(d, rest);
+  }
+}
+
 // Whether a weight byte of the blocks' channels is -128: from the
 // preparation, or from the filter where there is none.
 inline bool BlocksHaveMinWeight(const DepthwiseRowArgs& d) {
   const int64_t nblocks = d.channels / kBlock;
+  const bool five = Use5x5Blocks(d);
   if (d.prepared != nullptr) {
-    const BlockYmm* blocks = reinterpret_cast<const BlockYmm*>(
-        static_cast<const char*>(d.prepared) + BlocksOffset(d));
+    const char* p = static_cast<const char*>(d.prepared) + BlocksOffset(d);
     for (int64_t bi = 0; bi < nblocks; ++bi) {
-      if (blocks[bi].min_weight) return true;
+      if (five ? reinterpret_cast<const Block5x5Ymm*>(p)[bi].min_weight
+               : reinterpret_cast<const BlockYmm*>(p)[bi].min_weight) {
+        return true;
+      }
     }
     return false;
   }
   for (int64_t bi = 0; bi < nblocks; ++bi) {
-    if (WeightsHaveMin(d.filter, d.channels, bi * kBlock)) return true;
+    if (WeightsHaveMin(d.filter, d.channels, bi * kBlock, five ? 25 : 9)) return true;
   }
   return false;
 }
@@ -469,7 +710,7 @@ template <class Dot>
 struct FlippedBlocks {
   template <bool kClampHi>
   static void Rows(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
-    Rows3x3<Dot, kClampHi, true>(d, rest);
+    RowsBlocks<Dot, kClampHi, true>(d, rest);
   }
 };
 
@@ -483,14 +724,14 @@ template <class DotPolicy, class Signed>
 void RowsWithBlocks(const DepthwiseRowArgs& d) {
   DepthwiseRowArgs rest = d;
   rest.prepared = d.prepared != nullptr && PairBytes(d) > 0 ? d.prepared : nullptr;
-  if (!Use3x3Blocks(d)) {
+  if (!UseBlocks(d)) {
     Rows16::Rows(rest);
     return;
   }
   WithClampHi(d.clamp_hi, [&](auto clamp) {
     constexpr bool kClampHi = decltype(clamp)::value;
     if (d.input_non_negative) {
-      Rows3x3<DotPolicy, kClampHi, false>(d, rest);
+      RowsBlocks<DotPolicy, kClampHi, false>(d, rest);
     } else {
       Signed::template Rows<kClampHi>(d, rest);
     }
