@@ -96,11 +96,15 @@ struct alignas(32) BlockYmm {
   bool min_weight;  // a weight byte of the block is -128 (WeightsHaveMin)
 };
 
-bool Use3x3Blocks(const DepthwiseRowArgs& d) {
+// Whether d is a k x k layer these blocks take: at least one block of
+// channels, stride 1 or 2, dilation 1.
+bool SquareBlocks(const DepthwiseRowArgs& d, int64_t k) {
   const ConvGeometry& g = *d.geo;
-  return d.channels >= kBlock && g.filter_h == 3 && g.filter_w == 3 && g.dilation_h == 1 &&
+  return d.channels >= kBlock && g.filter_h == k && g.filter_w == k && g.dilation_h == 1 &&
          g.dilation_w == 1 && (g.stride_w == 1 || g.stride_w == 2);
 }
+
+bool Use3x3Blocks(const DepthwiseRowArgs& d) { return SquareBlocks(d, 3); }
 
 // Whether any of the `taps` (9: 3x3, 25: 5x5) weight bytes of channels
 // [c0, c0 + 32) is -128.
@@ -195,17 +199,18 @@ struct Epilogue32 {
   }
 };
 
-// kClampHi: the epilogue's upper clamp (Epilogue256Consts::clamp_hi),
-// chosen once per call (Rows3x3). kFlip: the u8 operand is x ^ 0x80 as
-// above; without it (an input known to be in [0, 127],
-// DepthwiseRowArgs::input_non_negative) it is x itself, the padding 0 and
-// the accumulators start at zero (as in depthwise_avx512vnni.cc).
-template <class DotPolicy, bool kClampHi, bool kFlip>
-struct Interior3x3 {
-  static_assert(!kFlip || DotPolicy::kAnyU8,
-                "x ^ 0x80 reaches 255: only a dot exact on every u8 byte may take it");
+// x ^ 0x80 where kFlip, else x.
+template <bool kFlip>
+inline __m256i FlipYmm(__m256i x) {
+  return kFlip ? _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))) : x;
+}
+
+// What a block interior (Interior3x3, Interior5x5) knows of the call, its
+// block and its output row (RowsOfBlocks sets them).
+template <class Block>
+struct BlockRowYmm {
   const DepthwiseRowArgs* d;
-  const BlockYmm* blk;
+  const Block* blk;
   const Epilogue256Consts* k;
   const Epilogue32* ep;
   const int8_t* image;  // the row's batch element
@@ -213,16 +218,37 @@ struct Interior3x3 {
   int64_t c0;
   int8_t* out_row;
   const int8_t* side_row;
+
+  // Output row r of the call (image n = r / out_h, row oy = r % out_h).
+  void SetRow(int64_t r) {
+    const ConvGeometry& g = *d->geo;
+    const int64_t cc = d->channels;
+    const int64_t n = r / g.out_h, oy = r % g.out_h;
+    image = d->input + n * g.in_h * g.in_w * cc;
+    iy0 = oy * g.stride_h - g.pad_top;
+    ky0 = d->ky_range[2 * oy];
+    ky1 = d->ky_range[2 * oy + 1];
+    out_row = d->output + r * g.out_w * cc;
+    side_row = d->side != nullptr ? d->side + r * g.out_w * cc : nullptr;
+  }
+};
+
+// kClampHi: the epilogue's upper clamp (Epilogue256Consts::clamp_hi),
+// chosen once per call (Rows3x3). kFlip: the u8 operand is x ^ 0x80 as
+// above; without it (an input known to be in [0, 127],
+// DepthwiseRowArgs::input_non_negative) it is x itself, the padding 0 and
+// the accumulators start at zero (as in depthwise_avx512vnni.cc).
+template <class DotPolicy, bool kClampHi, bool kFlip>
+struct Interior3x3 : BlockRowYmm<BlockYmm> {
+  static_assert(!kFlip || DotPolicy::kAnyU8,
+                "x ^ 0x80 reaches 255: only a dot exact on every u8 byte may take it");
   __m256i shuffle_e[4];  // byte 4j + i of each lane to dword i's low byte
 
   __m256i Load(const int8_t* p) const {
     return Flip(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 
-  // x ^ 0x80 where kFlip, else x.
-  static __m256i Flip(__m256i x) {
-    return kFlip ? _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))) : x;
-  }
+  static __m256i Flip(__m256i x) { return FlipYmm<kFlip>(x); }
 
   __attribute__((always_inline)) void Store(const __m256i acc[4], int64_t ox) const {
     const int64_t o = ox * d->channels + c0;
@@ -409,11 +435,7 @@ struct alignas(32) Block5x5Ymm {
   bool min_weight;  // a weight byte of the block is -128 (WeightsHaveMin)
 };
 
-bool Use5x5Blocks(const DepthwiseRowArgs& d) {
-  const ConvGeometry& g = *d.geo;
-  return d.channels >= kBlock && g.filter_h == 5 && g.filter_w == 5 && g.dilation_h == 1 &&
-         g.dilation_w == 1 && (g.stride_w == 1 || g.stride_w == 2);
-}
+bool Use5x5Blocks(const DepthwiseRowArgs& d) { return SquareBlocks(d, 5); }
 
 template <class DotPolicy>
 void Prepare5x5(const DepthwiseRowArgs& d, Block5x5Ymm* blocks) {
@@ -454,24 +476,14 @@ void Prepare5x5(const DepthwiseRowArgs& d, Block5x5Ymm* blocks) {
 // included (kChecked: a column outside the image is the zero activation), a
 // group past the row's end storing only its first pixel.
 template <class DotPolicy, bool kClampHi, bool kFlip, int kS>
-struct Interior5x5 {
+struct Interior5x5 : BlockRowYmm<Block5x5Ymm> {
   static_assert(!kFlip || DotPolicy::kAnyU8,
                 "x ^ 0x80 reaches 255: only a dot exact on every u8 byte may take it");
-  const DepthwiseRowArgs* d;
-  const Block5x5Ymm* blk;
-  const Epilogue256Consts* k;
-  const Epilogue32* ep;
-  const int8_t* image;  // the row's batch element
-  int64_t iy0, ky0, ky1;
-  int64_t c0;
-  int8_t* out_row;
-  const int8_t* side_row;
   __m256i start[4];  // the accumulators' start: the valid rows' corrections
 
-  static __m256i Flip(__m256i x) {
-    return kFlip ? _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))) : x;
-  }
+  static __m256i Flip(__m256i x) { return FlipYmm<kFlip>(x); }
 
+  // The accumulators' start for the row set last (BlockRowYmm::SetRow).
   void SetStart() {
     for (int j = 0; j < 4; ++j) {
       start[j] = _mm256_setzero_si256();
@@ -543,11 +555,14 @@ struct Interior5x5 {
     }
   }
 
+  // On a local copy of *this (as depthwise_avx512vnni.cc's Interior3x3::Run:
+  // the int8 stores may alias the members, which GCC then reloads).
   void Run(int64_t out_w) const {
+    const Interior5x5 self = *this;
     if (ky1 - ky0 == 5) {
-      RunRow<true>(out_w);
+      self.template RunRow<true>(out_w);
     } else {
-      RunRow<false>(out_w);
+      self.template RunRow<false>(out_w);
     }
   }
 };
@@ -572,90 +587,73 @@ void PrepFill(const DepthwiseRowArgs& d, void* p) {
   if (Use5x5Blocks(d)) Prepare5x5<DotPolicy>(d, reinterpret_cast<Block5x5Ymm*>(blocks));
 }
 
-// The 3x3 blocks (Use3x3Blocks), with or without the epilogue's upper clamp
-// (DirectRowArgs::clamp_hi); rest: d for the one-tap kernel's channels.
-template <class DotPolicy, bool kClampHi, bool kFlip>
-void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
-  const ConvGeometry& g = *d.geo;
+// The blocks of `in`'s kind (Block: prepared, or made here by prepare) on
+// rows [row_begin, row_end): the channels past them through the AVX2 kernel
+// (rest: d for its pair weights), then blocks outer, rows inner (a block's
+// weights and its channels' input rows stay in L1 from one output row to
+// the next), run_row(*in) for each row after in->SetRow.
+template <class Block, class Interior, class Prepare, class RunRow>
+void RowsOfBlocks(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest, Interior* in,
+                  Prepare prepare, RunRow run_row) {
   const int64_t cc = d.channels;
   const int64_t nblocks = cc / kBlock;
-  std::vector<BlockYmm> local;
-  const BlockYmm* blocks = PreparedBlocks(
+  std::vector<Block> local;
+  const Block* blocks = PreparedBlocks(
       d.prepared != nullptr ? static_cast<const char*>(d.prepared) + BlocksOffset(d)
                             : nullptr,
-      nblocks, &local, [&](BlockYmm* b) { PrepareBlocks<DotPolicy>(d, b); });
+      nblocks, &local, prepare);
   const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
   const int64_t c_rest = nblocks * kBlock;
   if (c_rest < cc) Rows16::RestChannels(rest, k, c_rest);
   const Epilogue32 ep;
+  in->d = &d;
+  in->k = &k;
+  in->ep = &ep;
+  for (int64_t bi = 0; bi < nblocks; ++bi) {
+    in->blk = &blocks[bi];
+    in->c0 = bi * kBlock;
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      in->SetRow(r);
+      run_row(*in);
+    }
+  }
+}
+
+// The 3x3 blocks (Use3x3Blocks), with or without the epilogue's upper clamp
+// (DirectRowArgs::clamp_hi).
+template <class DotPolicy, bool kClampHi, bool kFlip>
+void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
+  const ConvGeometry& g = *d.geo;
   Interior3x3<DotPolicy, kClampHi, kFlip> in;
-  in.d = &d;
-  in.k = &k;
-  in.ep = &ep;
   for (int j = 0; j < 4; ++j) {
     alignas(32) int8_t idx[32];
     DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/2, idx);
     in.shuffle_e[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
   }
-  // Blocks outer, rows inner: a block's weights and the three input rows of
-  // its 32 channels stay in L1 from one output row to the next.
-  for (int64_t bi = 0; bi < nblocks; ++bi) {
-    in.blk = &blocks[bi];
-    in.c0 = bi * kBlock;
-    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      const int64_t n = r / g.out_h, oy = r % g.out_h;
-      in.image = d.input + n * g.in_h * g.in_w * cc;
-      in.iy0 = oy * g.stride_h - g.pad_top;
-      in.ky0 = d.ky_range[2 * oy];
-      in.ky1 = d.ky_range[2 * oy + 1];
-      in.out_row = d.output + r * g.out_w * cc;
-      in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-      if (g.stride_w == 1) {
-        in.template Run<1>(0, g.out_w);
-      } else {
-        in.template Run<2>(0, g.out_w);
-      }
-    }
-  }
+  RowsOfBlocks<BlockYmm>(
+      d, rest, &in, [&](BlockYmm* b) { PrepareBlocks<DotPolicy>(d, b); },
+      [&](const Interior3x3<DotPolicy, kClampHi, kFlip>& row) {
+        if (g.stride_w == 1) {
+          row.template Run<1>(0, g.out_w);
+        } else {
+          row.template Run<2>(0, g.out_w);
+        }
+      });
 }
 
 // The 5x5 blocks (Use5x5Blocks), as Rows3x3.
 template <class DotPolicy, bool kClampHi, bool kFlip>
 void Rows5x5(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   const ConvGeometry& g = *d.geo;
-  const int64_t cc = d.channels;
-  const int64_t nblocks = cc / kBlock;
-  std::vector<Block5x5Ymm> local;
-  const Block5x5Ymm* blocks = PreparedBlocks(
-      d.prepared != nullptr ? static_cast<const char*>(d.prepared) + BlocksOffset(d)
-                            : nullptr,
-      nblocks, &local, [&](Block5x5Ymm* b) { Prepare5x5<DotPolicy>(d, b); });
-  const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
-  const int64_t c_rest = nblocks * kBlock;
-  if (c_rest < cc) Rows16::RestChannels(rest, k, c_rest);
-  const Epilogue32 ep;
   auto run = [&](auto stride) {
-    constexpr int kS = decltype(stride)::value;
-    Interior5x5<DotPolicy, kClampHi, kFlip, kS> in;
-    in.d = &d;
-    in.k = &k;
-    in.ep = &ep;
-    // Blocks outer, rows inner (a block's 4.4 KiB of weights stays in L1).
-    for (int64_t bi = 0; bi < nblocks; ++bi) {
-      in.blk = &blocks[bi];
-      in.c0 = bi * kBlock;
-      for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-        const int64_t n = r / g.out_h, oy = r % g.out_h;
-        in.image = d.input + n * g.in_h * g.in_w * cc;
-        in.iy0 = oy * g.stride_h - g.pad_top;
-        in.ky0 = d.ky_range[2 * oy];
-        in.ky1 = d.ky_range[2 * oy + 1];
-        in.out_row = d.output + r * g.out_w * cc;
-        in.side_row = d.side != nullptr ? d.side + r * g.out_w * cc : nullptr;
-        in.SetStart();
-        in.Run(g.out_w);
-      }
-    }
+    using Interior = Interior5x5<DotPolicy, kClampHi, kFlip, decltype(stride)::value>;
+    Interior in;
+    RowsOfBlocks<Block5x5Ymm>(
+        d, rest, &in, [&](Block5x5Ymm* b) { Prepare5x5<DotPolicy>(d, b); },
+        [&](Interior& row) {
+          row.SetStart();
+          row.Run(g.out_w);
+        });
   };
   if (g.stride_w == 1) {
     run(std::integral_constant<int, 1>());
