@@ -18,12 +18,13 @@
 // layers read), 3x3 (and, below, 5x5) layers at stride 1 or 2 run
 // depthwise_blocks_ymm.h's 32-channel blocks with VPMADDUBSW + VPMADDWD by
 // ones + VPADDD as their dot (MaddubsDot below: exact there only), the
-// channels past the blocks this kernel. Against this kernel on every channel (bench_core, one Zen 4
-// thread, avx2 forced, input told non-negative, 4 rotating filters, old and
-// new alternated twice): 112x112x32 185-200 -> 92 us, 56x56x144 218-258 ->
-// 124-129 (batch 8 2206-2314 -> 1387-1471), 112x112x96 / 2 220-230 ->
-// 114-121, 56x56x144 / 2 91-100 -> 62-64, 28x28x192 90 -> 40-41, 14x14x576
-// 71 -> 31-33, 7x7x960 36 -> 15. MobileNetV2's 17 depthwise steps in TF
+// channels past the blocks this kernel. Against this kernel on every
+// channel (bench_core, one Zen 4 thread, avx2 forced, input told
+// non-negative, 4 rotating filters, old and new alternated twice):
+// 112x112x32 185-200 -> 92 us, 56x56x144 218-258 -> 124-129 (batch 8
+// 2206-2314 -> 1387-1471), 112x112x96 / 2 220-230 -> 114-121, 56x56x144 / 2
+// 91-100 -> 62-64, 28x28x192 90 -> 40-41, 14x14x576 71 -> 31-33, 7x7x960 36
+// -> 15. MobileNetV2's 17 depthwise steps in TF
 // (step profiler, runner, one thread, avx2 forced, libraries alternated
 // four times): 1.43-1.76 -> 0.89-1.04 ms of its 5.3-6.6 ms.
 //
@@ -45,7 +46,8 @@
 // The 5x5 layers (stride 1 or 2) run depthwise_blocks_ymm.h's 5x5 blocks
 // with the same three dots (groups of two pixels; same day, same method):
 // a signed input 28x28x240 0.69-0.78, 14x14x480 0.71, 14x14x672 0.65-0.80,
-// 7x7x1152 0.71, 56x56x144 / 2 0.79, 14x14x672 / 2 0.89; in [0, 127] 0.47-0.58.
+// 7x7x1152 0.71, 56x56x144 / 2 0.79, 14x14x672 / 2 0.89; in [0, 127]
+// 0.47-0.58.
 // At batch 8 this VM read anything from 0.89 to 1.4 for the same pair of
 // binaries within minutes (28x28x240: 1.2-1.5 in some runs, its eight
 // images' 3 MB no longer in L2, 0.9 in others). EfficientNetB0 in TF (as

@@ -516,7 +516,8 @@ struct Interior5x5 : BlockRowYmm<Block5x5Ymm> {
         if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) {
           x[c] = Flip(_mm256_setzero_si256());
         } else {
-          x[c] = Flip(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(image + row_off + c * cc)));
+          x[c] = Flip(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(image + row_off + c * cc)));
         }
       }
       __m256i u0[4], u1[4];
