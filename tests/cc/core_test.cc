@@ -439,8 +439,9 @@ std::shared_ptr<const WeightPin> MakeTestPin(const bool* held = nullptr,
 // at the extremes (everything -128: |acc| = K * 2^14 > 2^24, so float32(acc)
 // rounds; -128 against 127; NaN / Inf scales and biases), with side input,
 // Relu and bounded outputs; each also with its filter pinned, twice (packed
-// under the pin, then used unchecked), where avx512vnni runs its packed
-// GEMM instead. Counts the GEMV calls, so that a change of the rule that
+// under the pin, then used unchecked), where avx512vnni and avxvnni run
+// their packed GEMM instead, and pinned with an input in [0, 127] told so
+// (avx2's byte packing: the packed GEMM too). Counts the GEMV calls, so that a change of the rule that
 // routes these shapes elsewhere is noticed.
 void TestGemv() {
   std::mt19937 rng(4242);
@@ -496,6 +497,19 @@ void TestGemv() {
                       long(l.co), operands, call);
         runs += CheckAllPaths(a, what);
       }
+      // Pinned, an input in [0, 127] told so: avx2's byte packing (the
+      // VPMADDUBSW kernels) takes the packed GEMM too.
+      std::vector<int8_t> told(b.input);
+      for (auto& x : told) x = static_cast<int8_t>(x & 0x7f);
+      a.input = told.data();
+      a.input_non_negative = true;
+      for (int call = 0; call < 2; ++call) {
+        std::snprintf(what, sizeof(what),
+                      "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d pinned %d, input in [0, 127]",
+                      long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
+                      long(l.co), operands, call);
+        runs += CheckAllPaths(a, what);
+      }
       a.filter_pin = nullptr;
       cpu::PackedWeightsCache::Global().Clear();  // drops the pinned entries
     }
@@ -505,13 +519,17 @@ void TestGemv() {
   // The x86 ISA paths have the GEMV (amx shares avx512vnni's): each case
   // runs it in weight mode 0
   // with three partitions, except the 3x3 case on avx2_winograd (Winograd);
-  // pinned, twice more on all of them but avx512vnni.
+  // pinned, twice more on all of them but avx512vnni and avxvnni (whose
+  // byte packings take the packed GEMM then; avx2's int16 one, for these
+  // signed inputs, keeps the GEMV); pinned with an input in [0, 127], twice
+  // more on amx only (avx2's byte packing takes the packed GEMM).
   int64_t want = 0;
   for (KernelPath p : g_paths) {
-    if (p == KernelPath::kAvx512Vnni) {
+    if (p == KernelPath::kAvx512Vnni || p == KernelPath::kAvxVnni) {
       want += 3 * 15;
-    } else if (p == KernelPath::kAmx || p == KernelPath::kAvxVnni ||
-               p == KernelPath::kAvx2 || p == KernelPath::kAvx2Direct) {
+    } else if (p == KernelPath::kAmx) {
+      want += 3 * 15 * 5;
+    } else if (p == KernelPath::kAvx2 || p == KernelPath::kAvx2Direct) {
       want += 3 * 15 * 3;
     } else if (p == KernelPath::kAvx2Winograd) {
       want += 3 * 12 * 3;

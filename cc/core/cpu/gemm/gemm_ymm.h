@@ -548,6 +548,16 @@ constexpr IsaKernels YmmKernels(const char* name) {
                GemmTileYmm<Policy>};
   k.lane_bytes = 4;
   k.gemv = GemvYmm;
+  // A pinned filter takes the packed GEMM instead of the GEMV where the
+  // packing is bytes (the same bytes as the filter: 4-byte groups), as on
+  // avx512vnni. bench_core, one Zen 4 thread, avx2 forced, pinned, an input
+  // in [0, 127] (VPMADDUBSW), GEMV -> GEMM: 1x1x960 -> 1280 64.6 -> 23.5 us
+  // (16 rotating filters, from L3: 146 -> 48), 1x1x1280 -> 1000 65 -> 26
+  // (164 -> 70), batch 2 157 -> 42 (191 -> 82). The int16 packing (twice the
+  // filter's bytes) keeps the GEMV: 1x1x960 -> 1280 from L3 121 -> 138 us.
+  // avxvnni (VPDPBUSD, fewer instructions than the VPMADDUBSW chain) not
+  // measured: no AVX-VNNI CPU at hand.
+  k.gemv_unpinned_only = !Policy::kInt16;
   k.rows_first_small_filter = true;
   return k;
 }
