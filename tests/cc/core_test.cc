@@ -1929,11 +1929,14 @@ void TestDepthwiseOnePixel() {
   std::printf("one-pixel depthwise: %d runs checked\n", runs);
 }
 
-// Global windows with uniform taps (depthwise.cc RunGlobalUniform: the
+// Global windows with uniform taps (depthwise.h DepthwiseGlobalRows*: the
 // window is the whole image, no padding, every tap of a channel the same
 // weight: quantize_model's global average pooling and EfficientNet's
 // squeeze): acc = w[c] * the channel's sum. Images from 1x1 to 112x112
-// (EfficientNet's largest squeeze), 1 to 1152 channels, batch 1 to 3,
+// (EfficientNet's largest squeeze), 1 to 1152 channels (counts that give
+// the AVX-512 body one to eight 32-channel units a group, the last cut or
+// whole, and the AVX2 body one to eight 16-channel units and a tail),
+// batch 1 to 3,
 // weights random per channel or -128 everywhere, activations random or at
 // the extremes (the sum's bound: 12544 * -128 * -128), side input, Relu,
 // an output table; and the same windows with one tap changed (not uniform:
@@ -1945,16 +1948,17 @@ void TestDepthwiseGlobalUniform() {
   };
   const int64_t sizes[][2] = {{1, 1}, {1, 5}, {3, 3}, {7, 7}, {14, 14}, {56, 56},
                               {112, 112}, {9, 4}};
-  const int64_t channel_counts[] = {1, 3, 16, 32, 96, 200, 1152};
+  const int64_t channel_counts[] = {1, 3, 16, 32, 96, 200, 1152, 48, 80, 144, 176, 232};
+  constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   std::vector<int8_t> lut(256);
   for (int i = 0; i < 256; ++i) lut[i] = static_cast<int8_t>(127 - i);
   int runs = 0;
-  for (int iter = 0; iter < 56; ++iter) {
+  for (int iter = 0; iter < 8 * kCounts; ++iter) {
     FusedConvArgs a;
     ConvGeometry& g = a.geo;
     const int64_t* hw = sizes[iter % 8];
     g.batch = 1 + iter % 3;
-    g.in_c = g.out_c = g.groups = channel_counts[(iter / 8) % 7];
+    g.in_c = g.out_c = g.groups = channel_counts[iter / 8];
     if (hw[0] >= 56 && g.in_c > 200) g.in_c = g.out_c = g.groups = 96;
     g.in_h = g.filter_h = hw[0];
     g.in_w = g.filter_w = hw[1];

@@ -106,10 +106,18 @@ int main(int argc, char** argv) {
   // and QuantizedFusedConv2D.from_float_weights make them (the avx2
   // depthwise blocks multiply a signed input as it is only without -128
   // weights, depthwise_avx2.cc); default: every int8 value.
+  // =uniform: every tap of a channel has the same weight (an average
+  // pooling's filter: quantize_model's GlobalAveragePooling2D and
+  // squeeze-excite squeezes, which run as a depthwise call whose window is
+  // the whole image).
   const char* weights_env = std::getenv("BENCH_CORE_WEIGHTS");
-  const bool symmetric = weights_env != nullptr && std::string(weights_env) == "symmetric";
+  const std::string weights_kind = weights_env != nullptr ? weights_env : "";
+  const bool symmetric = weights_kind == "symmetric";
   for (auto& w : ws) {
     for (auto& v : w) v = static_cast<int8_t>(symmetric ? std::max(u8(rng), -127) : u8(rng));
+    if (weights_kind == "uniform") {
+      for (size_t i = g.out_c; i < w.size(); ++i) w[i] = w[i % g.out_c];
+    }
   }
   std::vector<float> bias(g.out_c, 1.0f), scale(g.out_c);
   for (auto& s : scale) s = 40.0f / (std::sqrt(float(g.ReductionDepth())) * 74 * 74);

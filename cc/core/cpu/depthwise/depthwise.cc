@@ -114,6 +114,34 @@ void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
   }
 }
 
+void DepthwiseGlobalRowsPortable(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t cc = d.channels, pixels = g.in_h * g.in_w;
+  const float lo = d.lo, hi = d.hi;
+  std::vector<int32_t> sum(static_cast<size_t>(cc));
+  std::vector<int16_t> part(static_cast<size_t>(cc));
+  for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+    const int8_t* x = d.input + r * pixels * cc;
+    std::fill(sum.begin(), sum.end(), 0);
+    for (int64_t p0 = 0; p0 < pixels; p0 += kChannelSumsRun) {
+      std::fill(part.begin(), part.end(), int16_t{0});
+      const int64_t p1 = std::min(pixels, p0 + kChannelSumsRun);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int8_t* row = x + p * cc;
+        int16_t* acc = part.data();
+        for (int64_t c = 0; c < cc; ++c) acc[c] = static_cast<int16_t>(acc[c] + row[c]);
+      }
+      for (int64_t c = 0; c < cc; ++c) sum[c] += part[c];
+    }
+    for (int64_t c = 0; c < cc; ++c) {
+      const int32_t acc = sum[c] * static_cast<int32_t>(d.filter[c]);
+      d.output[r * cc + c] = EpilogueScalar(
+          acc, d.scale[c], d.bias[c], d.side != nullptr,
+          d.side != nullptr ? d.side[r * cc + c] : int8_t{0}, d.side_scale, lo, hi);
+    }
+  }
+}
+
 namespace {
 
 std::atomic<bool> g_cache_enabled{true};
@@ -377,54 +405,11 @@ bool GlobalWindow(const ConvGeometry& g) {
          g.in_c == g.out_c;
 }
 
-// GlobalWindow with uniform taps (every tap of channel c weighs w[c]): acc[c]
-// = w[c] * (the sum of channel c over the image), exactly the sum of the
-// products (integers: |w * sum| <= taps * 2^14, which the geometry's
-// validation keeps in int32), then the contract's epilogue per channel.
-// The row kernels took each tap as one vector step with the accumulator
-// through memory: EfficientNetB0's 112x112x32 squeeze ~90 us a call in TF
-// (one Zen 4 thread). The channel sums: int16 partial sums over 256
-// pixels (|256 * -128| = 2^15 fits, 256 * 127 too), added into int32: the
-// compiler vectorizes both loops for the baseline (SSE2).
-void RunGlobalUniform(const FusedConvArgs& a, const int8_t* input,
-                      const ParallelFor& parallel_for) {
-  const ConvGeometry& g = a.geo;
-  const int64_t cc = g.out_c;
-  const int64_t pixels = g.in_h * g.in_w;
-  constexpr int64_t kPartial = 256;
-  parallel_for(g.batch, pixels * cc, [&](int64_t begin, int64_t end) {
-    std::vector<int32_t> sum(static_cast<size_t>(cc));
-    std::vector<int16_t> part(static_cast<size_t>(cc));
-    for (int64_t n = begin; n < end; ++n) {
-      std::fill(sum.begin(), sum.end(), 0);
-      const int8_t* x = input + n * pixels * cc;
-      for (int64_t p0 = 0; p0 < pixels; p0 += kPartial) {
-        std::fill(part.begin(), part.end(), int16_t{0});
-        const int64_t p1 = std::min(pixels, p0 + kPartial);
-        for (int64_t p = p0; p < p1; ++p) {
-          const int8_t* row = x + p * cc;
-          int16_t* acc = part.data();
-          for (int64_t c = 0; c < cc; ++c) acc[c] = static_cast<int16_t>(acc[c] + row[c]);
-        }
-        for (int64_t c = 0; c < cc; ++c) sum[c] += part[c];
-      }
-      for (int64_t c = 0; c < cc; ++c) sum[c] *= static_cast<int32_t>(a.filter[c]);
-      const int8_t* side = a.HasSideInput() ? a.side_input + n * cc : nullptr;
-      EpilogueRow(a, sum.data(), 0, cc, side, a.output + n * cc);
-      if (a.output_lut != nullptr) {
-        for (int64_t c = 0; c < cc; ++c) {
-          a.output[n * cc + c] = LutScalar(a.output_lut, a.output[n * cc + c]);
-        }
-      }
-    }
-  });
-}
-
 }  // namespace
 
 void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
                   const ParallelFor& parallel_for, const DepthwisePrep* prep,
-                  LutBody lut) {
+                  LutBody lut, DepthwiseRowsFn global_rows) {
   const ConvGeometry& g = a.geo;
   const int64_t c_count = g.out_c;
   const int64_t multiplier = g.out_c / g.in_c;
@@ -476,8 +461,7 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   base.tap_stride = w->tap_stride;
   base.prepared = w->prepared.get();
   if (w->tap_stride == 0 && GlobalWindow(g)) {
-    RunGlobalUniform(a, input, parallel_for);
-    return;
+    rows = global_rows != nullptr ? global_rows : DepthwiseGlobalRowsPortable;
   }
   const int64_t total_rows = g.batch * g.out_h;
   // Cycles per output row for the vector kernels: per pixel and 16

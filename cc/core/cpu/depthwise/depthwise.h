@@ -156,6 +156,26 @@ void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvx512Vnni;
 void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only
 
+// Row kernels of a global average pooling: a call whose one output pixel's
+// window is the whole image (no padding) and whose filter weighs every tap
+// of a channel the same (tap_stride 0; quantize_model's
+// GlobalAveragePooling2D and squeeze-excite squeezes). Its rows are images:
+// acc[c] = filter[c] * (the sum of channel c over the image), exactly the
+// sum of the products (integers: |filter[c] * sum| <= taps * 2^14, which the
+// geometry's validation keeps in int32), then the contract's epilogue. The
+// channel sums run in int16 lanes over runs of kChannelSumsRun pixels
+// (|256 * -128| = 2^15 fits, 256 * 127 too), added into int32. RunDepthwise
+// runs the path's instead of its row kernel on such calls (the row kernels
+// took each tap as one vector step with the accumulator through memory:
+// EfficientNetB0's 112x112x32 squeeze ~90 us a call in TF, one Zen 4
+// thread). Portable (depthwise.cc; the NEON path runs it too), AVX2
+// (depthwise_avx2.cc: the avx2 and avxvnni paths) and AVX-512BW
+// (depthwise_avx512vnni.cc: avx512vnni and amx).
+constexpr int64_t kChannelSumsRun = 256;
+void DepthwiseGlobalRowsPortable(const DepthwiseRowArgs& d);
+void DepthwiseGlobalRowsAvx2(const DepthwiseRowArgs& d);
+void DepthwiseGlobalRowsAvx512(const DepthwiseRowArgs& d);
+
 constexpr int64_t kDepthwiseCacheMaxEntries = 256;
 constexpr int64_t kDepthwiseCacheMaxBytes = int64_t{64} << 20;
 
@@ -168,12 +188,15 @@ void ClearDepthwiseCacheForTesting();
 // Tests only: false prepares the weights on every call (no cache).
 void SetDepthwiseCacheForTesting(bool enabled);
 
-// Runs a depthwise call (args.geo.IsDepthwise()) with `rows`. lut: when
-// given, args.output_lut is applied with it to slices of output rows right
-// after they are written; nullptr: the caller applies it.
+// Runs a depthwise call (args.geo.IsDepthwise()) with `rows`, or, when it
+// is a global average pooling, with `global_rows` (nullptr:
+// DepthwiseGlobalRowsPortable). lut: when given, args.output_lut is applied
+// with it to slices of output rows right after they are written; nullptr:
+// the caller applies it.
 void RunDepthwise(const FusedConvArgs& args, DepthwiseRowsFn rows,
                   const ParallelFor& parallel_for,
-                  const DepthwisePrep* prep = nullptr, LutBody lut = nullptr);
+                  const DepthwisePrep* prep = nullptr, LutBody lut = nullptr,
+                  DepthwiseRowsFn global_rows = nullptr);
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

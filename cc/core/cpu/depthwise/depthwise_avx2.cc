@@ -61,12 +61,17 @@
 // stride 2 and on 7x7x960 (bench_core, one Zen 5 thread, alternated).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_blocks_ymm.h"
 #include "cc/core/cpu/depthwise/depthwise_ymm.h"
 #include "cc/core/cpu/dot_u8s8_avx2.h"
+#include "cc/core/epilogue.h"
+#include "cc/core/epilogue_avx2.h"
 
 namespace tf_fused_int8 {
 namespace cpu {
@@ -136,6 +141,98 @@ bool DepthwiseAvx2TakesNonNegative(const ConvGeometry& g) {
 
 void DepthwiseRowsAvx2(const DepthwiseRowArgs& d) {
   RowsWithBlocks<MaddubsDot, SignedBlocks>(d);
+}
+
+namespace {
+
+// kUnits units of 16 channels from x and sum's first channel: one ymm of
+// int16 a unit over runs of kChannelSumsRun pixels (VPMOVSXBW of 16 bytes,
+// VPADDW), each run widened and added into sum.
+template <int kUnits>
+void ChannelSumsGroup(const int8_t* x, int64_t pixels, int64_t cc, int32_t* sum) {
+  for (int64_t p0 = 0; p0 < pixels; p0 += kChannelSumsRun) {
+    const int64_t p1 = std::min(pixels, p0 + kChannelSumsRun);
+    __m256i acc[kUnits];
+    for (int u = 0; u < kUnits; ++u) acc[u] = _mm256_setzero_si256();
+    for (int64_t p = p0; p < p1; ++p) {
+      const int8_t* row = x + p * cc;
+      for (int u = 0; u < kUnits; ++u) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * u));
+        acc[u] = _mm256_add_epi16(acc[u], _mm256_cvtepi8_epi16(v));
+      }
+    }
+    for (int u = 0; u < kUnits; ++u) {
+      __m256i* s = reinterpret_cast<__m256i*>(sum + 16 * u);
+      _mm256_storeu_si256(s, _mm256_add_epi32(_mm256_loadu_si256(s),
+          _mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc[u]))));
+      _mm256_storeu_si256(s + 1, _mm256_add_epi32(_mm256_loadu_si256(s + 1),
+          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc[u], 1))));
+    }
+  }
+}
+
+// The channel sums of one image (DepthwiseGlobalRowsAvx2) into sum (room
+// for channels rounded up to 64): groups of up to 128 channels (8 ymm
+// accumulators), pixels inner; the channels past the last multiple of 16 one
+// at a time in int32.
+void ChannelSums(const int8_t* x, int64_t pixels, int64_t cc, int32_t* sum) {
+  constexpr int kMaxUnits = 8;
+  std::fill(sum, sum + (cc + 63) / 64 * 64, 0);
+  const int64_t vector_c = cc / 16 * 16;
+  for (int64_t c0 = 0; c0 < vector_c; c0 += 16 * kMaxUnits) {
+    const int64_t units = std::min<int64_t>((vector_c - c0) / 16, kMaxUnits);
+    const int8_t* xc = x + c0;
+    int32_t* sc = sum + c0;
+    switch (units) {
+      case 1: ChannelSumsGroup<1>(xc, pixels, cc, sc); break;
+      case 2: ChannelSumsGroup<2>(xc, pixels, cc, sc); break;
+      case 3: ChannelSumsGroup<3>(xc, pixels, cc, sc); break;
+      case 4: ChannelSumsGroup<4>(xc, pixels, cc, sc); break;
+      case 5: ChannelSumsGroup<5>(xc, pixels, cc, sc); break;
+      case 6: ChannelSumsGroup<6>(xc, pixels, cc, sc); break;
+      case 7: ChannelSumsGroup<7>(xc, pixels, cc, sc); break;
+      default: ChannelSumsGroup<8>(xc, pixels, cc, sc); break;
+    }
+  }
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t c = vector_c; c < cc; ++c) sum[c] += x[p * cc + c];
+  }
+}
+
+}  // namespace
+
+// The sums, then per 16 channels their product with the filter's bytes
+// (VPMULLD) and Epilogue16 (a last partial block's filter bytes through a
+// zeroed copy).
+void DepthwiseGlobalRowsAvx2(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t cc = d.channels, pixels = g.in_h * g.in_w;
+  std::vector<int32_t> sum(static_cast<size_t>((cc + 63) / 64 * 64));
+  const Epilogue256Consts k = MakeEpilogue256Consts(d.side_scale, d.lo, d.hi);
+  WithClampHi(d.clamp_hi, [&](auto clamp) {
+    constexpr bool kClampHi = decltype(clamp)::value;
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      ChannelSums(d.input + r * pixels * cc, pixels, cc, sum.data());
+      for (int64_t c = 0; c < cc; c += 16) {
+        const int count = static_cast<int>(std::min<int64_t>(16, cc - c));
+        __m128i wb;
+        if (count == 16) {
+          wb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d.filter + c));
+        } else {
+          alignas(16) int8_t tmp[16] = {0};
+          std::memcpy(tmp, d.filter + c, static_cast<size_t>(count));
+          wb = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+        }
+        const __m256i* s = reinterpret_cast<const __m256i*>(sum.data() + c);
+        const __m256i a0 = _mm256_mullo_epi32(_mm256_loadu_si256(s), _mm256_cvtepi8_epi32(wb));
+        const __m256i a1 = _mm256_mullo_epi32(_mm256_loadu_si256(s + 1),
+                                              _mm256_cvtepi8_epi32(_mm_srli_si128(wb, 8)));
+        Epilogue16<kClampHi>(a0, a1, d.scale + c, d.bias + c,
+                             d.side != nullptr ? d.side + r * cc + c : nullptr, k, count,
+                             d.output + r * cc + c);
+      }
+    }
+  });
 }
 
 }  // namespace cpu

@@ -54,6 +54,7 @@
 // which is bound by its PMADDWDs there.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -1080,6 +1081,91 @@ void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
   } else {
     Rows16::Rows(d);
   }
+}
+
+namespace {
+
+// kHalves units of 32 channels (the last ones cut by their masks to the
+// channels there are) from x and sum's first channel: one zmm of int16 a
+// unit over runs of kChannelSumsRun pixels (VPMOVSXBW of 32 bytes, VPADDW),
+// each run widened and added into sum.
+template <int kHalves>
+void ChannelSumsGroup(const int8_t* x, int64_t pixels, int64_t cc,
+                      const __mmask32* masks, int32_t* sum) {
+  for (int64_t p0 = 0; p0 < pixels; p0 += kChannelSumsRun) {
+    const int64_t p1 = std::min(pixels, p0 + kChannelSumsRun);
+    __m512i acc[kHalves];
+    for (int h = 0; h < kHalves; ++h) acc[h] = _mm512_setzero_si512();
+    for (int64_t p = p0; p < p1; ++p) {
+      const int8_t* row = x + p * cc;
+      for (int h = 0; h < kHalves; ++h) {
+        const __m256i v = _mm256_maskz_loadu_epi8(masks[h], row + 32 * h);
+        acc[h] = _mm512_add_epi16(acc[h], _mm512_cvtepi8_epi16(v));
+      }
+    }
+    for (int h = 0; h < kHalves; ++h) {
+      int32_t* s = sum + 32 * h;
+      _mm512_storeu_si512(s, _mm512_add_epi32(_mm512_loadu_si512(s),
+          _mm512_cvtepi16_epi32(_mm512_castsi512_si256(acc[h]))));
+      _mm512_storeu_si512(s + 16, _mm512_add_epi32(_mm512_loadu_si512(s + 16),
+          _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(acc[h], 1))));
+    }
+  }
+}
+
+// The channel sums of one image (DepthwiseGlobalRowsAvx512) into sum
+// (room for channels rounded up to 64): groups of up to 256 channels (8 zmm
+// accumulators), pixels inner.
+void ChannelSums(const int8_t* x, int64_t pixels, int64_t cc, int32_t* sum) {
+  constexpr int kMaxHalves = 8;
+  std::fill(sum, sum + (cc + 63) / 64 * 64, 0);
+  for (int64_t c0 = 0; c0 < cc; c0 += 32 * kMaxHalves) {
+    const int64_t n = std::min<int64_t>(cc - c0, 32 * kMaxHalves);
+    __mmask32 masks[kMaxHalves];
+    for (int h = 0; h < kMaxHalves; ++h) {
+      const int64_t left = n - 32 * h;
+      masks[h] = left >= 32 ? ~__mmask32{0}
+                            : left > 0 ? (__mmask32{1} << left) - 1 : __mmask32{0};
+    }
+    const int8_t* xc = x + c0;
+    int32_t* sc = sum + c0;
+    switch ((n + 31) / 32) {
+      case 1: ChannelSumsGroup<1>(xc, pixels, cc, masks, sc); break;
+      case 2: ChannelSumsGroup<2>(xc, pixels, cc, masks, sc); break;
+      case 3: ChannelSumsGroup<3>(xc, pixels, cc, masks, sc); break;
+      case 4: ChannelSumsGroup<4>(xc, pixels, cc, masks, sc); break;
+      case 5: ChannelSumsGroup<5>(xc, pixels, cc, masks, sc); break;
+      case 6: ChannelSumsGroup<6>(xc, pixels, cc, masks, sc); break;
+      case 7: ChannelSumsGroup<7>(xc, pixels, cc, masks, sc); break;
+      default: ChannelSumsGroup<8>(xc, pixels, cc, masks, sc); break;
+    }
+  }
+}
+
+}  // namespace
+
+// The sums, then per 16 channels their product with the filter's byte
+// (VPMULLD) and Epilogue16Natural.
+void DepthwiseGlobalRowsAvx512(const DepthwiseRowArgs& d) {
+  const ConvGeometry& g = *d.geo;
+  const int64_t cc = d.channels, pixels = g.in_h * g.in_w;
+  std::vector<int32_t> sum(static_cast<size_t>((cc + 63) / 64 * 64));
+  const Epilogue512Consts k = MakeEpilogue512Consts(d.side_scale, d.lo, d.hi);
+  WithClampHi(d.clamp_hi, [&](auto clamp) {
+    constexpr bool kClampHi = decltype(clamp)::value;
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      ChannelSums(d.input + r * pixels * cc, pixels, cc, sum.data());
+      for (int64_t c = 0; c < cc; c += 16) {
+        const int64_t n = std::min<int64_t>(16, cc - c);
+        const __mmask16 mask = n == 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << n) - 1);
+        const __m512i w = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, d.filter + c));
+        const __m512i acc = _mm512_mullo_epi32(_mm512_loadu_si512(sum.data() + c), w);
+        Epilogue16Natural<kClampHi>(acc, d.scale + c, d.bias + c,
+                                    d.side != nullptr ? d.side + r * cc + c : nullptr, k,
+                                    mask, d.output + r * cc + c);
+      }
+    }
+  });
 }
 
 }  // namespace cpu
