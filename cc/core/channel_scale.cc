@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cc/core/cpu/channel_scale/channel_scale_kernels.h"
 #include "cc/core/cpu/vector_isa.h"
@@ -11,7 +12,7 @@ namespace tf_fused_int8 {
 namespace {
 
 void PortableBody(const int8_t* x, int64_t pixels, int64_t channels,
-                  const float* m, int8_t* out) {
+                  const float* m, bool /*plain*/, int8_t* out) {
   for (int64_t p = 0; p < pixels; ++p) {
     for (int64_t c = 0; c < channels; ++c) {
       out[p * channels + c] = cpu::ChannelScaleOne(x[p * channels + c], m[c]);
@@ -37,6 +38,10 @@ void RunChannelScale(const ChannelScaleArgs& a, const ParallelFor& parallel_for,
   // Units of whole pixels of one image (each unit reads one row of m).
   const int64_t per_unit = std::max<int64_t>(1, kUnitBytes / a.channels);
   const int64_t units_per_image = (a.pixels + per_unit - 1) / per_unit;
+  std::vector<char> plain(static_cast<size_t>(a.batch));
+  for (int64_t n = 0; n < a.batch; ++n) {
+    plain[n] = cpu::PlainMultipliers(a.m + n * a.channels, a.channels);
+  }
   parallel_for(a.batch * units_per_image, kUnitBytes,
                [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
@@ -44,7 +49,8 @@ void RunChannelScale(const ChannelScaleArgs& a, const ParallelFor& parallel_for,
       const int64_t p0 = (u % units_per_image) * per_unit;
       const int64_t p1 = std::min(a.pixels, p0 + per_unit);
       const int64_t off = (n * a.pixels + p0) * a.channels;
-      body(a.x + off, p1 - p0, a.channels, a.m + n * a.channels, a.out + off);
+      body(a.x + off, p1 - p0, a.channels, a.m + n * a.channels, plain[n] != 0,
+           a.out + off);
     }
   });
 }

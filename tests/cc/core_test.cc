@@ -3048,14 +3048,20 @@ void TestPreprocessQuantize() {
 // random or all -128 (so a zero pad cell, 0, must win); plus the geometry
 // errors.
 // FusedInt8ChannelScale on every path that this CPU runs: fixed cases (ties
-// to even, the clip, NaN / Inf multipliers) and random shapes whose channel
-// counts cover the vector tails, against ChannelScaleOneReference; the
-// reference itself against the fixed answers.
+// to even, the clip, NaN / Inf multipliers, the plain bound 2^24) and random
+// shapes whose channel counts cover the vector tails, with and without
+// plain multipliers, against ChannelScaleOneReference; the reference itself
+// against the fixed answers.
 void TestChannelScale() {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   struct Fixed { int x; float m; int want; };
   const Fixed fixed[] = {
+      // First, so that every path's vector steps (not its scalar tail)
+      // take them: the largest plain multipliers and the smallest that are
+      // not.
+      {127, 16777215.0f, 127}, {-128, 16777215.0f, -128}, {-128, -16777215.0f, 127},
+      {1, 16777216.0f, 127}, {-128, -16777216.0f, 127}, {127, -16777216.0f, -128},
       {1, 0.5f, 0},      {3, 0.5f, 2},      {5, 0.5f, 2},     {-1, 0.5f, 0},
       {-3, 0.5f, -2},    {-5, 0.5f, -2},    {127, 1.0f, 127}, {-128, 1.0f, -128},
       {100, 2.0f, 127},  {-100, 2.0f, -128}, {127, -1.0f, -127}, {-128, -1.0f, 127},
@@ -3075,37 +3081,61 @@ void TestChannelScale() {
   }
   std::mt19937 rng(31);
   for (KernelPath path : paths) {
-    // The fixed cases as one pixel of that many channels (vector lanes).
-    {
-      const int64_t c = sizeof(fixed) / sizeof(fixed[0]);
+    // The fixed cases as one pixel of that many channels (vector lanes);
+    // then those with a multiplier of at most 2^24 in magnitude (+-2^24, the
+    // first not plain, among them: the only ones of the pixel that are
+    // not), then those with a plain one (finite, under 2^24) alone, which
+    // the bodies take without their NaN mask and float clip.
+    for (const int mode : {0, 1, 2}) {
+      std::vector<Fixed> cases;
+      for (const Fixed& f : fixed) {
+        if (mode == 0 || (mode == 1 && std::fabs(f.m) <= 16777216.0f) ||
+            (mode == 2 && std::fabs(f.m) < 16777216.0f)) {
+          cases.push_back(f);
+        }
+      }
+      const int64_t c = static_cast<int64_t>(cases.size());
       std::vector<int8_t> x(c), out(c, 99);
       std::vector<float> m(c);
       for (int64_t i = 0; i < c; ++i) {
-        x[i] = static_cast<int8_t>(fixed[i].x);
-        m[i] = fixed[i].m;
+        x[i] = static_cast<int8_t>(cases[i].x);
+        m[i] = cases[i].m;
       }
       ChannelScaleArgs a;
       a.x = x.data(); a.m = m.data(); a.out = out.data();
       a.batch = 1; a.pixels = 1; a.channels = c;
       RunChannelScale(a, ParallelFor(), path);
       for (int64_t i = 0; i < c; ++i) {
-        EXPECT(out[i] == fixed[i].want, "%s: %d * %g = %d, want %d",
-               KernelPathName(path), fixed[i].x, fixed[i].m, out[i], fixed[i].want);
+        EXPECT(out[i] == cases[i].want, "%s: %d * %g = %d, want %d",
+               KernelPathName(path), cases[i].x, cases[i].m, out[i], cases[i].want);
       }
     }
     for (int t = 0; t < 60; ++t) {
       ChannelScaleArgs a;
       a.batch = 1 + rng() % 3;
       a.pixels = 1 + rng() % 9;
-      a.channels = 1 + rng() % 70;
+      a.channels = 1 + rng() % 200;  // 64- and 32-channel steps, 16 and 8, tails
       std::vector<int8_t> x(a.batch * a.pixels * a.channels);
       std::vector<int8_t> out(x.size(), 99);
       std::vector<float> m(a.batch * a.channels);
       for (auto& v : x) v = static_cast<int8_t>(rng() % 256 - 128);
+      // Two of three runs give only finite multipliers under 2^24 in
+      // magnitude (the bodies' plain case, channel_scale_kernels.h; their
+      // largest, 2^24 - 1, saturates); the others NaN, -Inf and the first
+      // magnitude that is not plain (2^24) among them.
+      const bool plain = t % 3 != 0;
       for (auto& v : m) {
         const int kind = rng() % 20;
-        v = kind == 0 ? nan : kind == 1 ? -inf : kind == 2 ? 0.5f
-            : static_cast<float>(std::ldexp(double(rng() % 2001) - 1000.0, -9));
+        const float sign = rng() % 2 ? 1.0f : -1.0f;
+        if (plain) {
+          v = kind == 0 ? sign * 16777215.0f : kind == 1 ? sign * 3e6f
+              : kind == 2 ? 0.5f : kind == 3 ? sign * 1.5f
+              : static_cast<float>(std::ldexp(double(rng() % 2001) - 1000.0, -9));
+        } else {
+          v = kind == 0 ? nan : kind == 1 ? -inf : kind == 2 ? 0.5f
+              : kind == 3 ? sign * 16777216.0f
+              : static_cast<float>(std::ldexp(double(rng() % 2001) - 1000.0, -9));
+        }
       }
       a.x = x.data(); a.m = m.data(); a.out = out.data();
       RunChannelScale(a, t % 2 ? ThreadParallelFor(2) : ParallelFor(), path);
