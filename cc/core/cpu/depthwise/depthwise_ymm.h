@@ -13,7 +13,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_rows.h"
@@ -38,16 +37,12 @@ struct Ymm2x8 {
   static Acc Add(Acc a, Acc b) {
     return Acc{_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)};
   }
+  // A partial block (count < 16) reads its bytes with LoadBytes16
+  // (epilogue_avx2.h).
   template <bool kFull>
   static X Load(const int8_t* p, Tail count) {
-    __m128i v;
-    if (kFull || count >= 16) {
-      v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    } else {
-      alignas(16) int8_t tmp[16] = {0};
-      std::memcpy(tmp, p, static_cast<size_t>(count));
-      v = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
-    }
+    const __m128i v = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
+                            : LoadBytes16(p, static_cast<int>(count));
     return X{_mm256_cvtepi8_epi32(v), _mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))};
   }
   // Column x of two input rows a, b as int16 pairs (a, b) per channel, the
@@ -55,18 +50,10 @@ struct Ymm2x8 {
   // weights of kDepthwisePrepAvx2: one PMADDWD adds both rows' taps.
   template <bool kFull>
   static X LoadPair(const int8_t* a, const int8_t* b, Tail count) {
-    __m128i va, vb;
-    if (kFull || count >= 16) {
-      va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-      vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-    } else {
-      alignas(16) int8_t ta[16] = {0};
-      alignas(16) int8_t tb[16] = {0};
-      std::memcpy(ta, a, static_cast<size_t>(count));
-      std::memcpy(tb, b, static_cast<size_t>(count));
-      va = _mm_load_si128(reinterpret_cast<const __m128i*>(ta));
-      vb = _mm_load_si128(reinterpret_cast<const __m128i*>(tb));
-    }
+    const __m128i va = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(a))
+                             : LoadBytes16(a, static_cast<int>(count));
+    const __m128i vb = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b))
+                             : LoadBytes16(b, static_cast<int>(count));
     return X{_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb)),
              _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb))};
   }
