@@ -697,8 +697,11 @@ void TestDepthwise3x3Blocks() {
   // after the full 64-channel blocks, alone or with 16 more channels; 16,
   // 48, 80, 144, 240: a quarter block (16 channels, four pixel pairs per
   // zmm) after them; 24, 72, 120: 8 more channels for the 16-channel kernel.
+  // The ymm blocks (32 channels): 40, 56, 72 and 120 end with a block that
+  // overlaps the one before it (depthwise_blocks_ymm.h OverlapBlock), 48,
+  // 80, 144 and 240 with 16 channels for the AVX2 kernel.
   const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960, 32, 48, 96,
-                                    160, 16, 24, 72, 120, 240};
+                                    160, 16, 24, 72, 120, 240, 40, 56};
   constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
   for (int iter = 0; iter < 12 * kCounts; ++iter) {
@@ -779,9 +782,11 @@ void TestDepthwise3x3Blocks() {
 
 // The 5x5 depthwise VPDPBUSD kernel (whole 64-channel blocks, groups of 4
 // pixels at stride 1 and 2 at stride 2 whose eight columns lie inside the
-// image; borders, the rest of a row and the channels past the blocks run
-// the 16-channel kernel): one to three blocks with and without 16 / 48 more
-// channels, 672 (EfficientNet's), rows from 1 to 40 columns (no group, one,
+// image; borders and the rest of a row run the 16-channel kernel, and so
+// do the channels past the blocks, unless more than 16: then one more block
+// over the last 64 channels, overlapping): one to three blocks with and
+// without 8, 16, 24, 48 or 56 more channels, 672 (EfficientNet's: 32
+// more), rows from 1 to 40 columns (no group, one,
 // several, with borders of 0 to 4 columns), 1 to 9 rows (filter rows cut by
 // the top and bottom), SAME / VALID / explicit asymmetric padding, batch 2,
 // side input, Relu or none, operands at the extremes, and inputs in [0, 127]
@@ -795,7 +800,7 @@ void TestDepthwise5x5Blocks() {
   auto uni = [&rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
-  const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672, 32, 48, 56};
+  const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672, 32, 48, 56, 72, 88, 120};
   constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
   for (int iter = 0; iter < 24 * kCounts; ++iter) {

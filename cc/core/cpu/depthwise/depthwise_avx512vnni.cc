@@ -865,13 +865,31 @@ bool Use5x5Interior(const DepthwiseRowArgs& d) {
          (g.stride_w == 1 || g.stride_w == 2);
 }
 
+// The 5x5 blocks of cc >= kBlock channels: the full ones, and, where more
+// than kOverlapMinRest channels are past them, one more over the last
+// kBlock channels [cc - kBlock, cc), which overlaps the last full block
+// (its channels there are computed twice, from the same operands, and
+// stored twice with the same bytes: by the same thread, as every block of
+// a row) instead of running the one-tap-per-lane kernel on the rest.
+// bench_core, one Zen 4 thread, input told non-negative, alternated, the
+// overlapping block against the one-tap kernel on the rest: 28x28x120 (56
+// more) 61 -> 31-32 us, 28x28x88 38 -> 32, 28x28x240 80-83 -> 63-64,
+// 14x14x672 52 -> 47, 14x14x480 37 -> 34, 7x7x120 7.5 -> 2.2; on 16 or 8
+// more it was slower (28x28x80 1.14x the time, 56x56x144 / 2 1.23x, 56x56x72
+// / 2 1.28x; 7x7x80 0.79x, the one exception).
+constexpr int64_t kOverlapMinRest = 16;
+int64_t Blocks5x5(int64_t cc) {
+  return cc / kBlock + (cc % kBlock > kOverlapMinRest ? 1 : 0);
+}
+int64_t Block5x5Start(int64_t bi, int64_t cc) { return Min(bi * kBlock, cc - kBlock); }
+
 void Prepare5x5(const DepthwiseRowArgs& d, Block5x5* blocks) {
   const int64_t cc = d.channels;
   const __m512i zero = _mm512_setzero_si512();
   const __m512i ones = _mm512_set1_epi8(1);
-  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+  for (int64_t bi = 0; bi < Blocks5x5(cc); ++bi) {
     Block5x5& blk = blocks[bi];
-    const int64_t c0 = bi * kBlock;
+    const int64_t c0 = Block5x5Start(bi, cc);
     for (int ky = 0; ky < 5; ++ky) {
       __m512i w[5];
       for (int kx = 0; kx < 5; ++kx) {
@@ -1002,13 +1020,13 @@ template <bool kClampHi, bool kFlip, int kS>
 void Rows5x5(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels;
-  const int64_t nblocks = cc / kBlock;
+  const int64_t nblocks = Blocks5x5(cc);
   std::vector<Block5x5> local;
   const Block5x5* blocks = PreparedBlocks(d.prepared, nblocks, &local,
                                           [&](Block5x5* b) { Prepare5x5(d, b); });
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
-  const int64_t c_split = nblocks * kBlock;
-  // The channels past the full blocks: the one-tap-per-lane kernel.
+  const int64_t c_split = Min(nblocks * kBlock, cc);
+  // The channels past the blocks: the one-tap-per-lane kernel.
   if (c_split < cc) Rows16::RestChannels(d, k, c_split);
   Interior5x5<kClampHi, kFlip, kS> in;
   in.d = &d;
@@ -1016,7 +1034,7 @@ void Rows5x5(const DepthwiseRowArgs& d) {
   // Blocks outer, rows inner (a block's 12 KiB of weights stays in L1).
   for (int64_t bi = 0; bi < nblocks; ++bi) {
     in.blk = &blocks[bi];
-    in.c0 = bi * kBlock;
+    in.c0 = Block5x5Start(bi, cc);
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
       in.SetRow(r);
       in.Run(g.out_w);
@@ -1026,7 +1044,7 @@ void Rows5x5(const DepthwiseRowArgs& d) {
 
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
   if (Use5x5Interior(d)) {
-    return static_cast<int64_t>(sizeof(Block5x5)) * (d.channels / kBlock);
+    return static_cast<int64_t>(sizeof(Block5x5)) * Blocks5x5(d.channels);
   }
   return Use3x3Interior(d)
              ? static_cast<int64_t>(sizeof(Block3x3)) *
@@ -1044,9 +1062,11 @@ void PrepFill(const DepthwiseRowArgs& d, void* p) {
 }
 
 // Rows3x3 and Rows5x5 run the one-tap-per-lane kernel (widened weights)
-// only on the channels past the last full 64-channel block.
+// only on the channels past the last full 64-channel block (none past
+// Rows5x5's overlapping block).
 int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
-  return Use3x3Interior(d) || Use5x5Interior(d) ? d.channels / kBlock * kBlock : 0;
+  if (Use5x5Interior(d)) return Min(Blocks5x5(d.channels) * kBlock, d.channels);
+  return Use3x3Interior(d) ? d.channels / kBlock * kBlock : 0;
 }
 
 }  // namespace

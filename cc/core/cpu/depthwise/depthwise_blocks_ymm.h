@@ -106,6 +106,24 @@ bool SquareBlocks(const DepthwiseRowArgs& d, int64_t k) {
 
 bool Use3x3Blocks(const DepthwiseRowArgs& d) { return SquareBlocks(d, 3); }
 
+// The blocks of cc >= kBlock channels: the full ones, and, unless the
+// channels past them are none or 16 (one whole vector of the AVX2 kernel),
+// one more over the last kBlock channels [cc - kBlock, cc), which overlaps
+// the last full block (its channels there are computed twice from the same
+// operands and stored twice with the same bytes, by the same thread: every
+// block of a row runs in one ParallelFor unit) instead of the AVX2 kernel
+// on the rest. bench_core, one Zen 4 thread, avx2 forced, 3 rounds
+// alternated, input told non-negative / signed, against the AVX2 kernel on
+// the rest: 56x56x72 (8 more) 0.79 / 0.92 the time, 14x14x200 (8) 0.91 /
+// 0.93, 56x56x72 5x5 / 2 0.95 / 1.04, 28x28x120 5x5 (24) 0.75-0.78 / 0.89,
+// 14x14x184 (24) 0.68 / 0.81-0.83, 7x7x120 5x5 0.64-0.75; with 16 more
+// (28x28x240 5x5, 56x56x144) 1.00-1.06, so those keep the AVX2 kernel.
+bool OverlapBlock(int64_t cc) { return cc % kBlock != 0 && cc % kBlock != 16; }
+int64_t NumBlocks(int64_t cc) { return cc / kBlock + (OverlapBlock(cc) ? 1 : 0); }
+int64_t BlockStart(int64_t bi, int64_t cc) { return std::min(bi * kBlock, cc - kBlock); }
+// The first channel past the blocks.
+int64_t BlocksEnd(int64_t cc) { return std::min(NumBlocks(cc) * kBlock, cc); }
+
 // Whether any of the `taps` (9: 3x3, 25: 5x5) weight bytes of channels
 // [c0, c0 + 32) is -128.
 inline bool WeightsHaveMin(const int8_t* filter, int64_t cc, int64_t c0, int taps) {
@@ -124,9 +142,9 @@ void PrepareBlocks(const DepthwiseRowArgs& d, BlockYmm* blocks) {
   const bool s2 = d.geo->stride_w == 2;
   const __m256i zero = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi8(1);
-  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+  for (int64_t bi = 0; bi < NumBlocks(cc); ++bi) {
     BlockYmm& blk = blocks[bi];
-    const int64_t c0 = bi * kBlock;
+    const int64_t c0 = BlockStart(bi, cc);
     for (int j = 0; j < 4; ++j) blk.corr_all[j] = zero;
     for (int ky = 0; ky < 3; ++ky) {
       const int8_t* w = d.filter + ky * 3 * cc + c0;
@@ -442,9 +460,9 @@ void Prepare5x5(const DepthwiseRowArgs& d, Block5x5Ymm* blocks) {
   const int64_t cc = d.channels;
   const __m256i zero = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi8(1);
-  for (int64_t bi = 0; bi < cc / kBlock; ++bi) {
+  for (int64_t bi = 0; bi < NumBlocks(cc); ++bi) {
     Block5x5Ymm& blk = blocks[bi];
-    const int64_t c0 = bi * kBlock;
+    const int64_t c0 = BlockStart(bi, cc);
     for (int ky = 0; ky < 5; ++ky) {
       __m256i w[5];
       for (int kx = 0; kx < 5; ++kx) {
@@ -573,7 +591,7 @@ struct Interior5x5 : BlockRowYmm<Block5x5Ymm> {
 int64_t BlocksOffset(const DepthwiseRowArgs& d) { return (PairBytes(d) + 63) / 64 * 64; }
 
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
-  const int64_t blocks = d.channels / kBlock;
+  const int64_t blocks = NumBlocks(d.channels);
   const int64_t bytes = Use3x3Blocks(d)   ? blocks * static_cast<int64_t>(sizeof(BlockYmm))
                         : Use5x5Blocks(d) ? blocks * static_cast<int64_t>(sizeof(Block5x5Ymm))
                                           : 0;
@@ -597,14 +615,14 @@ template <class Block, class Interior, class Prepare, class RunRow>
 void RowsOfBlocks(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest, Interior* in,
                   Prepare prepare, RunRow run_row) {
   const int64_t cc = d.channels;
-  const int64_t nblocks = cc / kBlock;
+  const int64_t nblocks = NumBlocks(cc);
   std::vector<Block> local;
   const Block* blocks = PreparedBlocks(
       d.prepared != nullptr ? static_cast<const char*>(d.prepared) + BlocksOffset(d)
                             : nullptr,
       nblocks, &local, prepare);
   const Epilogue256Consts k = Ymm2x8::MakeConsts(d);
-  const int64_t c_rest = nblocks * kBlock;
+  const int64_t c_rest = BlocksEnd(cc);
   if (c_rest < cc) Rows16::RestChannels(rest, k, c_rest);
   const Epilogue32 ep;
   in->d = &d;
@@ -612,7 +630,7 @@ void RowsOfBlocks(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest, Inter
   in->ep = &ep;
   for (int64_t bi = 0; bi < nblocks; ++bi) {
     in->blk = &blocks[bi];
-    in->c0 = bi * kBlock;
+    in->c0 = BlockStart(bi, cc);
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
       in->SetRow(r);
       run_row(*in);
@@ -669,7 +687,7 @@ bool UseBlocks(const DepthwiseRowArgs& d) { return Use3x3Blocks(d) || Use5x5Bloc
 // DepthwisePrep::wide_from: the AVX2 kernel reads widened weights only for
 // the channels past the blocks (every input runs the blocks).
 int64_t BlocksWideFrom(const DepthwiseRowArgs& d) {
-  return UseBlocks(d) ? d.channels / kBlock * kBlock : 0;
+  return UseBlocks(d) ? BlocksEnd(d.channels) : 0;
 }
 
 // The blocks of the geometry (UseBlocks) with DotPolicy, kFlip.
@@ -685,7 +703,7 @@ void RowsBlocks(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
 // Whether a weight byte of the blocks' channels is -128: from the
 // preparation, or from the filter where there is none.
 inline bool BlocksHaveMinWeight(const DepthwiseRowArgs& d) {
-  const int64_t nblocks = d.channels / kBlock;
+  const int64_t nblocks = NumBlocks(d.channels);
   const bool five = Use5x5Blocks(d);
   if (d.prepared != nullptr) {
     const char* p = static_cast<const char*>(d.prepared) + BlocksOffset(d);
@@ -698,7 +716,9 @@ inline bool BlocksHaveMinWeight(const DepthwiseRowArgs& d) {
     return false;
   }
   for (int64_t bi = 0; bi < nblocks; ++bi) {
-    if (WeightsHaveMin(d.filter, d.channels, bi * kBlock, five ? 25 : 9)) return true;
+    if (WeightsHaveMin(d.filter, d.channels, BlockStart(bi, d.channels), five ? 25 : 9)) {
+      return true;
+    }
   }
   return false;
 }
