@@ -72,6 +72,65 @@ inline int32x4_t EpilogueNeon4(int32x4_t acc, float32x4_t scale,
   return vcvtnq_s32_f32(y);
 }
 
+// The first `count` (1..16) bytes at p, zeros after them, reading only
+// those: plain loads for 16, 8, 12 and 4 (a channel count's remainder
+// after 16-channel blocks: 8 in MobileNetV3's 72, 120, 184 and 200), a
+// zeroed copy otherwise (a variable-size memcpy call: through it, the AVX2
+// kernels' 8-channel remainders took 3x the time of their 64 other
+// channels on the same layer; epilogue_avx2.h LoadBytes16).
+inline int8x16_t LoadBytesNeon16(const int8_t* p, int count) {
+  switch (count) {
+    case 16:
+      return vld1q_s8(p);
+    case 8:
+      return vcombine_s8(vld1_s8(p), vdup_n_s8(0));
+    case 12: {
+      int32_t hi;
+      std::memcpy(&hi, p + 8, 4);
+      return vcombine_s8(vld1_s8(p), vreinterpret_s8_s32(vset_lane_s32(hi, vdup_n_s32(0), 0)));
+    }
+    case 4: {
+      int32_t lo;
+      std::memcpy(&lo, p, 4);
+      return vreinterpretq_s8_s32(vsetq_lane_s32(lo, vdupq_n_s32(0), 0));
+    }
+    default: {
+      int8_t tmp[16] = {0};
+      std::memcpy(tmp, p, static_cast<size_t>(count));
+      return vld1q_s8(tmp);
+    }
+  }
+}
+
+// Stores the first `count` (1..16) bytes of b to out (16, 8, 12 and 4 with
+// plain stores, as LoadBytesNeon16 reads).
+inline void StoreBytesNeon16(int8x16_t b, int count, int8_t* out) {
+  switch (count) {
+    case 16:
+      vst1q_s8(out, b);
+      return;
+    case 8:
+      vst1_s8(out, vget_low_s8(b));
+      return;
+    case 12: {
+      vst1_s8(out, vget_low_s8(b));
+      const int32_t hi = vgetq_lane_s32(vreinterpretq_s32_s8(b), 2);
+      std::memcpy(out + 8, &hi, 4);
+      return;
+    }
+    case 4: {
+      const int32_t lo = vgetq_lane_s32(vreinterpretq_s32_s8(b), 0);
+      std::memcpy(out, &lo, 4);
+      return;
+    }
+    default: {
+      int8_t tmp[16];
+      vst1q_s8(tmp, b);
+      std::memcpy(out, tmp, static_cast<size_t>(count));
+    }
+  }
+}
+
 // One output pixel's 16 channels (a[j]: channels 4j .. 4j + 3). scale and
 // bias: 16 floats each, readable in full. side: the pixel's side input
 // bytes for these channels (`count` of them are read) or nullptr. Stores
@@ -82,14 +141,7 @@ inline void EpilogueNeon16(const int32x4_t a[4], const float* scale,
                            int8_t* out) {
   int32x4_t r[4];
   if (side != nullptr) {
-    int8x16_t s;
-    if (count >= 16) {
-      s = vld1q_s8(side);
-    } else {
-      int8_t tmp[16] = {0};
-      std::memcpy(tmp, side, static_cast<size_t>(count));
-      s = vld1q_s8(tmp);
-    }
+    const int8x16_t s = LoadBytesNeon16(side, count >= 16 ? 16 : count);
     const int16x8_t s_lo = vmovl_s8(vget_low_s8(s));
     const int16x8_t s_hi = vmovl_high_s8(s);
     const int32x4_t si[4] = {vmovl_s16(vget_low_s16(s_lo)), vmovl_high_s16(s_lo),
@@ -107,13 +159,7 @@ inline void EpilogueNeon16(const int32x4_t a[4], const float* scale,
   const int16x8_t h0 = vqmovn_high_s32(vqmovn_s32(r[0]), r[1]);
   const int16x8_t h1 = vqmovn_high_s32(vqmovn_s32(r[2]), r[3]);
   const int8x16_t b = vqmovn_high_s16(vqmovn_s16(h0), h1);
-  if (count >= 16) {
-    vst1q_s8(out, b);
-  } else {
-    int8_t tmp[16];
-    vst1q_s8(tmp, b);
-    std::memcpy(out, tmp, static_cast<size_t>(count));
-  }
+  StoreBytesNeon16(b, count >= 16 ? 16 : count, out);
 }
 
 }  // namespace

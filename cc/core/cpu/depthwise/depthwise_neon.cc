@@ -7,13 +7,14 @@
 // widened weights of depthwise.h hold each int8 weight as an int16 in the
 // low half of an int32 lane; UZP1 of two such vectors picks those halves
 // (little-endian: the even int16 lanes) into eight int16 weights. A last
-// block of fewer than 16 channels is loaded through a zeroed 16-byte copy.
+// block of fewer than 16 channels is loaded with LoadBytesNeon16
+// (epilogue_neon.h: plain loads for 4, 8 and 12 channels, a zeroed copy
+// otherwise).
 // The row walk is depthwise_rows.h; the epilogue is EpilogueNeon16
 // (epilogue_neon.h, natural order).
 #include <arm_neon.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/epilogue_neon.h"
@@ -45,14 +46,8 @@ struct Neon16 {
   }
   template <bool kFull>
   static X Load(const int8_t* p, Tail count) {
-    int8x16_t v;
-    if (kFull || count >= 16) {
-      v = vld1q_s8(p);
-    } else {
-      int8_t tmp[16] = {0};
-      std::memcpy(tmp, p, static_cast<size_t>(count));
-      v = vld1q_s8(tmp);
-    }
+    const int8x16_t v =
+        kFull ? vld1q_s8(p) : LoadBytesNeon16(p, count >= 16 ? 16 : static_cast<int>(count));
     return X{vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v)};
   }
   static W LoadW(const int32_t* w) {
