@@ -75,6 +75,7 @@
 #include "cc/core/cpu/depthwise/depthwise_blocks_ymm.h"
 #include "cc/core/cpu/depthwise/depthwise_ymm.h"
 #include "cc/core/cpu/dot_u8s8_avx2.h"
+#include "cc/core/cpu/static_count.h"
 #include "cc/core/epilogue.h"
 #include "cc/core/epilogue_avx2.h"
 
@@ -159,6 +160,10 @@ void ChannelSumsGroup(const int8_t* x, int64_t pixels, int64_t cc, int32_t* sum)
     const int64_t p1 = std::min(pixels, p0 + kChannelSumsRun);
     __m256i acc[kUnits];
     for (int u = 0; u < kUnits; ++u) acc[u] = _mm256_setzero_si256();
+    // Two pixels an iteration: one a time ran at the mercy of the loop's
+    // alignment (the same loop 1.3x slower after unrelated code moved it,
+    // 112x112x32 on one Zen 4 thread); unrolled, 5.5-5.7 us either way.
+#pragma GCC unroll 2
     for (int64_t p = p0; p < p1; ++p) {
       const int8_t* row = x + p * cc;
       for (int u = 0; u < kUnits; ++u) {
@@ -188,16 +193,9 @@ void ChannelSums(const int8_t* x, int64_t pixels, int64_t cc, int32_t* sum) {
     const int64_t units = std::min<int64_t>((vector_c - c0) / 16, kMaxUnits);
     const int8_t* xc = x + c0;
     int32_t* sc = sum + c0;
-    switch (units) {
-      case 1: ChannelSumsGroup<1>(xc, pixels, cc, sc); break;
-      case 2: ChannelSumsGroup<2>(xc, pixels, cc, sc); break;
-      case 3: ChannelSumsGroup<3>(xc, pixels, cc, sc); break;
-      case 4: ChannelSumsGroup<4>(xc, pixels, cc, sc); break;
-      case 5: ChannelSumsGroup<5>(xc, pixels, cc, sc); break;
-      case 6: ChannelSumsGroup<6>(xc, pixels, cc, sc); break;
-      case 7: ChannelSumsGroup<7>(xc, pixels, cc, sc); break;
-      default: ChannelSumsGroup<8>(xc, pixels, cc, sc); break;
-    }
+    WithStaticCount<kMaxUnits>(units, [&](auto n) {
+      ChannelSumsGroup<decltype(n)::value>(xc, pixels, cc, sc);
+    });
   }
   for (int64_t p = 0; p < pixels; ++p) {
     for (int64_t c = vector_c; c < cc; ++c) sum[c] += x[p * cc + c];

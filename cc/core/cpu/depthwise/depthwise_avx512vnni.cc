@@ -63,6 +63,7 @@
 #include "cc/core/cpu/depthwise/depthwise_rows.h"
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
+#include "cc/core/cpu/static_count.h"
 #include "cc/core/dword_spread.h"
 #include "cc/core/epilogue.h"
 #include "cc/core/epilogue_avx512.h"
@@ -1149,16 +1150,9 @@ void ChannelSums(const int8_t* x, int64_t pixels, int64_t cc, int32_t* sum) {
     }
     const int8_t* xc = x + c0;
     int32_t* sc = sum + c0;
-    switch ((n + 31) / 32) {
-      case 1: ChannelSumsGroup<1>(xc, pixels, cc, masks, sc); break;
-      case 2: ChannelSumsGroup<2>(xc, pixels, cc, masks, sc); break;
-      case 3: ChannelSumsGroup<3>(xc, pixels, cc, masks, sc); break;
-      case 4: ChannelSumsGroup<4>(xc, pixels, cc, masks, sc); break;
-      case 5: ChannelSumsGroup<5>(xc, pixels, cc, masks, sc); break;
-      case 6: ChannelSumsGroup<6>(xc, pixels, cc, masks, sc); break;
-      case 7: ChannelSumsGroup<7>(xc, pixels, cc, masks, sc); break;
-      default: ChannelSumsGroup<8>(xc, pixels, cc, masks, sc); break;
-    }
+    WithStaticCount<kMaxHalves>((n + 31) / 32, [&](auto halves) {
+      ChannelSumsGroup<decltype(halves)::value>(xc, pixels, cc, masks, sc);
+    });
   }
 }
 
