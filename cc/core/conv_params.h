@@ -113,7 +113,11 @@ struct FusedConvArgs {
   // (an extension of the contract for activations such as SiLU, computed at
   // quantization time; epilogue.h). Null: the contract's out itself.
   const int8_t* output_lut = nullptr;
-  int8_t* output = nullptr;  // [N, Ho, Wo, Co]
+  // [N, Ho, Wo, Co]; shares no byte with an operand (the TF kernels
+  // allocate it): a kernel may store an output byte twice, reading the
+  // operands again in between (the depthwise blocks' overlapping last
+  // block, depthwise_blocks_ymm.h OverlapBlock).
+  int8_t* output = nullptr;
   // Optional. Non-null: the caller promises that the filter's bytes do not
   // change while this object lives (which also keeps the buffer allocated,
   // so its address names these bytes only): the buffer of a TF resource
