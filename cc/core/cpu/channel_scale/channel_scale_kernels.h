@@ -7,9 +7,11 @@
 // in MXCSR's mode), every channel (its own tail included).
 //
 // `plain` (PlainMultipliers below, once per image) says every m[c] is
-// finite with |m[c]| < 2^24: then each product float32(x) * m[c] is finite
-// with |v| <= 128 * |m| < 2^31, so VCVTPS2DQ rounds it to nearest even
-// without overflow, and the int8 saturation that follows (VPMOVSDB, or
+// finite with |m[c]| < 2^24, so |m[c]| <= 2^24 - 1 (the float below 2^24):
+// then each product float32(x) * m[c] is finite, its exact value at most
+// 128 * (2^24 - 1) = 2^31 - 128 in magnitude, a float itself, so the
+// rounded product stays inside (-2^31, 2^31) and VCVTPS2DQ rounds it to
+// nearest even without overflow, and the int8 saturation that follows (VPMOVSDB, or
 // PACKSSDW + PACKSSWB) is the clip (clip and round commute for the integer
 // bounds -128 and 127; no NaN can arise): the bodies then leave out the
 // NaN mask and the float clip, four of ten vector instructions a step.
