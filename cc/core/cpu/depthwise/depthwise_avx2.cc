@@ -68,7 +68,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
@@ -205,8 +204,7 @@ void ChannelSums(const int8_t* x, int64_t pixels, int64_t cc, int32_t* sum) {
 }  // namespace
 
 // The sums, then per 16 channels their product with the filter's bytes
-// (VPMULLD) and Epilogue16 (a last partial block's filter bytes through a
-// zeroed copy).
+// (VPMULLD; a last partial block's bytes by LoadBytes16) and Epilogue16.
 void DepthwiseGlobalRowsAvx2(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels, pixels = g.in_h * g.in_w;
@@ -218,14 +216,7 @@ void DepthwiseGlobalRowsAvx2(const DepthwiseRowArgs& d) {
       ChannelSums(d.input + r * pixels * cc, pixels, cc, sum.data());
       for (int64_t c = 0; c < cc; c += 16) {
         const int count = static_cast<int>(std::min<int64_t>(16, cc - c));
-        __m128i wb;
-        if (count == 16) {
-          wb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d.filter + c));
-        } else {
-          alignas(16) int8_t tmp[16] = {0};
-          std::memcpy(tmp, d.filter + c, static_cast<size_t>(count));
-          wb = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
-        }
+        const __m128i wb = LoadBytes16(d.filter + c, count);
         const __m256i* s = reinterpret_cast<const __m256i*>(sum.data() + c);
         const __m256i a0 = _mm256_mullo_epi32(_mm256_loadu_si256(s), _mm256_cvtepi8_epi32(wb));
         const __m256i a1 = _mm256_mullo_epi32(_mm256_loadu_si256(s + 1),

@@ -52,10 +52,7 @@ inline __m128i LoadFilterRow16(const PanelArgs& p, int64_t k, int64_t n0) {
   if (k >= p.k) return _mm_setzero_si128();
   const int8_t* src = p.filter + k * p.out_c + n0;
   const int64_t valid = p.out_c - n0;
-  if (valid >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-  alignas(16) int8_t tmp[16] = {0};
-  std::memcpy(tmp, src, static_cast<size_t>(valid));
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+  return LoadBytes16(src, static_cast<int>(Min(valid, 16)));
 }
 
 // Packs / verifies a panel. kInt16: pairs of sign-extended int16 per lane
@@ -443,12 +440,7 @@ constexpr int64_t kGemvYmmPrefetchRows = 16;
 // 16 filter bytes from src sign-extended to int16; reads only `readable`
 // (1-15 near the filter's end) of them.
 inline __m256i LoadWeights16(const int8_t* src, int64_t readable) {
-  if (readable >= 16) {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  }
-  alignas(16) int8_t tmp[16] = {0};
-  std::memcpy(tmp, src, static_cast<size_t>(readable));
-  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+  return _mm256_cvtepi8_epi16(LoadBytes16(src, static_cast<int>(Min(readable, 16))));
 }
 
 // R rows x NG groups of 16 channels from channel c0 (ng_count of them real).
