@@ -53,6 +53,43 @@ def test_every_path_reads_variables(path):
     op_harness.assert_same_bits(got, want, f"{path} {case.name()}")
 
 
+@pytest.mark.parametrize("path", op_harness.expected_paths())
+def test_every_path_dense_head_pinned(path):
+  """A classifier head whose kernel is a variable (1280 -> 1000 at one and
+  two rows: the GEMV's shapes), called twice per input (packed under its pin,
+  then used unchecked), on a signed input with -128 bytes: from_float_weights'
+  weights lie in [-127, 127], so the avx2 path reads its byte packing
+  (gemm_avx2.cc, GemvBytes); then with one weight -128 assigned, which
+  sends it back to the GEMV that reads the filter. Same bits as the
+  reference every time."""
+  rng = np.random.default_rng(7)
+  dense = tf_fused_int8.QuantizedDense.from_float_weights(
+      rng.normal(size=(1280, 1000)).astype(np.float32),
+      rng.normal(size=1000).astype(np.float32), input_scale=0.05,
+      output_scale=4.0)  # outputs spread over int8, few clipped
+  kernel = dense.get_weights()[0]
+  assert kernel.min() >= -127, kernel.min()
+  fn = tf.function(dense)
+  for min_weight in (False, True):
+    if min_weight:
+      kernel[0, 0, 5, 3] = -128  # HWIO [1, 1, Ci, Co]
+      dense.kernel.assign(kernel)
+    k, b, s = dense.get_weights()
+    assert (k.min() == -128) == min_weight
+    for rows in (1, 2):
+      x = rng.integers(-128, 128, (rows, 1280)).astype(np.int8)
+      x[:, :9] = -128
+      want = reference.fused_conv2d_reference(
+          x.reshape(rows, 1, 1, 1280), k, b, conv_input_scale=s,
+          padding="VALID", activation="None",
+          output_max=dense.output_max).reshape(rows, 1000)
+      with op_harness.forced_kernel(path):
+        for call in range(2):
+          op_harness.assert_same_bits(
+              fn(tf.constant(x)).numpy(), want,
+              f"{path} rows {rows} call {call} min weight {min_weight}")
+
+
 def _layer(use_side_input=False, **kwargs):
   rng = np.random.default_rng(0)
   kernel = rng.normal(size=(3, 3, 8, 16)).astype(np.float32)

@@ -452,8 +452,11 @@ void TestGemv() {
       {1, 1, 2, 64, 3, 1000, true},     // 3x3 SAME, 2 pixels: im2col rows
       {1, 1, 1, 1025, 1, 512, false},   // K x Co just over 512 KiB
       {2, 1, 1, 4100, 1, 136, true},    // long K, 2 blocks + 8 channels
+      {2, 1, 1, 1027, 1, 600, true},    // K % 4 == 3, 37 ymm blocks + 8
+      {1, 1, 1, 1030, 1, 1000, false},  // K % 4 == 2
   };
   const int64_t calls_before = cpu::GemvCallsForTesting();
+  const int64_t packed_before = cpu::GemvPackedCallsForTesting();
   int runs = 0;
   for (const L& l : layers) {
     for (int operands = 0; operands < 3; ++operands) {
@@ -497,6 +500,29 @@ void TestGemv() {
                       long(l.co), operands, call);
         runs += CheckAllPaths(a, what);
       }
+      // Pinned, the filter without -128 (as quantize_model makes them):
+      // avx2's GEMV over the byte packing (IsaKernels::gemv_packed) with the
+      // same signed input; the extreme cases keep their magnitudes (-127
+      // where the filter was -128: an all -128 input then sums K * 16256 >
+      // 2^24) and the alternating one mixes the weights' signs.
+      std::vector<int8_t> symmetric(b.filter);
+      for (size_t i = 0; i < symmetric.size(); ++i) {
+        if (operands == 2) {
+          symmetric[i] = static_cast<int8_t>(i % 3 == 0 ? 127 : -127);
+        } else if (symmetric[i] == -128) {
+          symmetric[i] = -127;
+        }
+      }
+      const int8_t* signed_filter = a.filter;
+      a.filter = symmetric.data();
+      for (int call = 0; call < 2; ++call) {
+        std::snprintf(what, sizeof(what),
+                      "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d pinned %d, no -128 weight",
+                      long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
+                      long(l.co), operands, call);
+        runs += CheckAllPaths(a, what);
+      }
+      a.filter = signed_filter;
       // Pinned, an input in [0, 127] told so: avx2's byte packing (the
       // VPMADDUBSW kernels) takes the packed GEMM too.
       std::vector<int8_t> told(b.input);
@@ -515,29 +541,38 @@ void TestGemv() {
     }
   }
   const int64_t calls = cpu::GemvCallsForTesting() - calls_before;
+  const int64_t packed = cpu::GemvPackedCallsForTesting() - packed_before;
 #if defined(__x86_64__)
   // The x86 ISA paths have the GEMV (amx shares avx512vnni's): each case
   // runs it in weight mode 0
   // with three partitions, except the 3x3 case on avx2_winograd (Winograd);
   // pinned, twice more on all of them but avx512vnni and avxvnni (whose
   // byte packings take the packed GEMM then; avx2's int16 one, for these
-  // signed inputs, keeps the GEMV); pinned with an input in [0, 127], twice
-  // more on amx only (avx2's byte packing takes the packed GEMM).
-  int64_t want = 0;
+  // signed inputs, keeps the GEMV); pinned without -128 weights, twice more
+  // on the same paths (on avx2 over the byte packing: the packed calls);
+  // pinned with an input in [0, 127], twice more on amx only (avx2's byte
+  // packing takes the packed GEMM).
+  const int64_t cases = 3 * int64_t{sizeof(layers) / sizeof(layers[0])};
+  int64_t want = 0, want_packed = 0;
   for (KernelPath p : g_paths) {
     if (p == KernelPath::kAvx512Vnni || p == KernelPath::kAvxVnni) {
-      want += 3 * 15;
+      want += 3 * cases;
     } else if (p == KernelPath::kAmx) {
-      want += 3 * 15 * 5;
+      want += 3 * cases * 7;
     } else if (p == KernelPath::kAvx2 || p == KernelPath::kAvx2Direct) {
-      want += 3 * 15 * 3;
+      want += 3 * cases * 5;
+      want_packed += 3 * cases * 2;
     } else if (p == KernelPath::kAvx2Winograd) {
-      want += 3 * 12 * 3;
+      want += 3 * (cases - 3) * 5;
+      want_packed += 3 * (cases - 3) * 2;
     }
   }
   EXPECT(calls == want, "GEMV calls: %ld, want %ld", long(calls), long(want));
+  EXPECT(packed == want_packed, "packed GEMV calls: %ld, want %ld", long(packed),
+         long(want_packed));
 #endif
-  std::printf("gemv: %d runs checked (%ld GEMV calls)\n", runs, long(calls));
+  std::printf("gemv: %d runs checked (%ld GEMV calls, %ld over a packing)\n", runs,
+              long(calls), long(packed));
 }
 
 // Every output-channel count around the kernels' channel blocks (16 and 64

@@ -98,6 +98,7 @@ thread_local ThreadScratch t_scratch;
 // the fly; the GEMV calls so far.
 std::atomic<int> g_weight_mode{0};
 std::atomic<int64_t> g_gemv_calls{0};
+std::atomic<int64_t> g_gemv_packed_calls{0};
 // Test hooks (gemm_kernels.h): 0 automatic, 1 wherever it fits, 2 never.
 std::atomic<int> g_padded_mode{0};
 std::atomic<int> g_in_place_rows_mode{0};
@@ -338,9 +339,12 @@ EpilogueArgs MakeEpilogueArgs(const FusedConvArgs& a) {
 // latency-bound).
 constexpr int64_t kGemvUnitBlocks = 4;
 
+// packed: a pinned filter's packing for isa.gemv_packed, which runs in
+// place of isa.gemv then.
 void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,
-             const ParallelFor& parallel_for) {
+             const ParallelFor& parallel_for, const PackedView* packed = nullptr) {
   g_gemv_calls.fetch_add(1, std::memory_order_relaxed);
+  if (packed != nullptr) g_gemv_packed_calls.fetch_add(1, std::memory_order_relaxed);
   const ConvGeometry& g = a.geo;
   const EpilogueArgs ep = MakeEpilogueArgs(a);
   GemvArgs t;
@@ -360,6 +364,8 @@ void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,
   t.out_c = g.out_c;
   t.ep = &ep;
   t.output = a.output;
+  t.packed = packed;
+  void (*const gemv)(const GemvArgs&) = packed != nullptr ? isa.gemv_packed : isa.gemv;
   const int64_t blocks = CeilDiv(g.out_c, kGemvBlock);
   const int64_t units = CeilDiv(blocks, kGemvUnitBlocks);
   // Cost in cycles: about one VPDPBUSD per row, filter row and 16 channels.
@@ -368,7 +374,7 @@ void RunGemv(const FusedConvArgs& a, const IsaKernels& isa,
     GemvArgs u = t;
     u.block_begin = begin * kGemvUnitBlocks;
     u.block_end = std::min(blocks, end * kGemvUnitBlocks);
-    isa.gemv(u);
+    gemv(u);
   });
 }
 
@@ -580,6 +586,7 @@ int InPlaceRowsModeForTesting() {
   return g_in_place_rows_mode.load(std::memory_order_relaxed);
 }
 int64_t GemvCallsForTesting() { return g_gemv_calls.load(); }
+int64_t GemvPackedCallsForTesting() { return g_gemv_packed_calls.load(); }
 
 void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
                  const ParallelFor& parallel_for, const int8_t* cache_key,
@@ -601,8 +608,21 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
   const size_t filter_bytes = static_cast<size_t>(g.ReductionDepth() * g.out_c);
   const bool copy_check =
       static_cast<int64_t>(filter_bytes) <= PackedWeights::kCopyCheckMaxBytes;
-  if (isa.gemv != nullptr && mode == 0 && !copy_check &&
-      g.batch * g.out_h * g.out_w <= kGemvMaxRows &&
+  const bool gemv_rows = g.batch * g.out_h * g.out_w <= kGemvMaxRows;
+  if (isa.gemv_packed != nullptr && a.filter_pin != nullptr && mode == 0 &&
+      !copy_check && gemv_rows) {
+    // A pinned filter's packing, unchecked (a pinned call's Get returns
+    // fresh entries only; any other is left to the GEMV below).
+    bool fresh = false;
+    const std::shared_ptr<const PackedWeights> w = PackedWeightsCache::Global().Get(
+        a.filter, cache_key, g, *isa.gemv_packing, a.filter_pin, &fresh);
+    if (fresh && !w->view().any_int8_min) {
+      RunGemv(a, isa, parallel_for, &w->view());
+      lut_after();
+      return;
+    }
+  }
+  if (isa.gemv != nullptr && mode == 0 && !copy_check && gemv_rows &&
       !(isa.gemv_unpinned_only && a.filter_pin != nullptr)) {
     RunGemv(a, isa, parallel_for);
     lut_after();

@@ -116,6 +116,8 @@ struct PackedView {
   // kFormatWinogradI16 only (else null): the filter bytes the panels were
   // computed from, which its calls compare with the filter (winograd.h).
   const int8_t* filter_copy;
+  // Some filter byte is -128 (IsaKernels::gemv_packed cannot take it).
+  bool any_int8_min;
 };
 
 // The contract epilogue's operands (cc/core/epilogue.h), for one call.
@@ -204,7 +206,8 @@ bool PaddedInputFits(const ConvGeometry& g);
 // (PackedWeights::kCopyCheckMaxBytes), straight from the [K, Co] filter with
 // no packing, no cache and nothing to verify: the filter is read once per
 // call, which is all a GEMV needs (a pinned filter on avx512vnni takes its
-// cached packing instead: IsaKernels::gemv_unpinned_only). Blocks
+// cached packing instead: IsaKernels::gemv_unpinned_only; on avx2 a GEMV
+// over its byte packing: IsaKernels::gemv_packed). Blocks
 // [block_begin, block_end) of 64 channels.
 constexpr int64_t kGemvMaxRows = 2;
 constexpr int64_t kGemvBlock = 64;
@@ -218,6 +221,9 @@ struct GemvArgs {
   int64_t block_begin, block_end;
   const EpilogueArgs* ep;
   int8_t* output;  // [rows, out_c]
+  // IsaKernels::gemv_packed only: the filter's packing in its
+  // gemv_packing's format (filter is then unused).
+  const PackedView* packed = nullptr;
 };
 
 // One instruction set's kernels and tile parameters.
@@ -338,6 +344,18 @@ struct IsaKernels {
   // widens the rows to int16 per panel), so the ymm paths keep the GEMV; amx (which shares avx512vnni's
   // GEMV) was not measured (no AMX on that CPU) and keeps it too.
   bool gemv_unpinned_only = false;
+  // A GEMV over a pinned filter's cached packing in gemv_packing's format
+  // (GemvArgs::packed), run in place of gemv for pinned filters whose
+  // packing has no -128 weight (PackedView::any_int8_min), or nullptr.
+  // avx2 (signed inputs): gemm_avx2.cc's GemvBytes over kFormatYmmU8, the
+  // packing its VPMADDUBSW GEMM reads for inputs in [0, 127]. bench_core,
+  // one Zen 4 thread, avx2 forced, 16 pinned filters cycled, weights in
+  // [-127, 127], 3 rounds alternated, GemvYmm -> GemvBytes: 1x1x1024 ->
+  // 1000 108 -> 29 us, 576 -> 1024 68 -> 12, 1280 -> 1000 151 -> 51 (batch
+  // 2 269 -> 76), 960 -> 1280 206 -> 53, 2048 -> 1000 350 -> 104; two
+  // threads 0.17-0.24x the time.
+  void (*gemv_packed)(const GemvArgs&) = nullptr;
+  const IsaKernels* gemv_packing = nullptr;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /
@@ -409,6 +427,8 @@ void SetInPlaceRowsForTesting(int mode);
 int InPlaceRowsModeForTesting();
 // Tests only: the GEMV calls so far (RunGemmConv calls that took isa.gemv).
 int64_t GemvCallsForTesting();
+// Of those, the calls of IsaKernels::gemv_packed.
+int64_t GemvPackedCallsForTesting();
 
 }  // namespace cpu
 }  // namespace tf_fused_int8

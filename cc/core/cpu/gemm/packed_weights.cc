@@ -106,6 +106,7 @@ std::shared_ptr<const PackedWeights> PackedWeights::Pack(
   w->view_.out_c = co;
   w->view_.block = isa.block;
   w->view_.filter_copy = copy;
+  w->view_.any_int8_min = std::memchr(filter, 0x80, static_cast<size_t>(k * co)) != nullptr;
   return w;
 }
 

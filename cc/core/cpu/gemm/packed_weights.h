@@ -5,7 +5,8 @@
 //
 // The driver (gemm_driver.cc) uses the cache for every call, but two: the
 // GEMV (gemm_kernels.h: one or two output pixels and a filter larger than
-// kCopyCheckMaxBytes, where the ISA has one) reads the filter in place;
+// kCopyCheckMaxBytes, where the ISA has one) reads the filter in place
+// (unless pinned: avx2's IsaKernels::gemv_packed reads the packing);
 // and a filter larger than kCopyCheckMaxBytes on a single M tile has
 // every panel used by exactly one consumer, so it is packed from the
 // filter right before use instead: that reads the filter once, which the
