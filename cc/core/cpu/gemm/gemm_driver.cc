@@ -616,7 +616,7 @@ void RunGemmConv(const FusedConvArgs& a, const IsaKernels& isa,
     bool fresh = false;
     const std::shared_ptr<const PackedWeights> w = PackedWeightsCache::Global().Get(
         a.filter, cache_key, g, *isa.gemv_packing, a.filter_pin, &fresh);
-    if (fresh && !w->view().any_int8_min) {
+    if (fresh && !(isa.gemv_packed_no_int8_min && w->view().any_int8_min)) {
       RunGemv(a, isa, parallel_for, &w->view());
       lut_after();
       return;

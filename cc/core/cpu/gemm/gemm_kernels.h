@@ -345,10 +345,10 @@ struct IsaKernels {
   // GEMV) was not measured (no AMX on that CPU) and keeps it too.
   bool gemv_unpinned_only = false;
   // A GEMV over a pinned filter's cached packing in gemv_packing's format
-  // (GemvArgs::packed), run in place of gemv for pinned filters whose
-  // packing has no -128 weight (PackedView::any_int8_min), or nullptr.
-  // avx2 (signed inputs): gemm_avx2.cc's GemvBytes over kFormatYmmU8, the
-  // packing its VPMADDUBSW GEMM reads for inputs in [0, 127]. bench_core,
+  // (GemvArgs::packed), run in place of gemv (and of the packed GEMM that
+  // gemv_unpinned_only picks) for pinned filters, or nullptr. avx2, both
+  // tables: gemm_avx2.cc's GemvBytes over kFormatYmmU8, the packing its
+  // VPMADDUBSW GEMM reads for inputs in [0, 127]. Signed inputs, bench_core,
   // one Zen 4 thread, avx2 forced, 16 pinned filters cycled, weights in
   // [-127, 127], 3 rounds alternated, GemvYmm -> GemvBytes: 1x1x1024 ->
   // 1000 108 -> 29 us, 576 -> 1024 68 -> 12, 1280 -> 1000 151 -> 51 (batch
@@ -356,6 +356,9 @@ struct IsaKernels {
   // threads 0.17-0.24x the time.
   void (*gemv_packed)(const GemvArgs&) = nullptr;
   const IsaKernels* gemv_packing = nullptr;
+  // gemv_packed cannot take a -128 weight (PackedView::any_int8_min): such
+  // filters keep gemv.
+  bool gemv_packed_no_int8_min = false;
 };
 
 // The k-groups of a K-deep GEMM in `isa`'s packed layout: ceil(K /

@@ -550,7 +550,8 @@ constexpr IsaKernels YmmKernels(const char* name) {
   // (avx2's table for signed inputs adds a GEMV over the byte packing for
   // pinned filters without -128 weights: IsaKernels::gemv_packed).
   // avxvnni (VPDPBUSD, fewer instructions than the VPMADDUBSW chain) not
-  // measured: no AVX-VNNI CPU at hand.
+  // measured: no AVX-VNNI CPU at hand. (avx2's tables now take a GEMV over
+  // the byte packing before either: IsaKernels::gemv_packed.)
   k.gemv_unpinned_only = !Policy::kInt16;
   k.rows_first_small_filter = true;
   return k;
