@@ -116,7 +116,8 @@ struct PackedView {
   // kFormatWinogradI16 only (else null): the filter bytes the panels were
   // computed from, which its calls compare with the filter (winograd.h).
   const int8_t* filter_copy;
-  // Some filter byte is -128 (IsaKernels::gemv_packed cannot take it).
+  // Some filter byte is -128 (then no GEMV with
+  // IsaKernels::gemv_packed_no_int8_min reads this packing).
   bool any_int8_min;
 };
 

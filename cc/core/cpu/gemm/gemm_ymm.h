@@ -546,12 +546,11 @@ constexpr IsaKernels YmmKernels(const char* name) {
   // in [0, 127] (VPMADDUBSW), GEMV -> GEMM: 1x1x960 -> 1280 64.6 -> 23.5 us
   // (16 rotating filters, from L3: 146 -> 48), 1x1x1280 -> 1000 65 -> 26
   // (164 -> 70), batch 2 157 -> 42 (191 -> 82). The int16 packing (twice the
-  // filter's bytes) keeps the GEMV: 1x1x960 -> 1280 from L3 121 -> 138 us
-  // (avx2's table for signed inputs adds a GEMV over the byte packing for
-  // pinned filters without -128 weights: IsaKernels::gemv_packed).
+  // filter's bytes) keeps the GEMV: 1x1x960 -> 1280 from L3 121 -> 138 us.
   // avxvnni (VPDPBUSD, fewer instructions than the VPMADDUBSW chain) not
-  // measured: no AVX-VNNI CPU at hand. (avx2's tables now take a GEMV over
-  // the byte packing before either: IsaKernels::gemv_packed.)
+  // measured: no AVX-VNNI CPU at hand. (avx2's two tables now run a GEMV
+  // over the byte packing for pinned filters before either: gemm_avx2.cc,
+  // IsaKernels::gemv_packed.)
   k.gemv_unpinned_only = !Policy::kInt16;
   k.rows_first_small_filter = true;
   return k;
