@@ -455,7 +455,8 @@ void TestGemv() {
       {1, 1, 1, 1025, 1, 512, false},   // K x Co just over 512 KiB
       {2, 1, 1, 4100, 1, 136, true},    // long K, 2 blocks + 8 channels
       {2, 1, 1, 1027, 1, 600, true},    // K % 4 == 3, 37 ymm blocks + 8
-      {1, 1, 1, 1030, 1, 1000, false},  // K % 4 == 2
+      {1, 1, 1, 1030, 1, 536, false},   // K % 4 == 2, 33 ymm blocks + 8
+      {1, 1, 1, 1041, 1, 520, true},    // K % 4 == 1, 32 ymm blocks + 8
   };
   const int64_t calls_before = cpu::GemvCallsForTesting();
   const int64_t packed_before = cpu::GemvPackedCallsForTesting();
