@@ -496,13 +496,19 @@ void TestGemv() {
       // call packs the filter under its pin, the second uses that packing
       // unchecked; avx512vnni runs its packed GEMM on these rows instead of
       // the GEMV (IsaKernels::gemv_unpinned_only), the others the GEMV.
+      // Two calls under the pin (packed, then used unchecked), named by
+      // what they add to the case.
+      auto pinned_twice = [&](const char* variant) {
+        for (int call = 0; call < 2; ++call) {
+          std::snprintf(what, sizeof(what),
+                        "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d pinned %d%s",
+                        long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
+                        long(l.co), operands, call, variant);
+          runs += CheckAllPaths(a, what);
+        }
+      };
       a.filter_pin = MakeTestPin();
-      for (int call = 0; call < 2; ++call) {
-        std::snprintf(what, sizeof(what), "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d pinned %d",
-                      long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
-                      long(l.co), operands, call);
-        runs += CheckAllPaths(a, what);
-      }
+      pinned_twice("");
       // Pinned, the filter without -128 (as quantize_model makes them):
       // avx2's GEMV over the byte packing (IsaKernels::gemv_packed) with the
       // same signed input; the extreme cases keep their magnitudes (-127
@@ -518,13 +524,7 @@ void TestGemv() {
       }
       const int8_t* signed_filter = a.filter;
       a.filter = symmetric.data();
-      for (int call = 0; call < 2; ++call) {
-        std::snprintf(what, sizeof(what),
-                      "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d pinned %d, no -128 weight",
-                      long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
-                      long(l.co), operands, call);
-        runs += CheckAllPaths(a, what);
-      }
+      pinned_twice(", no -128 weight");
       a.filter = signed_filter;
       // Pinned, an input in [0, 127] told so: avx2's GEMV over its byte
       // packing (the VPMADDUBSW kernels' operands; -128 weights too).
@@ -532,13 +532,7 @@ void TestGemv() {
       for (auto& x : told) x = static_cast<int8_t>(x & 0x7f);
       a.input = told.data();
       a.input_non_negative = true;
-      for (int call = 0; call < 2; ++call) {
-        std::snprintf(what, sizeof(what),
-                      "gemv n%ld %ldx%ldx%ld k%ld co%ld operands %d pinned %d, input in [0, 127]",
-                      long(l.n), long(l.h), long(l.w), long(l.ci), long(l.k),
-                      long(l.co), operands, call);
-        runs += CheckAllPaths(a, what);
-      }
+      pinned_twice(", input in [0, 127]");
       a.filter_pin = nullptr;
       cpu::PackedWeightsCache::Global().Clear();  // drops the pinned entries
     }
