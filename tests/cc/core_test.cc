@@ -396,6 +396,10 @@ void TestLayerShapes() {
       {2, 12, 13, 48, 3, 96, 2, 3, true},       // 3 groups of 16 -> 32
       {1, 11, 9, 96, 3, 16, 1, 2, false},       // wide groups: span > 32
       {2, 10, 12, 64, 3, 64, 2, 8, true},       // 8 x 8, stride 2
+      // Inputs past the 256 KiB row bands (depthwise.cc: bands of rows
+      // with every channel block each).
+      {2, 56, 56, 144, 3, 144, 1, 144, true},   // 31-row bands
+      {1, 112, 112, 96, 3, 96, 2, 96, false},   // stride 2, 12-row bands
   };
   for (const G& l : grouped) {
     Buffers b;

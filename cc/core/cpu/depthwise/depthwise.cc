@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -24,6 +23,21 @@ namespace {
 
 // Output bytes per lookup-table slice of rows (RunDepthwise).
 constexpr int64_t kLutSliceBytes = 32 << 10;
+// A unit's rows run in bands whose input rows take about this many bytes,
+// so that a band's input, read from L3 or memory by the first channel block
+// of a row kernel that runs blocks outer and rows inner, is still in L2 for
+// the other blocks (whole units streamed it from L3 once per block where
+// they held more than L2: batch 8, or one thread on a 112x112x96 input).
+// bench_core, Zen 4 VM (L2 1 MiB), input told non-negative, 4-5 rounds
+// alternated, against whole units: batch 8, two threads, avx512vnni
+// 56x56x144 0.95x the time, 112x112x96 / 2 0.83x, 112x112x32 (one block)
+// 1.01x, avx2 56x56x144 0.86x; batch 8, one thread, 56x56x144 0.93x
+// (avx512vnni), 28x28x240 5x5 signed 0.92x (avx2); batch 1, one or two
+// threads, 1.00-1.02x (112x112x96 / 2 0.96-0.99x on one). 64 KiB bands
+// measured about the same. The sequence op runs batch-8 depthwise steps
+// image by image already (MobileNetV2's in TF: unchanged by this), so this
+// is for single calls (the ops and layers outside a sequence).
+constexpr int64_t kBandInputBytes = 256 << 10;
 
 int64_t RoundUpTo(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -471,11 +485,16 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   const int64_t cost = g.out_w * ((c_count + 15) / 16) * (taps + 8);
   const LutBody table = a.output_lut != nullptr ? lut : nullptr;
   const int64_t row_bytes = g.out_w * c_count;
-  // With an output lookup table: rows in slices of about kLutSliceBytes of
-  // output, each looked up right after it is written (still in cache).
-  const int64_t slice_rows =
+  // Rows in slices: of about kLutSliceBytes of output with an output lookup
+  // table, each looked up right after it is written (still in cache), and
+  // of about kBandInputBytes of input rows.
+  const int64_t lut_rows =
       table != nullptr ? std::max<int64_t>(1, kLutSliceBytes / row_bytes)
                        : total_rows;
+  // Input bytes per output row: stride_h input rows of the (expanded) input.
+  const int64_t band_rows = std::max<int64_t>(
+      1, kBandInputBytes / std::max<int64_t>(1, g.stride_h * g.in_w * c_count));
+  const int64_t slice_rows = std::min(lut_rows, band_rows);
   // On several threads the rows go in bands, kBandsPerThread a thread,
   // instead of a row (or total_rows / 16 rows, PoolParallelFor's grain) a
   // unit: a band of rows reads each input row once where row units read it
