@@ -883,6 +883,8 @@ int64_t Blocks5x5(int64_t cc) {
   return cc / kBlock + (cc % kBlock > kOverlapMinRest ? 1 : 0);
 }
 int64_t Block5x5Start(int64_t bi, int64_t cc) { return Min(bi * kBlock, cc - kBlock); }
+// The first channel past the 5x5 blocks.
+int64_t Blocks5x5End(int64_t cc) { return Min(Blocks5x5(cc) * kBlock, cc); }
 
 void Prepare5x5(const DepthwiseRowArgs& d, Block5x5* blocks) {
   const int64_t cc = d.channels;
@@ -1026,7 +1028,7 @@ void Rows5x5(const DepthwiseRowArgs& d) {
   const Block5x5* blocks = PreparedBlocks(d.prepared, nblocks, &local,
                                           [&](Block5x5* b) { Prepare5x5(d, b); });
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
-  const int64_t c_split = Min(nblocks * kBlock, cc);
+  const int64_t c_split = Blocks5x5End(cc);
   // The channels past the blocks: the one-tap-per-lane kernel.
   if (c_split < cc) Rows16::RestChannels(d, k, c_split);
   Interior5x5<kClampHi, kFlip, kS> in;
@@ -1066,7 +1068,7 @@ void PrepFill(const DepthwiseRowArgs& d, void* p) {
 // only on the channels past the last full 64-channel block (none past
 // Rows5x5's overlapping block).
 int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
-  if (Use5x5Interior(d)) return Min(Blocks5x5(d.channels) * kBlock, d.channels);
+  if (Use5x5Interior(d)) return Blocks5x5End(d.channels);
   return Use3x3Interior(d) ? d.channels / kBlock * kBlock : 0;
 }
 
