@@ -59,7 +59,8 @@
 int main(int argc, char** argv) {
   using namespace tf_fused_int8;  // NOLINT
   if (argc < 9) {
-    std::fprintf(stderr, "usage: %s N H W Ci K Co stride groups [path] [seconds] [same|valid]\n",
+    std::fprintf(stderr,
+                 "usage: %s N H W Ci K|KhxKw Co stride groups [path] [seconds] [same|valid]\n",
                  argv[0]);
     return 2;
   }
@@ -68,7 +69,10 @@ int main(int argc, char** argv) {
   g.in_h = std::atol(argv[2]);
   g.in_w = std::atol(argv[3]);
   g.in_c = std::atol(argv[4]);
-  g.filter_h = g.filter_w = std::atol(argv[5]);
+  // K (square) or KhxKw (InceptionV3's 1x7 and 7x1 filters: "1x7").
+  char* kw_end = nullptr;
+  g.filter_h = g.filter_w = std::strtol(argv[5], &kw_end, 10);
+  if (*kw_end == 'x') g.filter_w = std::atol(kw_end + 1);
   g.out_c = std::atol(argv[6]);
   g.stride_h = g.stride_w = std::atol(argv[7]);
   g.groups = std::atol(argv[8]);
