@@ -545,6 +545,30 @@ def _resnet_like(c=8):
   return model
 
 
+def _inception_like(c=8):
+  """Stem conv, an Inception-A-like block (four branches from one tensor,
+  concatenated) and an Inception-E-like split (one 1x1 read by a 1x3 and a
+  3x1 conv, concatenated)."""
+  inp = keras.Input((13, 11, 3), name="image")
+
+  def conv(h, ch, k, **kw):
+    return L.ReLU()(L.BatchNormalization()(
+        L.Conv2D(ch, k, padding="same", use_bias=False, **kw)(h)))
+
+  h = conv(inp, c, 3, strides=2)
+  b1 = conv(h, c, 1)
+  b5 = conv(conv(h, c // 2, 1), c, 3)
+  b3 = conv(conv(conv(h, c, 1), c, 3), c, 3)
+  bp = conv(L.AveragePooling2D(3, strides=1, padding="same")(h), c // 2, 1)
+  h = L.Concatenate()([b1, b5, b3, bp])
+  s = conv(h, c, 1)
+  h = L.Concatenate()([conv(s, c, (1, 3)), conv(s, c, (3, 1))])
+  logits = L.Dense(5)(L.GlobalAveragePooling2D()(h))
+  model = keras.Model(inp, {"logits": logits, "features": h})
+  test_quantization.randomize(model, np.random.default_rng(3))
+  return model
+
+
 def _quantized(model):
   shape = model.inputs[0].shape[1:]
   q = quantization.quantize_model(
@@ -562,8 +586,13 @@ def _assert_same_outputs(a, b, x):
     np.testing.assert_array_equal(got[k].numpy(), want[k].numpy(), err_msg=k)
 
 
+# The Inception-like model: its branches 1x1 -> 3x3 and 1x1 -> 3x3 -> 3x3
+# are a sequence each (the 1x1 branch, the pooling branch's 1x1 and the
+# split's three convolutions, whose outputs are read by a concatenation or
+# by two convolutions, stay single ops).
 @pytest.mark.parametrize("builder,runs,convs", [(_mobilenet_like, 1, 10),
-                                                (_resnet_like, 1, 7)])
+                                                (_resnet_like, 1, 7),
+                                                (_inception_like, 2, 5)])
 def test_fuse_conv_sequences_keeps_the_bits(builder, runs, convs, tmp_path):
   qmodel, x = _quantized(builder())
   fused = quantization.fuse_conv_sequences(qmodel)

@@ -2504,6 +2504,54 @@ class _Sequence:
         return False
     return True
 
+  def branches(self, steps):
+    """The run's nodes in groups (graph order kept) that no sequence can
+    span: a node joins the group of every node reading its output when
+    all of them are in the run, since a sequence holding one of them must
+    hold the others; a node whose output is also read outside the run (or
+    is a model output) joins its readers' groups through no edge of its
+    own. Sibling branches that start from one tensor (an Inception
+    block's 1x1 -> 5x5 and 1x1 -> 3x3 -> 3x3, each ending in the block's
+    concatenation) are then groups of their own instead of one run whose
+    graph order interleaves them (segments() cut from the front found
+    none of them whole: InceptionV3 kept 62 single convolutions), while a
+    ResNet block's shortcut conv, read only by the block's last conv,
+    stays with it."""
+    index = {id(n): i for i, n in enumerate(self.nodes)}
+    parent = list(range(len(self.nodes)))
+
+    def find(i):
+      while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+      return i
+
+    for i, node in enumerate(self.nodes):
+      readers = steps.consumers(node.outputs[0])
+      if not readers or any(id(c) not in index for c in readers):
+        continue
+      for c in readers:
+        parent[find(index[id(c)])] = find(i)
+    groups = {}
+    for i, node in enumerate(self.nodes):
+      groups.setdefault(find(i), []).append(node)
+    return sorted(groups.values(), key=lambda g: index[id(g[0])])
+
+  def split(self, steps):
+    """The run as sequences: each branch group (branches()) one sequence
+    where it can be one (_runs_alone), else cut by segments()."""
+    out = []
+    for nodes in self.branches(steps):
+      if len(nodes) < 2:
+        continue
+      seg = _Sequence(steps.step(nodes[0])[0], nodes[0])
+      seg.nodes = nodes
+      if self._runs_alone(steps, nodes):
+        out.append(seg)
+      else:
+        out.extend(seg.segments(steps))
+    return out
+
   def segments(self, steps):
     """The run cut into sequences of at least 2 nodes, from the front, each
     as long as it can be (_runs_alone): a node whose output is also read
@@ -2534,7 +2582,8 @@ def fuse_conv_sequences(model, name=None):
   earlier layer's output; residual side inputs included) that reads one
   tensor from outside and whose only output read outside is its last
   layer's is called as one
-  ``QuantizedConvSequence``. The results are the same bits; in a
+  ``QuantizedConvSequence`` (parallel branches from one tensor, an
+  Inception block's, one each). The results are the same bits; in a
   ``tf.function`` the run is one ResourceFusedInt8ConvSequence node
   instead of one node per layer. A quantized MobileNetV2's 52
   convolutions become one sequence, a ResNet50's all but the stem.
@@ -2570,7 +2619,7 @@ def fuse_conv_sequences(model, name=None):
     else:
       continue
     run_of[id(node.outputs[0])] = run
-  runs = [seg for r in runs for seg in r.segments(steps)]
+  runs = [seg for r in runs for seg in r.split(steps)]
 
   last_of, member = {}, set()
   for run in runs:
