@@ -2532,24 +2532,19 @@ class _Sequence:
         continue
       for c in readers:
         parent[find(index[id(c)])] = find(i)
-    groups = {}
+    groups = {}  # in the order of their first nodes (dict order)
     for i, node in enumerate(self.nodes):
       groups.setdefault(find(i), []).append(node)
-    return sorted(groups.values(), key=lambda g: index[id(g[0])])
+    return list(groups.values())
 
   def split(self, steps):
-    """The run as sequences: each branch group (branches()) one sequence
-    where it can be one (_runs_alone), else cut by segments()."""
+    """The run as sequences: each branch group (branches()) cut by
+    segments(), which takes a group that can be one sequence whole."""
     out = []
     for nodes in self.branches(steps):
-      if len(nodes) < 2:
-        continue
-      seg = _Sequence(steps.step(nodes[0])[0], nodes[0])
-      seg.nodes = nodes
-      if self._runs_alone(steps, nodes):
-        out.append(seg)
-      else:
-        out.extend(seg.segments(steps))
+      group = _Sequence(steps.step(nodes[0])[0], nodes[0])
+      group.nodes = nodes
+      out.extend(group.segments(steps))
     return out
 
   def segments(self, steps):
