@@ -672,21 +672,25 @@ inp = testing.make_inputs(case, seed=5)
 data = os.path.join(sys.argv[2], "layer.npz")
 np.savez(data, x=inp["conv_input"], w=inp["filter"], bias=inp["bias"],
          scale=inp["conv_input_scale"])
-fam.setup_layer("k", spec, data)
+reply = fam.setup_layer("k", spec, data)
 import op_harness  # after Family(1) has set TF's threads
 pinned0 = op_harness.pinned_hits()
 got = [float(v) for v in fam.runs["k"]["ours"]()]
 pinned = op_harness.pinned_hits() - pinned0
+got2 = [float(v) for v in fam.runs["k"][impl_ours.DOUBLED + "ours"]()]
+fp32 = len(fam.runs["k"]["tf_fp32"]())
+fp32_2 = len(fam.runs["k"][impl_ours.DOUBLED + "tf_fp32"]())
 x = tf.constant(inp["conv_input"])
 want = []
-for j in range(impl_ours.GRAPH_OPS):
+for j in range(2 * impl_ours.GRAPH_OPS):
   y = tfi.fused_conv2d_bias_activation(
       x, tf.constant(inp["filter"]),
       tf.constant(inp["bias"] + np.float32(j * 2.0 ** -12)),
       conv_input_scale=tf.constant(inp["conv_input_scale"]),
       **fam._op_kwargs(spec))
   want.append(float(y[0, 0, 0, 0]))
-print(json.dumps(dict(got=got, want=want, pinned=pinned,
+print(json.dumps(dict(got=got, got2=got2, want=want, pinned=pinned,
+                      fp32=fp32, fp32_2=fp32_2, doubled=reply["doubled"],
                       caches=op_harness.uses_packed_weights())))
 """
 
@@ -699,9 +703,29 @@ def test_ours_layer_row_runs_as_a_keras_layer(tmp_path):
   out = _run_worker_script(_OURS_LAYER_SCRIPT, tmp_path,
                            TF_FUSED_INT8_BENCH_GRAPH_OPS="3")
   assert len(out["got"]) == 3
-  assert out["got"] == out["want"]
+  assert out["got"] == out["want"][:3]
   assert out["want"][0] != 0  # seed 5: a real value, not a clipped zero
   assert out["pinned"] >= 3 or not out["caches"]
+  # Each in-graph impl again with twice the ops (the row is the difference):
+  # the same op on the same variables.
+  assert out["doubled"] == {"ours": "_x2:ours", "tf_fp32": "_x2:tf_fp32"}
+  assert out["got2"] == out["want"]
+  assert (out["fp32"], out["fp32_2"]) == (3, 6)
+
+
+@pytest.mark.parametrize("once, twice, n, want", [
+    (1.0, 1.8, 4, (0.2, 0.2)),    # 0.2 s a call, 0.2 s an op
+    (1.0, 2.0, 4, (0.25, 0.0)),   # no per-call cost
+    (1.0, 1.01, 4, (0.025, 0.9)),  # noise: a tenth of the raw share
+    (1.0, None, 4, (0.25, None)),  # not timed twice: the raw share
+])
+def test_in_graph_rows_are_the_cost_of_more_ops(once, twice, n, want):
+  per_op, per_call = cli.per_op_seconds(once, twice, n)
+  assert per_op == pytest.approx(want[0])
+  if want[1] is None:
+    assert per_call is None
+  else:
+    assert per_call == pytest.approx(want[1])
 
 
 if __name__ == "__main__":

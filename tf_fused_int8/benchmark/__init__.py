@@ -8,9 +8,9 @@
 
 What runs (each row: one layer or model, one batch size, one thread count):
   ours          this package's op inside a tf.function (--graph_ops ops per
-                call, each with its own filter, the time divided among them:
-                how it runs in a model), on the kernel path auto-selected for
-                this CPU, and each --paths path forced with
+                call, and again twice as many: the difference per op, what
+                one more op costs in a model), on the kernel path
+                auto-selected for this CPU, and each --paths path forced with
                 TF_FUSED_INT8_CPU_KERNEL (in the models suite: one row per
                 path, the same fused model forced during each call);
   ours concrete (models suite) the same tf.function's concrete function

@@ -149,8 +149,9 @@ def define_flags():
                     "N threads) and show each ours row's % of its path's.")
   flags.DEFINE_float("peak_time", 0.3, "Seconds per --peak measurement.")
   flags.DEFINE_integer("graph_ops", 16,
-                       "Ops per tf.function call for the in-graph rows (the "
-                       "time of an empty call is taken off first).")
+                       "Ops per tf.function call for the in-graph rows; each "
+                       "is also timed with twice as many, and a row is the "
+                       "difference over graph_ops (one more op's cost).")
   flags.DEFINE_string("json", "", "Also write one JSON object per row here "
                       "(a JSON array).")
   flags.DEFINE_string("plot", "", "Also plot ours / best peer per row to "
@@ -373,6 +374,30 @@ def start_workers(impls, threads, work_dir, notes):
 
 # ------------------------------------------------------------------- timing
 
+def per_op_seconds(once, twice, n):
+  """(seconds per op, seconds per call) of a call of n ops taking `once`,
+  and `twice` with 2n ops (None: not timed; then once / n and None).
+
+  In-graph rows: what n more ops add to a call, so that what TF pays once
+  a call is not shared by the ops (workers/impl_ours.py says why not an
+  empty call's time); never below a tenth of the raw share, should noise
+  make the difference tiny."""
+  if twice is None:
+    return once / n, None
+  per_op = max((twice - once) / n, 0.1 * once / n)
+  return per_op, max(once - n * per_op, 0.0)
+
+
+def _insert_after(entries, impl, name, worker):
+  """entries with (name, worker) placed right after impl."""
+  out = {}
+  for k, v in entries.items():
+    out[k] = v
+    if k == impl:
+      out[name] = worker
+  return out
+
+
 def time_interleaved(entries, key):
   """Best seconds per call of each (impl, worker); repeats interleaved."""
   iters, best = {}, {}
@@ -552,7 +577,7 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
   np.savez(data, x=inputs["conv_input"], w=inputs["filter"],
            bias=inputs["bias"], scale=inputs["conv_input_scale"])
   key = f"{spec['name']}|{case.batch}"
-  ops, baseline, check = {}, {}, None
+  ops, doubled, check = {}, {}, None
   replies = {}
   entries, errors = setup_on_workers(workers, impls, replies, "setup_layer",
                                      key=key, spec=spec, data=data)
@@ -560,12 +585,12 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
     ops.update(reply.get("ops_per_call", {}))
     if reply.get("check") is not None:
       check = reply["check"]
-    for impl, base in reply.get("baseline", {}).items():
-      if impl in impls:
-        baseline[impl] = base
-        # The empty-call baseline is timed beside the impls that use it.
-        if reply["impls"].get(base, "missing") is None:
-          entries[base] = workers[family_of(impl)]
+    for impl, twice in reply.get("doubled", {}).items():
+      # The impl's graph with twice its ops, timed right after it.
+      if impl in entries and reply["impls"].get(twice, "missing") is None:
+        doubled[impl] = twice
+        entries = _insert_after(entries, impl, twice,
+                                workers[family_of(impl)])
   if not FLAGS.check:
     check = None
   seconds = {}
@@ -594,14 +619,10 @@ def run_one_layer(case, impls, workers, threads, auto_kernel, peaks, probes,
     if impl not in seconds and impl not in errors:
       continue
     s = seconds.get(impl)
-    overhead = seconds.get(baseline.get(impl))
+    overhead = None
     if s is not None:
-      # In-graph rows: the empty call's time (TF's per-call cost, paid once
-      # per model call) off, the rest shared by the ops; never below a tenth
-      # of the raw share, should noise make the difference tiny.
-      if overhead is not None:
-        s = max(s - overhead, 0.1 * s)
-      s = s / ops.get(impl, 1)
+      s, overhead = per_op_seconds(s, seconds.get(doubled.get(impl)),
+                                   ops.get(impl, 1))
     base, _, path = impl.partition("@")
     is_ours = base in ("ours", "ours_eager")
     kernel = (path or auto_kernel) if is_ours else None
