@@ -569,6 +569,27 @@ def _inception_like(c=8):
   return model
 
 
+def _nasnet_like(c=8):
+  """Stem conv, then twice: a 1x1 conv whose output a ReLU reads beside the
+  block's residual (so no conv absorbs the ReLU: an Int8ReLU), the ReLU's
+  output through a 3x3 and a 1x1 conv added to the residual (NASNet's and
+  Xception's pre-activation ReLUs)."""
+  inp = keras.Input((12, 11, 3), name="image")
+  h = L.ReLU()(L.BatchNormalization()(
+      L.Conv2D(c, 3, strides=2, padding="same", use_bias=False)(inp)))
+  for _ in range(2):
+    t = L.BatchNormalization()(L.Conv2D(c, 1, use_bias=False)(h))
+    y = L.ReLU()(t)
+    y = L.ReLU()(L.BatchNormalization()(
+        L.Conv2D(c, 3, padding="same", use_bias=False)(y)))
+    y = L.BatchNormalization()(L.Conv2D(c, 1, use_bias=False)(y))
+    h = L.Add()([t, y])
+  logits = L.Dense(5)(L.GlobalAveragePooling2D()(h))
+  model = keras.Model(inp, {"logits": logits, "features": h})
+  test_quantization.randomize(model, np.random.default_rng(4))
+  return model
+
+
 def _quantized(model):
   shape = model.inputs[0].shape[1:]
   q = quantization.quantize_model(
@@ -589,19 +610,26 @@ def _assert_same_outputs(a, b, x):
 # The Inception-like model: its branches 1x1 -> 3x3 and 1x1 -> 3x3 -> 3x3
 # are a sequence each (the 1x1 branch, the pooling branch's 1x1 and the
 # split's three convolutions, whose outputs are read by a concatenation or
-# by two convolutions, stay single ops).
-@pytest.mark.parametrize("builder,runs,convs", [(_mobilenet_like, 1, 10),
-                                                (_resnet_like, 1, 7),
-                                                (_inception_like, 2, 5)])
-def test_fuse_conv_sequences_keeps_the_bits(builder, runs, convs, tmp_path):
+# by two convolutions, stay single ops). The NASNet-like one: its two
+# Int8ReLUs are steps (identity 1x1 depthwise convs) of the one sequence
+# with every conv but the head's (without them: a sequence of 2 convs, the
+# two Int8ReLUs and six convs single ops).
+@pytest.mark.parametrize("builder,runs,convs,relus", [
+    (_mobilenet_like, 1, 10, 0), (_resnet_like, 1, 7, 0),
+    (_inception_like, 2, 5, 0), (_nasnet_like, 1, 9, 2)])
+def test_fuse_conv_sequences_keeps_the_bits(builder, runs, convs, relus,
+                                            tmp_path):
   qmodel, x = _quantized(builder())
+  n_relu = sum(type(l) is quantization.Int8ReLU for l in qmodel.layers)  # pylint: disable=unidiomatic-typecheck
+  assert n_relu == relus
   fused = quantization.fuse_conv_sequences(qmodel)
   seqs = _sequences(fused)
   assert len(seqs) == runs, [l.name for l in fused.layers]
   assert sum(len(s.conv_configs) for s in seqs) == convs
   n_conv = sum(type(l) is QFC for l in qmodel.layers)  # pylint: disable=unidiomatic-typecheck
   left = sum(type(l) is QFC for l in fused.layers)  # pylint: disable=unidiomatic-typecheck
-  assert left == n_conv - convs, (left, n_conv)
+  assert left == n_conv - (convs - relus), (left, n_conv)
+  assert not any(type(l) is quantization.Int8ReLU for l in fused.layers)  # pylint: disable=unidiomatic-typecheck
   _assert_same_outputs(qmodel, fused, x)
   ops = _graph_ops(tf.function(fused), tf.constant(x))
   assert ops["ResourceFusedInt8ConvSequence"] == runs, ops

@@ -2340,12 +2340,43 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
   return qmodel
 
 
+def _relu_step_input(node):
+  """The int8 [N, H, W, C] input of an Int8ReLU node (C known), which runs
+  as the identity 1x1 depthwise convolution (_relu_step_conv), else None."""
+  if type(node.operation) is not Int8ReLU:  # pylint: disable=unidiomatic-typecheck
+    return None
+  x = _single_tensor_call(node)
+  if (x is None or len(x.shape) != 4 or x.shape[-1] is None or
+      keras.backend.standardize_dtype(x.dtype) != "int8"):
+    return None
+  return x
+
+
+def _relu_step_conv(node):
+  """An Int8ReLU as a sequence step: the QuantizedFusedConv2D twin of what
+  its call runs (Int8ReLU.call: a 1x1 depthwise conv, filter 1, scale 1,
+  bias 0, Relu up to output_max), the same bits."""
+  c = int(_relu_step_input(node).shape[-1])
+  conv = QuantizedFusedConv2D(c, 1, groups=c, activation="relu",
+                              per_channel_scale=False,
+                              output_max=node.operation.output_max,
+                              name=node.operation.name)
+  conv.build((None, None, None, c))
+  conv.set_weights([np.ones((1, 1, 1, c), np.int8), np.zeros(c, np.float32),
+                    np.float32(1.0)])
+  return conv
+
+
 def _sequence_step(node):
   """(input tensor, side tensor or None) of a node that can be a step of a
   QuantizedConvSequence: a QuantizedFusedConv2D (not a QuantizedDense; its
   output_lut, if any, runs in the step), called as layer(x) or layer(x,
-  side_input=s); else None."""
+  side_input=s), or an Int8ReLU of an int8 [N, H, W, C] tensor
+  (_relu_step_conv); else None."""
   op = node.operation
+  relu_input = _relu_step_input(node)
+  if relu_input is not None:
+    return relu_input, None
   if (type(op) is not QuantizedFusedConv2D or  # pylint: disable=unidiomatic-typecheck
       len(node.outputs) != 1):
     return None
@@ -2462,6 +2493,8 @@ class _Steps:
     """The QuantizedConvSequence entry of a step node."""
     gate = self.gate_of.get(id(node))
     if gate is None:
+      if type(node.operation) is Int8ReLU:  # pylint: disable=unidiomatic-typecheck
+        return _relu_step_conv(node)
       return node.operation
     x = gate[0]
     return {"channel_scale": {"channels": int(x.shape[-1]),
@@ -2583,8 +2616,11 @@ def fuse_conv_sequences(model, name=None):
   instead of one node per layer. A quantized MobileNetV2's 52
   convolutions become one sequence, a ResNet50's all but the stem.
 
-  QuantizedDense layers and every other layer stay as they are and end a
-  run (a conv's ``output_lut`` runs in its step), but for a squeeze-excite
+  An ``Int8ReLU`` (a ReLU no conv absorbed, NASNet's and Xception's before
+  their separable convs) is a step too: the identity 1x1 depthwise conv its
+  call runs, the same bits. QuantizedDense layers and every other layer
+  stay as they are and end a run (a conv's ``output_lut`` runs in its
+  step), but for a squeeze-excite
   gate applied by ``Int8ChannelMultiply`` to a Dequantize of an int8 gate
   (a channel scale step, the same bits) and Int8Reshape pairs that give
   back their input's shape (read through), so that a quantized
