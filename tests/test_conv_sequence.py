@@ -590,6 +590,27 @@ def _nasnet_like(c=8):
   return model
 
 
+def _nasnet_fork_like(c=8):
+  """Stem conv, a 1x1 conv whose output two ReLUs read (NASNet's separable
+  branches each start with their own), each ReLU through a 3x3 (5x5) and a
+  1x1 conv, the two branches concatenated."""
+  inp = keras.Input((12, 11, 3), name="image")
+  h = L.ReLU()(L.BatchNormalization()(
+      L.Conv2D(c, 3, strides=2, padding="same", use_bias=False)(inp)))
+  t = L.BatchNormalization()(L.Conv2D(c, 1, use_bias=False)(h))
+  branches = []
+  for k in (3, 5):
+    y = L.ReLU()(t)
+    y = L.ReLU()(L.BatchNormalization()(
+        L.Conv2D(c, k, padding="same", use_bias=False)(y)))
+    branches.append(L.BatchNormalization()(L.Conv2D(c, 1, use_bias=False)(y)))
+  h = L.Concatenate()(branches)
+  logits = L.Dense(5)(L.GlobalAveragePooling2D()(h))
+  model = keras.Model(inp, {"logits": logits, "features": h})
+  test_quantization.randomize(model, np.random.default_rng(5))
+  return model
+
+
 def _quantized(model):
   shape = model.inputs[0].shape[1:]
   q = quantization.quantize_model(
@@ -613,10 +634,14 @@ def _assert_same_outputs(a, b, x):
 # by two convolutions, stay single ops). The NASNet-like one: its two
 # Int8ReLUs are steps (identity 1x1 depthwise convs) of the one sequence
 # with every conv but the head's (without them: a sequence of 2 convs, the
-# two Int8ReLUs and six convs single ops).
+# two Int8ReLUs and six convs single ops). The NASNet-fork-like one: the
+# stem and the 1x1 conv whose output both ReLUs read, then each ReLU's
+# branch (without splitting at that fork: the stem and the 1x1, and two
+# convs of one branch; the two Int8ReLUs and the other two convs single).
 @pytest.mark.parametrize("builder,runs,convs,relus", [
     (_mobilenet_like, 1, 10, 0), (_resnet_like, 1, 7, 0),
-    (_inception_like, 2, 5, 0), (_nasnet_like, 1, 9, 2)])
+    (_inception_like, 2, 5, 0), (_nasnet_like, 1, 9, 2),
+    (_nasnet_fork_like, 3, 8, 2)])
 def test_fuse_conv_sequences_keeps_the_bits(builder, runs, convs, relus,
                                             tmp_path):
   qmodel, x = _quantized(builder())

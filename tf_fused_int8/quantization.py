@@ -2571,13 +2571,40 @@ class _Sequence:
     return list(groups.values())
 
   def split(self, steps):
-    """The run as sequences: each branch group (branches()) cut by
-    segments(), which takes a group that can be one sequence whole."""
+    """The run as sequences: each branch group (branches()) whole where it
+    can be one sequence; else, where a node of the group forks (two or more
+    of the group read its output), the nodes not downstream of the fork
+    (it included) cut by segments() and the rest split again as a run from
+    the fork's output, so that each branch after it can be a sequence
+    (NASNet's ReLU -> separable conv branches from one conv's output,
+    which graph order interleaves); else cut by segments()."""
     out = []
     for nodes in self.branches(steps):
       group = _Sequence(steps.step(nodes[0])[0], nodes[0])
       group.nodes = nodes
+      if len(nodes) < 2 or self._runs_alone(steps, nodes):
+        out.extend(group.segments(steps))
+        continue
+      inside = {id(n) for n in nodes}
+      fork = next((i for i, n in enumerate(nodes) if sum(
+          id(c) in inside for c in steps.consumers(n.outputs[0]) or ()) >= 2),
+                  None)
+      if fork is None:
+        out.extend(group.segments(steps))
+        continue
+      reached, tail = {id(nodes[fork].outputs[0])}, []
+      for n in nodes[fork + 1:]:
+        x, side = steps.step(n)
+        if id(x) in reached or (side is not None and id(side) in reached):
+          reached.add(id(n.outputs[0]))
+          tail.append(n)
+      downstream = {id(n) for n in tail}
+      head = [n for n in nodes if id(n) not in downstream]
+      group.nodes = head
       out.extend(group.segments(steps))
+      rest = _Sequence(nodes[fork].outputs[0], tail[0])
+      rest.nodes = tail
+      out.extend(rest.split(steps))
     return out
 
   def segments(self, steps):
