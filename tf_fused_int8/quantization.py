@@ -2362,8 +2362,8 @@ def _relu_step_conv(node):
                               output_max=node.operation.output_max,
                               name=node.operation.name)
   conv.build((None, None, None, c))
-  conv.set_weights([np.ones((1, 1, 1, c), np.int8), np.zeros(c, np.float32),
-                    np.float32(1.0)])
+  ones, zeros = ops._identity_depthwise_operands(c)  # pylint: disable=protected-access
+  conv.set_weights([ones.numpy(), zeros.numpy(), np.float32(1.0)])
   return conv
 
 
@@ -2580,10 +2580,12 @@ class _Sequence:
     which graph order interleaves); else cut by segments()."""
     out = []
     for nodes in self.branches(steps):
+      if len(nodes) < 2:
+        continue
       group = _Sequence(steps.step(nodes[0])[0], nodes[0])
       group.nodes = nodes
-      if len(nodes) < 2 or self._runs_alone(steps, nodes):
-        out.extend(group.segments(steps))
+      if self._runs_alone(steps, nodes):
+        out.append(group)
         continue
       inside = {id(n) for n in nodes}
       fork = next((i for i, n in enumerate(nodes) if sum(
