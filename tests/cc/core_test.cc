@@ -937,6 +937,88 @@ void TestDepthwiseOneTap() {
   std::printf("one-tap depthwise: %d runs checked\n", runs);
 }
 
+// Identity calls (depthwise_identity.h: an Int8ReLU, a 1x1 average pooling
+// of stride 2): a 1x1 depthwise filter of ones, scale 1 (scalar or per
+// channel), bias +0 or -0, no side input, no padding, which every path runs
+// as a clip of the input; and the calls one step from one (a weight 2, a
+// scale 1 + 2^-23, a bias 2^-149, a side input, a pad), which must not be.
+// Every call against the reference: channel counts around the vector widths,
+// strides 1-3, multipliers 1 and 2, every output range and activation,
+// inputs at the extremes, an output table.
+void TestDepthwiseIdentity() {
+  std::mt19937 rng(23);
+  auto uni = [&rng](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t channel_counts[] = {1, 5, 31, 32, 33, 63, 64, 65, 168, 1000};
+  constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
+  std::vector<int8_t> lut(256);
+  for (int i = 0; i < 256; ++i) lut[i] = static_cast<int8_t>(127 - i);
+  int runs = 0, identity_cases = 0;
+  for (int iter = 0; iter < 12 * kCounts; ++iter) {
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = 1 + iter % 2;
+    g.in_c = g.groups = channel_counts[iter % kCounts];
+    g.out_c = g.in_c * (iter % 6 == 5 ? 2 : 1);
+    g.filter_h = g.filter_w = 1;
+    g.stride_h = 1 + uni(0, 2);
+    g.stride_w = iter % 3 == 0 ? 1 : 1 + uni(0, 2);
+    g.in_h = uni(1, 9);
+    g.in_w = uni(1, 19);
+    if (g.in_c >= 168) g.in_h = std::min<int64_t>(g.in_h, 3);
+    // 0: the identity itself; 1-5: one step from it.
+    const int variant = iter % 9 < 4 ? 0 : 1 + iter % 5;
+    const bool pad = variant == 5;
+    if (pad) {
+      g.pad_top = uni(0, 1); g.pad_left = 1 - g.pad_top;
+      g.pad_bottom = uni(0, 1); g.pad_right = uni(0, 1);
+    }
+    EXPECT(ComputeGeometry(pad ? Padding::kExplicit : Padding::kValid, &g).empty(),
+           "identity depthwise geometry");
+    Buffers b;
+    const int operands = iter % 4;
+    FillOperands(g, operands, /*mixed_period=*/2, /*side=*/variant == 4, &rng, &b);
+    std::fill(b.filter.begin(), b.filter.end(), int8_t{1});
+    const bool per_channel = iter % 5 != 2;
+    b.scale.assign(per_channel ? g.out_c : 1, 1.0f);
+    b.bias.assign(g.out_c, iter % 2 ? -0.0f : 0.0f);
+    const int64_t at = uni(0, static_cast<int>(g.out_c) - 1);
+    if (variant == 1) b.filter[at] = 2;
+    if (variant == 2) b.scale[per_channel ? at : 0] = 1.0f + std::ldexp(1.0f, -23);
+    if (variant == 3) b.bias[at] = std::ldexp(1.0f, -149);
+    PointAt(b, 0.5f, &a);
+    a.per_channel_scale = per_channel;
+    a.activation = iter % 3 == 1 ? Activation::kRelu : Activation::kNone;
+    if (iter % 4 == 3) {
+      a.output_min = uni(-128, 10);
+      a.output_max = uni(std::max(a.output_min, 0), 127);
+    }
+    if (iter % 7 == 6) a.output_lut = lut.data();
+    char what[160];
+    std::snprintf(what, sizeof(what),
+                  "identity depthwise variant %d n%ld %ldx%ldx%ld m%ld s%ldx%ld operands %d "
+                  "range [%d, %d]%s",
+                  variant, long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c),
+                  long(g.out_c / g.in_c), long(g.stride_h), long(g.stride_w), operands,
+                  int(a.output_min), int(a.output_max), a.output_lut ? " lut" : "");
+    const int64_t before = cpu::DepthwiseIdentityCallsForTesting();
+    runs += CheckAllPaths(a, what);
+    // Some path took the identity rows (every path but the reference runs
+    // RunDepthwise: a depthwise call; one channel is a plain convolution),
+    // or none did.
+    const int64_t taken = cpu::DepthwiseIdentityCallsForTesting() - before;
+    if (variant == 0 && g.IsDepthwise()) {
+      EXPECT(taken > 0, what);
+      ++identity_cases;
+    } else if (variant != 0) {
+      EXPECT(taken == 0, what);
+    }
+  }
+  std::printf("identity depthwise: %d runs checked, %d identity calls\n", runs,
+              identity_cases);
+}
+
 // The vector epilogues against EpilogueScalar on the values that matter:
 // NaN, +-Inf, huge, ties at .5, -0, denormals, in scales and biases.
 // Each lookup-table body this CPU runs against the table itself: every
@@ -3628,6 +3710,7 @@ int main() {
   TestDepthwise3x3Blocks();
   TestDepthwise5x5Blocks();
   TestDepthwiseOneTap();
+  TestDepthwiseIdentity();
   TestDepthwiseOnePixel();
   TestDepthwiseGlobalUniform();
   TestDepthwiseUniformTaps();

@@ -114,6 +114,9 @@ int main(int argc, char** argv) {
   // pooling's filter: quantize_model's GlobalAveragePooling2D and
   // squeeze-excite squeezes, which run as a depthwise call whose window is
   // the whole image).
+  // =identity: every weight 1, scale 1, bias 0 (with a 1x1 depthwise call:
+  // an Int8ReLU, as quantization.py runs it: the output is the input
+  // clipped to the output range).
   const char* weights_env = std::getenv("BENCH_CORE_WEIGHTS");
   const std::string weights_kind = weights_env != nullptr ? weights_env : "";
   const bool symmetric = weights_kind == "symmetric";
@@ -125,6 +128,11 @@ int main(int argc, char** argv) {
   }
   std::vector<float> bias(g.out_c, 1.0f), scale(g.out_c);
   for (auto& s : scale) s = 40.0f / (std::sqrt(float(g.ReductionDepth())) * 74 * 74);
+  if (weights_kind == "identity") {
+    for (auto& w : ws) std::fill(w.begin(), w.end(), int8_t{1});
+    std::fill(bias.begin(), bias.end(), 0.0f);
+    std::fill(scale.begin(), scale.end(), 1.0f);
+  }
   FusedConvArgs a;
   a.geo = g;
   a.input = x.data();

@@ -350,12 +350,14 @@ bool RunUngrouped(const FusedConvArgs& args, KernelPath path,
 }
 
 // A path's depthwise row kernel, the preparation of the weights it reads
-// (none for the portable and NEON kernels) and its global average pooling's
-// row kernel (depthwise.h; nullptr: the portable one).
+// (none for the portable and NEON kernels), its global average pooling's
+// and its identity call's row kernels (depthwise.h; nullptr: the portable
+// ones).
 struct DepthwiseKernel {
   cpu::DepthwiseRowsFn rows;
   const cpu::DepthwisePrep* prep;
   cpu::DepthwiseRowsFn global_rows = nullptr;
+  cpu::DepthwiseRowsFn identity_rows = nullptr;
 };
 
 DepthwiseKernel DepthwiseKernelFor(KernelPath path) {
@@ -364,13 +366,15 @@ DepthwiseKernel DepthwiseKernelFor(KernelPath path) {
     case KernelPath::kAvx2:
     case KernelPath::kAvx2Direct:
     case KernelPath::kAvx2Winograd:
-      return {cpu::DepthwiseRowsAvx2, &cpu::kDepthwisePrepAvx2, cpu::DepthwiseGlobalRowsAvx2};
+      return {cpu::DepthwiseRowsAvx2, &cpu::kDepthwisePrepAvx2, cpu::DepthwiseGlobalRowsAvx2,
+              cpu::DepthwiseIdentityRowsAvx2};
     case KernelPath::kAvxVnni:
-      return {cpu::DepthwiseRowsAvxVnni, &cpu::kDepthwisePrepAvxVnni, cpu::DepthwiseGlobalRowsAvx2};
+      return {cpu::DepthwiseRowsAvxVnni, &cpu::kDepthwisePrepAvxVnni, cpu::DepthwiseGlobalRowsAvx2,
+              cpu::DepthwiseIdentityRowsAvx2};
     case KernelPath::kAvx512Vnni:
     case KernelPath::kAmx:  // a depthwise tap has one k per channel: no tiles
       return {cpu::DepthwiseRowsAvx512Vnni, &cpu::kDepthwisePrepAvx512Vnni,
-              cpu::DepthwiseGlobalRowsAvx512};
+              cpu::DepthwiseGlobalRowsAvx512, cpu::DepthwiseIdentityRowsAvx512};
 #endif
 #if defined(__aarch64__)
     // SDOT / SMMLA reduce over four / eight consecutive k of one lane; a
@@ -437,7 +441,7 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
     }
 #endif
     cpu::RunDepthwise(dw_args, dw.rows, parallel_for, dw.prep, cpu::LutBodyFor(resolved),
-                      dw.global_rows);
+                      dw.global_rows, dw.identity_rows);
     lut_applied = true;
 #if defined(__x86_64__)
   } else if ((resolved == KernelPath::kAvx512Vnni || resolved == KernelPath::kAmx) &&

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cc/core/cpu/bounded_lru.h"
+#include "cc/core/cpu/depthwise/depthwise_identity.h"
 #include "cc/core/epilogue.h"
 #include "cc/core/fused_conv.h"
 
@@ -92,6 +93,12 @@ void FillDirectRowArgs(const FusedConvArgs& a, const WindowRanges& r,
   d->full_end = r.full_end;
   d->row_begin = d->row_end = 0;
   d->input_non_negative = a.input_non_negative;
+}
+
+void DepthwiseIdentityRowsPortable(const DepthwiseRowArgs& d) {
+  IdentityRows(d, [](const int8_t* src, int64_t n, int8_t lo, int8_t hi, int8_t* dst) {
+    ClipBytes(src, 0, n, lo, hi, dst);
+  });
 }
 
 void DepthwiseRowsPortable(const DepthwiseRowArgs& d) {
@@ -178,6 +185,9 @@ struct PreparedWeights {
   float max_abs_scale = 0.0f, max_abs_bias = 0.0f;
   std::unique_ptr<int32_t[]> wide;  // [wide_taps, padded_c]
   int64_t tap_stride = 0;           // DepthwiseRowArgs::tap_stride
+  // One tap, every weight 1, every scale 1 and every bias 0 (-0 too): an
+  // identity call where the geometry allows (depthwise_identity.h).
+  bool identity_weights = false;
   std::unique_ptr<void, decltype(&std::free)> prepared{nullptr, &std::free};
   int64_t bytes = 0;
 
@@ -215,6 +225,10 @@ std::shared_ptr<const PreparedWeights> Prepare(const FusedConvArgs& a,
   }
   w->max_abs_scale = AbsMaxIgnoringNaN(w->scale.data(), c_count);
   w->max_abs_bias = AbsMaxIgnoringNaN(w->bias.data(), c_count);
+  w->identity_weights = taps == 1;
+  for (int64_t c = 0; w->identity_weights && c < c_count; ++c) {
+    w->identity_weights = a.filter[c] == 1 && w->scale[c] == 1.0f && w->bias[c] == 0.0f;
+  }
   DepthwiseRowArgs d = base;
   d.scale = w->scale.data();
   d.bias = w->bias.data();
@@ -409,6 +423,14 @@ DepthwiseCacheStats GetDepthwiseCacheStats() {
 void ClearDepthwiseCacheForTesting() { PreparedCache::Global().Clear(); }
 
 namespace {
+std::atomic<int64_t> g_identity_calls{0};
+}  // namespace
+
+int64_t DepthwiseIdentityCallsForTesting() {
+  return g_identity_calls.load(std::memory_order_relaxed);
+}
+
+namespace {
 
 // One output pixel whose window is the whole image, no padding: a global
 // average pooling (quantize_model's GlobalAveragePooling2D, EfficientNet's
@@ -423,7 +445,8 @@ bool GlobalWindow(const ConvGeometry& g) {
 
 void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
                   const ParallelFor& parallel_for, const DepthwisePrep* prep,
-                  LutBody lut, DepthwiseRowsFn global_rows) {
+                  LutBody lut, DepthwiseRowsFn global_rows,
+                  DepthwiseRowsFn identity_rows) {
   const ConvGeometry& g = a.geo;
   const int64_t c_count = g.out_c;
   const int64_t multiplier = g.out_c / g.in_c;
@@ -477,12 +500,24 @@ void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
   if (w->tap_stride == 0 && GlobalWindow(g)) {
     rows = global_rows != nullptr ? global_rows : DepthwiseGlobalRowsPortable;
   }
+  // An identity call (depthwise_identity.h): the geometry's part of it here,
+  // the weights' in PreparedWeights (`input` has the output's channels:
+  // expanded above when M > 1).
+  const bool identity = w->identity_weights && g.pad_top == 0 &&
+                        g.pad_bottom == 0 && g.pad_left == 0 && g.pad_right == 0 &&
+                        base.side == nullptr;
+  if (identity) {
+    rows = identity_rows != nullptr ? identity_rows : DepthwiseIdentityRowsPortable;
+    g_identity_calls.fetch_add(1, std::memory_order_relaxed);
+  }
   const int64_t total_rows = g.batch * g.out_h;
   // Cycles per output row for the vector kernels: per pixel and 16
   // channels about one cycle per tap plus the epilogue (ParallelFor runs
   // small calls inline: waking a second thread costs more than a 7x7 or
-  // 14x14 layer at batch 1 takes).
-  const int64_t cost = g.out_w * ((c_count + 15) / 16) * (taps + 8);
+  // 14x14 layer at batch 1 takes); an identity call's about one cycle per
+  // 64 bytes.
+  const int64_t cost = identity ? g.out_w * ((c_count + 63) / 64)
+                                : g.out_w * ((c_count + 15) / 16) * (taps + 8);
   const LutBody table = a.output_lut != nullptr ? lut : nullptr;
   const int64_t row_bytes = g.out_w * c_count;
   // Rows in slices: of about kLutSliceBytes of output with an output lookup

@@ -72,6 +72,7 @@
 
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/depthwise/depthwise_blocks_ymm.h"
+#include "cc/core/cpu/depthwise/depthwise_identity.h"
 #include "cc/core/cpu/depthwise/depthwise_ymm.h"
 #include "cc/core/cpu/dot_u8s8_avx2.h"
 #include "cc/core/cpu/static_count.h"
@@ -226,6 +227,20 @@ void DepthwiseGlobalRowsAvx2(const DepthwiseRowArgs& d) {
                              d.output + r * cc + c);
       }
     }
+  });
+}
+
+// 32 bytes a step (VPMAXSB, VPMINSB), the last n % 32 one at a time.
+void DepthwiseIdentityRowsAvx2(const DepthwiseRowArgs& d) {
+  IdentityRows(d, [](const int8_t* src, int64_t n, int8_t lo, int8_t hi, int8_t* dst) {
+    const __m256i vlo = _mm256_set1_epi8(lo), vhi = _mm256_set1_epi8(hi);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm256_min_epi8(_mm256_max_epi8(v, vlo), vhi));
+    }
+    ClipBytes(src, i, n, lo, hi, dst);
   });
 }
 

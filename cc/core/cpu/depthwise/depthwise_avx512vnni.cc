@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "cc/core/cpu/depthwise/depthwise.h"
+#include "cc/core/cpu/depthwise/depthwise_identity.h"
 #include "cc/core/cpu/depthwise/depthwise_rows.h"
 #include "cc/core/cpu/gemm/gemm_isa_common.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
@@ -1180,6 +1181,23 @@ void DepthwiseGlobalRowsAvx512(const DepthwiseRowArgs& d) {
                                     d.side != nullptr ? d.side + r * cc + c : nullptr, k,
                                     mask, d.output + r * cc + c);
       }
+    }
+  });
+}
+
+// 64 bytes a step (VPMAXSB, VPMINSB), the last n % 64 under a byte mask.
+void DepthwiseIdentityRowsAvx512(const DepthwiseRowArgs& d) {
+  IdentityRows(d, [](const int8_t* src, int64_t n, int8_t lo, int8_t hi, int8_t* dst) {
+    const __m512i vlo = _mm512_set1_epi8(lo), vhi = _mm512_set1_epi8(hi);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+      const __m512i v = _mm512_loadu_si512(src + i);
+      _mm512_storeu_si512(dst + i, _mm512_min_epi8(_mm512_max_epi8(v, vlo), vhi));
+    }
+    if (i < n) {
+      const __mmask64 m = (__mmask64{1} << (n - i)) - 1;
+      const __m512i v = _mm512_maskz_loadu_epi8(m, src + i);
+      _mm512_mask_storeu_epi8(dst + i, m, _mm512_min_epi8(_mm512_max_epi8(v, vlo), vhi));
     }
   });
 }
