@@ -816,13 +816,14 @@ void TestDepthwise3x3Blocks() {
   std::printf("depthwise 3x3 blocks: %d runs checked\n", runs);
 }
 
-// The 5x5 depthwise VPDPBUSD kernel (whole 64-channel blocks, groups of 4
-// pixels at stride 1 and 2 at stride 2 whose eight columns lie inside the
-// image; borders and the rest of a row run the 16-channel kernel, and so
-// do the channels past the blocks, unless more than 16: then one more block
-// over the last 64 channels, overlapping): one to three blocks with and
-// without 8, 16, 24, 48 or 56 more channels, 672 (EfficientNet's: 32
-// more), rows from 1 to 40 columns (no group, one,
+// The 5x5 and 7x7 depthwise VPDPBUSD kernels (64-channel blocks, groups of
+// 4 pixels at stride 1 and 2 at stride 2, borders as padding columns; the
+// channels past the blocks run the 16-channel kernel, unless more than 16:
+// then one more block over the last 64 channels, overlapping; 17 to 63
+// channels one partial block under a channel mask, 5x5 at stride 1 only):
+// one to three blocks with and without 8, 16, 24, 48 or 56 more channels,
+// 672 (EfficientNet's: 32 more), 11, 17, 22, 44 (NASNet's), rows from 1 to
+// 40 columns (no group, one,
 // several, with borders of 0 to 4 columns), 1 to 9 rows (filter rows cut by
 // the top and bottom), SAME / VALID / explicit asymmetric padding, batch 2,
 // side input, Relu or none, operands at the extremes, and inputs in [0, 127]
@@ -831,29 +832,31 @@ void TestDepthwise3x3Blocks() {
 // pixels; one to 21 blocks, 32 / 48 / 56 channels for one block with and
 // without the AVX2 kernel's 16 / 24 more), a signed input again without -128
 // weights (CheckWithoutMinWeight: the avx2 path's SignDot).
-void TestDepthwise5x5Blocks() {
+void TestDepthwiseKxKBlocks() {
   std::mt19937 rng(55);
   auto uni = [&rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
-  const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672, 32, 48, 56, 72, 88, 120};
+  const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672, 32, 48,
+                                    56, 72, 88, 120, 11, 17, 22, 44};
   constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
-  for (int iter = 0; iter < 24 * kCounts; ++iter) {
+  for (int iter = 0; iter < 36 * kCounts; ++iter) {
     FusedConvArgs a;
     ConvGeometry& g = a.geo;
     g.batch = 1 + iter % 2;
     g.in_c = g.out_c = g.groups = channel_counts[iter % kCounts];
-    g.filter_h = g.filter_w = 5;
+    const int kk = iter % 3 == 2 ? 7 : 5;
+    g.filter_h = g.filter_w = kk;
     g.stride_h = g.stride_w = 1 + (iter / kCounts) % 2;
     g.in_h = uni(1, 9);
     g.in_w = iter < 2 * kCounts ? 1 + iter % 8 : uni(5, 40);
     if (g.in_c == 672) g.in_h = std::min<int64_t>(g.in_h, 4);
     const int pad_kind = (iter / (2 * kCounts)) % 3;
-    SquareFilterPadding(pad_kind, 5, &rng, &g);
+    SquareFilterPadding(pad_kind, kk, &rng, &g);
     Buffers b;
     const int operands = iter % 4;
-    const bool side = iter % 3 == 0;
+    const bool side = iter % 5 == 0;
     FillOperands(g, operands, /*mixed_period=*/3, side, &rng, &b);
     const int told = (iter / 3) % 3;  // 0: signed input; 1, 2: in [0, 127]
     if (told) {
@@ -865,15 +868,15 @@ void TestDepthwise5x5Blocks() {
     a.input_non_negative = told == 1;
     char what[160];
     std::snprintf(what, sizeof(what),
-                  "depthwise 5x5 n%ld %ldx%ldx%ld s%ld pad %d (%ld %ld %ld %ld) operands %d "
+                  "depthwise %dx%d n%ld %ldx%ldx%ld s%ld pad %d (%ld %ld %ld %ld) operands %d "
                   "told %d",
-                  long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c),
+                  kk, kk, long(g.batch), long(g.in_h), long(g.in_w), long(g.in_c),
                   long(g.stride_w), pad_kind, long(g.pad_top), long(g.pad_bottom),
                   long(g.pad_left), long(g.pad_right), operands, told);
     runs += CheckAllPaths(a, what);
     if (told == 0) runs += CheckWithoutMinWeight(a, &b, what);
   }
-  std::printf("depthwise 5x5 blocks: %d runs checked\n", runs);
+  std::printf("depthwise 5x5 and 7x7 blocks: %d runs checked\n", runs);
 }
 
 // 1x1 depthwise windows (depthwise_rows.h OnePixelRows: no padding, each
@@ -3708,7 +3711,7 @@ int main() {
   TestGemv();
   TestChannelTails();
   TestDepthwise3x3Blocks();
-  TestDepthwise5x5Blocks();
+  TestDepthwiseKxKBlocks();
   TestDepthwiseOneTap();
   TestDepthwiseIdentity();
   TestDepthwiseOnePixel();

@@ -302,7 +302,7 @@ inline __m512i FlipU8(__m512i x) {
   return kFlip ? _mm512_xor_si512(x, _mm512_set1_epi8(static_cast<char>(0x80))) : x;
 }
 
-// What the block interiors (Interior3x3, Interior5x5) know of the call,
+// What the block interiors (Interior3x3, InteriorKxK) know of the call,
 // the block and the output row they are on.
 template <typename Block>
 struct BlockRow {
@@ -830,94 +830,132 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   }
 }
 
-// ------------------------------------------------ 5x5 interior, u8 VPDPBUSD
+// ------------------------------------- 5x5 and 7x7 interior, u8 VPDPBUSD
 //
-// 5x5, stride 1 or 2, dilation 1 (EfficientNet's and MobileNetV3's 5x5
-// depthwise layers), the full 64-channel blocks: as the 3x3 interior, a lane
-// holds four horizontally adjacent input pixels of one channel, two such
-// dwords per filter row and 64 channels (D0 = columns ix0 .. ix0 + 3, D1 =
-// ix0 + 4 .. ix0 + 7, 8 unpacks each), and output pixel ox + p, whose window
-// starts r = kS * p columns into them, is D0 . a_r + D1 . b_r with the row's
-// weights shifted by r:
-//   r = 0: a = (w0, w1, w2, w3), b = (w4, 0, 0, 0)
-//   r = 1: a = (0, w0, w1, w2), b = (w3, w4, 0, 0)
-//   r = 2: a = (0, 0, w0, w1), b = (w2, w3, w4, 0)
-//   r = 3: a = (0, 0, 0, w0), b = (w1, w2, w3, w4)
-// so a group of 4 pixels (stride 1) costs 8 loads, 16 unpacks and 32
-// VPDPBUSD per filter row and 64 channels (2 pixels at stride 2: the same
-// loads and unpacks, 16 VPDPBUSD), where the one-tap-per-lane kernel takes
-// 5 loads + sign extensions and 5 VPDPWSSD per pixel and 16 channels.
+// KxK, K = 5 or 7, stride 1 or 2, dilation 1 (EfficientNet's and
+// MobileNetV3's 5x5 depthwise layers, NASNet's 5x5 and 7x7, ConvNeXt's
+// 7x7), 64 channels a block: as the 3x3 interior, a lane holds four
+// horizontally adjacent input pixels of one channel, kDwords = (K + 6) / 4
+// such dwords per filter row and 64 channels (D_q = columns ix0 + 4q ..
+// ix0 + 4q + 3, 8 unpacks each; 5x5: 2, 7x7: 3), and output pixel ox + p,
+// whose window starts r = kS * p columns into them, is the sum over q of
+// D_q . w_r,q, lane i of w_r,q holding tap 4q + i - r of the row (zero
+// outside [0, K)). 5x5:
+//   r = 0: w_0,0 = (w0, w1, w2, w3), w_0,1 = (w4, 0, 0, 0)
+//   r = 1: w_1,0 = (0, w0, w1, w2), w_1,1 = (w3, w4, 0, 0)
+//   r = 2: w_2,0 = (0, 0, w0, w1), w_2,1 = (w2, w3, w4, 0)
+//   r = 3: w_3,0 = (0, 0, 0, w0), w_3,1 = (w1, w2, w3, w4)
+// A group of 4 pixels at stride 1 spans K + 3 columns, 2 pixels at stride
+// 2 K + 2: both fit kDwords dwords (7x7 reads 12 columns for 10 or 9; the
+// extra ones meet zero weights). So a group of 4 pixels (stride 1) costs
+// 4 * kDwords loads, 8 * kDwords unpacks and 16 * kDwords VPDPBUSD per
+// filter row and 64 channels (2 pixels at stride 2: the same loads and
+// unpacks, 8 * kDwords VPDPBUSD), where the one-tap-per-lane kernel takes
+// K loads + sign extensions and K VPDPWSSD per pixel and 16 channels.
 // Exactness as the 3x3 interior's: u8 (x + 128) times s8 w, four products
-// summed per lane (|4 * 255 * 128| < 2^31), -128 * (w0 + ... + w4) added
-// per valid filter row (each of the five taps meets every pixel exactly
-// once across a and b); zero weight bytes make the other columns count
-// nothing; 25 taps cannot overflow int32. Border columns are padding
-// vectors (Interior5x5); the channels past the last full block run the
-// 16-channel kernel.
-struct alignas(64) Block5x5 {
-  __m512i w[5][4][2][4];  // [ky][r][a, b][j]
-  __m512i corr[5][4];     // -128 * (w0 + ... + w4) of filter row ky
+// summed per lane (|4 * 255 * 128| < 2^31), -128 * (w0 + ... + w_K-1)
+// added per valid filter row (each of the K taps meets every pixel exactly
+// once across the dwords); zero weight bytes make the other columns count
+// nothing; 49 taps cannot overflow int32. Border columns are padding
+// vectors (InteriorKxK). Channels: blocks of 64 (BlocksKxK), fewer than 64
+// in one partial block whose loads and stores are masked to them.
+template <int K>
+struct alignas(64) BlockKxK {
+  static constexpr int kDwords = (K + 6) / 4;
+  __m512i w[K][4][kDwords][4];  // [ky][r][q][j]
+  __m512i corr[K][4];           // -128 * (w0 + ... + w_K-1) of filter row ky
   float scale[kBlock], bias[kBlock];
 };
 
-bool Use5x5Interior(const DepthwiseRowArgs& d) {
+constexpr int64_t kOverlapMinRest = 16;
+
+// K (5 or 7) for a call the KxK interior runs, else 0: at least
+// kOverlapMinRest + 1 channels (on 16 or fewer the 16-channel kernel is
+// one vector a pixel, as cheap as a block), and a 5x5 call of fewer than 64
+// channels only at stride 1. A partial block against the 16-channel
+// kernel, bench_core, one Zen 4 thread, input told non-negative, batch 8,
+// alternated twice (another process busy beside them): 5x5 28x28x44
+// 290-291 -> 140-156 us, 28x28x22 223-273 -> 156-158; but 5x5 stride 2
+// 56x56x22 220-222 -> 211-213 and 111x111x32 734-746 -> 855-898 (its two
+// pixels a group leave half the block's lanes idle where the 16-channel
+// kernel fills two vectors); 7x7 stride 2 111x111x32 2078-2161 -> 1651-1654,
+// 56x56x22 446-450 -> 356-376; 7x7 28x28x22 444-480 -> 284-311.
+int KxKInterior(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
-  return d.channels >= kBlock && g.filter_h == 5 && g.filter_w == 5 &&
-         g.dilation_h == 1 && g.dilation_w == 1 &&
-         (g.stride_w == 1 || g.stride_w == 2);
+  if (g.filter_h != g.filter_w || (g.filter_h != 5 && g.filter_h != 7)) return 0;
+  if (g.dilation_h != 1 || g.dilation_w != 1 || (g.stride_w != 1 && g.stride_w != 2)) {
+    return 0;
+  }
+  if (d.channels <= kOverlapMinRest) return 0;
+  if (g.filter_h == 5 && g.stride_w == 2 && d.channels < kBlock) return 0;
+  return static_cast<int>(g.filter_h);
 }
 
-// The 5x5 blocks of cc >= kBlock channels: the full ones, and, where more
-// than kOverlapMinRest channels are past them, one more over the last
-// kBlock channels [cc - kBlock, cc), which overlaps the last full block
-// (its channels there are computed twice, from the same operands, and
-// stored twice with the same bytes: by the same thread, as every block of
-// a row) instead of running the one-tap-per-lane kernel on the rest.
-// bench_core, one Zen 4 thread, input told non-negative, alternated, the
-// overlapping block against the one-tap kernel on the rest: 28x28x120 (56
-// more) 61 -> 31-32 us, 28x28x88 38 -> 32, 28x28x240 80-83 -> 63-64,
-// 14x14x672 52 -> 47, 14x14x480 37 -> 34, 7x7x120 7.5 -> 2.2; on 16 or 8
-// more it was slower (28x28x80 1.14x the time, 56x56x144 / 2 1.23x, 56x56x72
-// / 2 1.28x; 7x7x80 0.79x, the one exception).
-constexpr int64_t kOverlapMinRest = 16;
-int64_t Blocks5x5(int64_t cc) {
+// The KxK blocks of cc > kOverlapMinRest channels. Fewer than 64: one
+// partial block, its loads and stores masked to the cc channels (5x5
+// before it ran the 16-channel kernel: NASNetMobile's 44-channel 5x5
+// layers). Else the full ones, and, where more than kOverlapMinRest
+// channels are past them, one more over the last kBlock channels [cc -
+// kBlock, cc), which overlaps the last full block (its channels there are
+// computed twice, from the same operands, and stored twice with the same
+// bytes: by the same thread, as every block of a row) instead of running
+// the one-tap-per-lane kernel on the rest. bench_core, one Zen 4 thread,
+// input told non-negative, alternated, the overlapping 5x5 block against
+// the one-tap kernel on the rest: 28x28x120 (56 more) 61 -> 31-32 us,
+// 28x28x88 38 -> 32, 28x28x240 80-83 -> 63-64, 14x14x672 52 -> 47,
+// 14x14x480 37 -> 34, 7x7x120 7.5 -> 2.2; on 16 or 8 more it was slower
+// (28x28x80 1.14x the time, 56x56x144 / 2 1.23x, 56x56x72 / 2 1.28x; 7x7x80
+// 0.79x, the one exception).
+int64_t BlocksKxK(int64_t cc) {
+  if (cc < kBlock) return 1;
   return cc / kBlock + (cc % kBlock > kOverlapMinRest ? 1 : 0);
 }
-int64_t Block5x5Start(int64_t bi, int64_t cc) { return Min(bi * kBlock, cc - kBlock); }
-// The first channel past the 5x5 blocks.
-int64_t Blocks5x5End(int64_t cc) { return Min(Blocks5x5(cc) * kBlock, cc); }
+int64_t BlockKxKStart(int64_t bi, int64_t cc) {
+  return cc < kBlock ? 0 : Min(bi * kBlock, cc - kBlock);
+}
+// The block's channels (natural order) as a byte mask: all 64, or the cc
+// of a partial block.
+__mmask64 BlockKxKMask(int64_t cc) {
+  return cc >= kBlock ? ~__mmask64{0} : (__mmask64{1} << cc) - 1;
+}
+// The first channel past the KxK blocks.
+int64_t BlocksKxKEnd(int64_t cc) { return Min(BlocksKxK(cc) * kBlock, cc); }
 
-void Prepare5x5(const DepthwiseRowArgs& d, Block5x5* blocks) {
+template <int K>
+void PrepareKxK(const DepthwiseRowArgs& d, BlockKxK<K>* blocks) {
+  constexpr int kD = BlockKxK<K>::kDwords;
   const int64_t cc = d.channels;
+  const __mmask64 mask = BlockKxKMask(cc);
   const __m512i zero = _mm512_setzero_si512();
   const __m512i ones = _mm512_set1_epi8(1);
-  for (int64_t bi = 0; bi < Blocks5x5(cc); ++bi) {
-    Block5x5& blk = blocks[bi];
-    const int64_t c0 = Block5x5Start(bi, cc);
-    for (int ky = 0; ky < 5; ++ky) {
-      __m512i w[5];
-      for (int kx = 0; kx < 5; ++kx) {
-        w[kx] = LoadWeights(d.filter + (ky * 5 + kx) * cc + c0, kBlock);
+  for (int64_t bi = 0; bi < BlocksKxK(cc); ++bi) {
+    BlockKxK<K>& blk = blocks[bi];
+    const int64_t c0 = BlockKxKStart(bi, cc);
+    for (int ky = 0; ky < K; ++ky) {
+      __m512i w[K];
+      for (int kx = 0; kx < K; ++kx) {
+        w[kx] = _mm512_maskz_loadu_epi8(mask, d.filter + (ky * K + kx) * cc + c0);
       }
-      Interleave4(w[0], w[1], w[2], w[3], blk.w[ky][0][0]);
-      Interleave4(w[4], zero, zero, zero, blk.w[ky][0][1]);
-      Interleave4(zero, w[0], w[1], w[2], blk.w[ky][1][0]);
-      Interleave4(w[3], w[4], zero, zero, blk.w[ky][1][1]);
-      Interleave4(zero, zero, w[0], w[1], blk.w[ky][2][0]);
-      Interleave4(w[2], w[3], w[4], zero, blk.w[ky][2][1]);
-      Interleave4(zero, zero, zero, w[0], blk.w[ky][3][0]);
-      Interleave4(w[1], w[2], w[3], w[4], blk.w[ky][3][1]);
+      // Column t of a group meets tap t - r of the pixel r columns in.
+      auto tap = [&](int t) { return t >= 0 && t < K ? w[t] : zero; };
+      for (int r = 0; r < 4; ++r) {
+        for (int q = 0; q < kD; ++q) {
+          Interleave4(tap(4 * q - r), tap(4 * q + 1 - r), tap(4 * q + 2 - r),
+                      tap(4 * q + 3 - r), blk.w[ky][r][q]);
+        }
+      }
       for (int j = 0; j < 4; ++j) {
-        // w0 + ... + w4 per lane (u8 ones times the signed weight bytes).
-        const __m512i sum = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(zero, ones, blk.w[ky][0][0][j]), ones, blk.w[ky][0][1][j]);
+        // w0 + ... + w_K-1 per lane (u8 ones times the signed weight bytes).
+        __m512i sum = zero;
+        for (int q = 0; q < kD; ++q) sum = _mm512_dpbusd_epi32(sum, ones, blk.w[ky][0][q][j]);
         blk.corr[ky][j] = _mm512_sub_epi32(zero, _mm512_slli_epi32(sum, 7));
       }
     }
     for (int64_t p = 0; p < kBlock; ++p) {
+      // A partial block's lanes past cc: channel 0's (never stored).
       const int64_t ch = c0 + ZmmU8LaneChannel(p);
-      blk.scale[p] = d.scale[ch];
-      blk.bias[p] = d.bias[ch];
+      blk.scale[p] = d.scale[ch < cc ? ch : 0];
+      blk.bias[p] = d.bias[ch < cc ? ch : 0];
     }
   }
 }
@@ -926,15 +964,37 @@ void Prepare5x5(const DepthwiseRowArgs& d, Block5x5* blocks) {
 // stride 1, 2 at stride 2), borders included: a column outside the image
 // is the vector of zero activations (0x80 after the flip, whose taps the
 // row's correction takes off again, as in Interior3x3::Pair), and a group
-// past the row's end stores only its pixels.
-template <bool kClampHi, bool kFlip, int kS>
-struct Interior5x5 : BlockRow<Block5x5> {
+// past the row's end stores only its pixels. kMasked (a partial block):
+// loads and stores under the block's channel mask; full blocks load whole
+// vectors. (Masked loads everywhere and the 5x5 columns loaded dword by
+// dword together ran full 5x5 blocks 3-10% slower than before, bench_core,
+// one Zen 4 thread, alternated three times: 28x28x240, 28x28x240 / 2,
+// 14x14x672 / 2, 14x14x480 at batch 8; as written, within 0-2%.)
+template <bool kClampHi, bool kFlip, int kS, int K, bool kMasked>
+struct InteriorKxK : BlockRow<BlockKxK<K>> {
+  using Base = BlockRow<BlockKxK<K>>;
+  using Base::blk;
+  using Base::c0;
+  using Base::d;
+  using Base::image;
+  using Base::iy0;
+  using Base::k;
+  using Base::ky0;
+  using Base::ky1;
+  using Base::out_row;
+  using Base::side_row;
   static constexpr int kP = kS == 1 ? 4 : 2;
+  static constexpr int kD = BlockKxK<K>::kDwords;
   __m512i start[4];  // the accumulators' start: the valid rows' corrections
+  __mmask64 mask = ~__mmask64{0};  // the block's channels (kMasked)
+
+  __attribute__((always_inline)) __m512i Load(const int8_t* p) const {
+    return FlipU8<kFlip>(kMasked ? _mm512_maskz_loadu_epi8(mask, p) : _mm512_loadu_si512(p));
+  }
 
   // BlockRow::SetRow, then the accumulators' start for that row.
   void SetRow(int64_t r) {
-    BlockRow<Block5x5>::SetRow(r);
+    Base::SetRow(r);
     for (int j = 0; j < 4; ++j) {
       start[j] = _mm512_setzero_si512();
       if (kFlip) {
@@ -945,9 +1005,9 @@ struct Interior5x5 : BlockRow<Block5x5> {
     }
   }
 
-  // kFullRows: all five filter rows inside the image (a compile-time loop,
+  // kFullRows: all K filter rows inside the image (a compile-time loop,
   // whose kP * 4 accumulators stay in registers); kChecked: some of the
-  // eight columns may lie outside the image; npix: the pixels to store.
+  // 4 * kD columns may lie outside the image; npix: the pixels to store.
   template <bool kFullRows, bool kChecked>
   __attribute__((always_inline)) void Group(int64_t ox, int npix) const {
     const ConvGeometry& g = *d->geo;
@@ -959,31 +1019,45 @@ struct Interior5x5 : BlockRow<Block5x5> {
       for (int j = 0; j < 4; ++j) acc[p][j] = start[j];
     }
     const int64_t ky_begin = kFullRows ? 0 : ky0;
-    const int64_t ky_end = kFullRows ? 5 : ky1;
-#pragma GCC unroll 5
+    const int64_t ky_end = kFullRows ? K : ky1;
+#pragma GCC unroll 7
     for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
       // An offset, not a pointer: ix0 may be negative, and a column outside
       // the image is neither addressed nor read.
       const int64_t row_off = ((iy0 + ky) * g.in_w + ix0) * cc + c0;
-      __m512i x[8];
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
+      auto column = [&](int c) {
         if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) {
-          x[c] = FlipU8<kFlip>(_mm512_setzero_si512());
-        } else {
-          x[c] = FlipU8<kFlip>(_mm512_loadu_si512(image + row_off + c * cc));
+          return FlipU8<kFlip>(_mm512_setzero_si512());
         }
-      }
-      __m512i u0[4], u1[4];
-      Interleave4(x[0], x[1], x[2], x[3], u0);
-      Interleave4(x[4], x[5], x[6], x[7], u1);
+        return Load(image + row_off + c * cc);
+      };
+      // 5x5: the eight columns first, then both dwords' unpacks and
+      // products (the 5x5 kernel's order before 7x7 joined it). 7x7: dword
+      // by dword; its twelve columns at once leave too few registers for
+      // the sixteen accumulators (bench_core, one Zen 4 thread, alternated
+      // three times: 14x14x88 17-21 -> 23-28 us, 56x56x96 267-327 -> 369-423,
+      // 28x28x88 / 2 at batch 8 152-179 -> 227-256).
+      constexpr int kAhead = kD == 2 ? 2 : 1;
+#pragma GCC unroll 3
+      for (int q0 = 0; q0 < kD; q0 += kAhead) {
+        __m512i u[kAhead][4];
+        __m512i x[4 * kAhead];
+#pragma GCC unroll 8
+        for (int c = 0; c < 4 * kAhead; ++c) x[c] = column(4 * q0 + c);
+#pragma GCC unroll 2
+        for (int a = 0; a < kAhead; ++a) {
+          Interleave4(x[4 * a], x[4 * a + 1], x[4 * a + 2], x[4 * a + 3], u[a]);
+        }
 #pragma GCC unroll 4
-      for (int p = 0; p < kP; ++p) {
-        const int r = kS * p;
+        for (int p = 0; p < kP; ++p) {
+          const int r = kS * p;
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          acc[p][j] = _mm512_dpbusd_epi32(acc[p][j], u0[j], blk->w[ky][r][0][j]);
-          acc[p][j] = _mm512_dpbusd_epi32(acc[p][j], u1[j], blk->w[ky][r][1][j]);
+          for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 2
+            for (int a = 0; a < kAhead; ++a) {
+              acc[p][j] = _mm512_dpbusd_epi32(acc[p][j], u[a][j], blk->w[ky][r][q0 + a][j]);
+            }
+          }
         }
       }
     }
@@ -993,7 +1067,7 @@ struct Interior5x5 : BlockRow<Block5x5> {
       const int64_t o = (ox + p) * cc + c0;
       Epilogue64<kClampHi>(acc[p][0], acc[p][1], acc[p][2], acc[p][3], blk->scale,
                            blk->bias, side_row != nullptr ? side_row + o : nullptr, *k,
-                           ~__mmask64{0}, out_row + o);
+                           kMasked ? mask : ~__mmask64{0}, out_row + o);
     }
   }
 
@@ -1003,7 +1077,7 @@ struct Interior5x5 : BlockRow<Block5x5> {
     for (int64_t ox = 0; ox < out_w; ox += kP) {
       const int64_t ix0 = ox * kS - g.pad_left;
       const int npix = static_cast<int>(Min(static_cast<int64_t>(kP), out_w - ox));
-      if (ix0 >= 0 && ix0 + 7 < g.in_w) {
+      if (ix0 >= 0 && ix0 + 4 * kD - 1 < g.in_w) {
         Group<kFullRows, false>(ox, npix);
       } else {
         Group<kFullRows, true>(ox, npix);
@@ -1012,7 +1086,7 @@ struct Interior5x5 : BlockRow<Block5x5> {
   }
 
   void Run(int64_t out_w) const {
-    if (ky1 - ky0 == 5) {
+    if (ky1 - ky0 == K) {
       RunRows<true>(out_w);
     } else {
       RunRows<false>(out_w);
@@ -1020,25 +1094,27 @@ struct Interior5x5 : BlockRow<Block5x5> {
   }
 };
 
-template <bool kClampHi, bool kFlip, int kS>
-void Rows5x5(const DepthwiseRowArgs& d) {
+template <bool kClampHi, bool kFlip, int kS, int K, bool kMasked>
+void RowsKxK(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
   const int64_t cc = d.channels;
-  const int64_t nblocks = Blocks5x5(cc);
-  std::vector<Block5x5> local;
-  const Block5x5* blocks = PreparedBlocks(d.prepared, nblocks, &local,
-                                          [&](Block5x5* b) { Prepare5x5(d, b); });
+  const int64_t nblocks = BlocksKxK(cc);
+  std::vector<BlockKxK<K>> local;
+  const BlockKxK<K>* blocks = PreparedBlocks(d.prepared, nblocks, &local,
+                                             [&](BlockKxK<K>* b) { PrepareKxK<K>(d, b); });
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
-  const int64_t c_split = Blocks5x5End(cc);
+  const int64_t c_split = BlocksKxKEnd(cc);
   // The channels past the blocks: the one-tap-per-lane kernel.
   if (c_split < cc) Rows16::RestChannels(d, k, c_split);
-  Interior5x5<kClampHi, kFlip, kS> in;
+  InteriorKxK<kClampHi, kFlip, kS, K, kMasked> in;
   in.d = &d;
   in.k = &k;
-  // Blocks outer, rows inner (a block's 12 KiB of weights stays in L1).
+  in.mask = BlockKxKMask(cc);
+  // Blocks outer, rows inner (a block's weights, 12 KiB for 5x5 and 23 for
+  // 7x7, stay in L1).
   for (int64_t bi = 0; bi < nblocks; ++bi) {
     in.blk = &blocks[bi];
-    in.c0 = Block5x5Start(bi, cc);
+    in.c0 = BlockKxKStart(bi, cc);
     for (int64_t r = d.row_begin; r < d.row_end; ++r) {
       in.SetRow(r);
       in.Run(g.out_w);
@@ -1046,9 +1122,41 @@ void Rows5x5(const DepthwiseRowArgs& d) {
   }
 }
 
+template <int K, bool kMasked>
+void DispatchRowsKxK(const DepthwiseRowArgs& d) {
+  WithClampHi(d.clamp_hi, [&](auto clamp) {
+    constexpr bool kClampHi = decltype(clamp)::value;
+    if (d.input_non_negative) {
+      if (d.geo->stride_w == 1) {
+        RowsKxK<kClampHi, false, 1, K, kMasked>(d);
+      } else {
+        RowsKxK<kClampHi, false, 2, K, kMasked>(d);
+      }
+    } else if (d.geo->stride_w == 1) {
+      RowsKxK<kClampHi, true, 1, K, kMasked>(d);
+    } else {
+      RowsKxK<kClampHi, true, 2, K, kMasked>(d);
+    }
+  });
+}
+
+template <int K>
+void DispatchRowsKxK(const DepthwiseRowArgs& d) {
+  if (d.channels < kBlock) {
+    DispatchRowsKxK<K, true>(d);
+  } else {
+    DispatchRowsKxK<K, false>(d);
+  }
+}
+
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
-  if (Use5x5Interior(d)) {
-    return static_cast<int64_t>(sizeof(Block5x5)) * Blocks5x5(d.channels);
+  switch (KxKInterior(d)) {
+    case 5:
+      return static_cast<int64_t>(sizeof(BlockKxK<5>)) * BlocksKxK(d.channels);
+    case 7:
+      return static_cast<int64_t>(sizeof(BlockKxK<7>)) * BlocksKxK(d.channels);
+    default:
+      break;
   }
   return Use3x3Interior(d)
              ? static_cast<int64_t>(sizeof(Block3x3)) *
@@ -1058,18 +1166,23 @@ int64_t PrepBytes(const DepthwiseRowArgs& d) {
 }
 
 void PrepFill(const DepthwiseRowArgs& d, void* p) {
-  if (Use5x5Interior(d)) {
-    Prepare5x5(d, static_cast<Block5x5*>(p));
-  } else {
-    PrepareBlocks(d, static_cast<Block3x3*>(p));
+  switch (KxKInterior(d)) {
+    case 5:
+      PrepareKxK<5>(d, static_cast<BlockKxK<5>*>(p));
+      return;
+    case 7:
+      PrepareKxK<7>(d, static_cast<BlockKxK<7>*>(p));
+      return;
+    default:
+      PrepareBlocks(d, static_cast<Block3x3*>(p));
   }
 }
 
-// Rows3x3 and Rows5x5 run the one-tap-per-lane kernel (widened weights)
+// Rows3x3 and RowsKxK run the one-tap-per-lane kernel (widened weights)
 // only on the channels past the last full 64-channel block (none past
-// Rows5x5's overlapping block).
+// RowsKxK's overlapping or partial block).
 int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
-  if (Use5x5Interior(d)) return Blocks5x5End(d.channels);
+  if (KxKInterior(d) != 0) return BlocksKxKEnd(d.channels);
   return Use3x3Interior(d) ? d.channels / kBlock * kBlock : 0;
 }
 
@@ -1079,21 +1192,11 @@ extern const DepthwisePrep kDepthwisePrepAvx512Vnni = {PrepBytes, PrepFill,
                                                        PrepWideFrom};
 
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d) {
-  if (Use5x5Interior(d)) {
-    WithClampHi(d.clamp_hi, [&](auto clamp) {
-      constexpr bool kClampHi = decltype(clamp)::value;
-      if (d.input_non_negative) {
-        if (d.geo->stride_w == 1) {
-          Rows5x5<kClampHi, false, 1>(d);
-        } else {
-          Rows5x5<kClampHi, false, 2>(d);
-        }
-      } else if (d.geo->stride_w == 1) {
-        Rows5x5<kClampHi, true, 1>(d);
-      } else {
-        Rows5x5<kClampHi, true, 2>(d);
-      }
-    });
+  const int kxk = KxKInterior(d);
+  if (kxk == 5) {
+    DispatchRowsKxK<5>(d);
+  } else if (kxk == 7) {
+    DispatchRowsKxK<7>(d);
   } else if (Use3x3Interior(d)) {
     WithClampHi(d.clamp_hi, [&](auto clamp) {
       if (d.input_non_negative) {
