@@ -39,6 +39,7 @@
 #include "cc/core/cpu/gemm/packed_weights.h"
 #include "cc/core/cpu/lut/lut.h"
 #include "cc/core/cpu/peak/peak.h"
+#include "cc/core/cpu/pool/pool_kernels.h"
 #include "cc/core/cpu/round_int8.h"
 #include "cc/core/cpu/winograd/winograd.h"
 #include "cc/core/fused_conv.h"
@@ -3531,6 +3532,68 @@ void TestMaxPool() {
   std::printf("max pool: %d runs checked\n", runs);
 }
 
+// Each average body this CPU runs against the exact rational rounding
+// (RoundedQuotient) for every divisor 1-255 (the vector bodies' range;
+// AvgPoolReciprocalExact's multiply where D is odd or a power of two, the
+// division elsewhere): 8 cells or fewer (the rest of D as zero padding),
+// 80 channels (a whole vector and a tail), channel sums on every tie k * D
+// + D / 2 in range and one either side, the extremes and random sums.
+void TestAvgPoolBodies() {
+  std::vector<std::pair<const char*, cpu::AvgPoolBody>> bodies;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) bodies.emplace_back("avx2", cpu::AvgPoolAvx2);
+  if (__builtin_cpu_supports("avx512bw")) bodies.emplace_back("avx512", cpu::AvgPoolAvx512);
+#endif
+  std::mt19937 rng(91);
+  constexpr int64_t kChannels = 80;
+  int runs = 0;
+  for (const auto& body : bodies) {
+    for (int64_t d = 1; d <= cpu::kAvgPoolVectorMaxCells; ++d) {
+      const int64_t count = std::min<int64_t>(d, 8);
+      const int64_t lo = -128 * count, hi = 127 * count;
+      // Target sums: ties and their neighbours, then the extremes and
+      // random ones, kChannels per call.
+      std::vector<int64_t> sums;
+      for (int64_t k = lo / d - 1; k <= hi / d + 1; ++k) {
+        for (int64_t t : {k * d + d / 2 - 1, k * d + d / 2, k * d + d / 2 + 1, k * d}) {
+          if (t >= lo && t <= hi) sums.push_back(t);
+        }
+      }
+      sums.push_back(lo);
+      sums.push_back(hi);
+      while (sums.size() % kChannels != 0) {
+        sums.push_back(std::uniform_int_distribution<int64_t>(lo, hi)(rng));
+      }
+      for (size_t first = 0; first < sums.size(); first += kChannels) {
+        std::vector<std::vector<int8_t>> cells(static_cast<size_t>(count),
+                                               std::vector<int8_t>(kChannels));
+        std::vector<int8_t> want(kChannels), got(kChannels, 99);
+        for (int64_t c = 0; c < kChannels; ++c) {
+          // Cells summing to the target: each within [-128, 127].
+          int64_t left = sums[first + c];
+          // left / (cells left), truncated, keeps the rest within the
+          // remaining cells' range.
+          for (int64_t j = 0; j < count; ++j) {
+            const int64_t cell = left / (count - j);
+            cells[j][c] = static_cast<int8_t>(cell);
+            left -= cell;
+          }
+          EXPECT(left == 0, "avg body test: sum %ld not made of %ld cells",
+                 long(sums[first + c]), long(count));
+          want[c] = static_cast<int8_t>(cpu::RoundedQuotient(sums[first + c], d));
+        }
+        std::vector<const int8_t*> rows;
+        for (const auto& r : cells) rows.push_back(r.data());
+        body.second(rows.data(), count, d, kChannels, got.data());
+        EXPECT(got == want, "avg body %s divisor %ld cells %ld: differs", body.first, long(d),
+               long(count));
+        ++runs;
+      }
+    }
+  }
+  std::printf("average pooling bodies: %d runs checked\n", runs);
+}
+
 void TestAvgPool() {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> u8(-128, 127);
@@ -3687,6 +3750,7 @@ int main() {
   TestChannelScale();
   TestLayerNorm();
   TestMaxPool();
+  TestAvgPoolBodies();
   TestAvgPool();
   TestCopyLoop();
   if (!SelectPaths()) {

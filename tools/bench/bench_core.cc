@@ -36,6 +36,9 @@
 //   sequence op does for a Relu step's output.
 //   BENCH_CORE_IN_PLACE=1 (2) makes the AVX-512 VNNI GEMM read rows in place
 //   wherever it can (gather every row) instead of its per-CPU choice.
+//   BENCH_CORE_POOL=avg|max times the core's average or max pooling (window
+//   K, the stride and padding, one thread) instead of a convolution.
+//   BENCH_CORE_WEIGHTS=identity: see below.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -53,6 +56,7 @@
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "cc/core/cpu/gemm/gemm_kernels.h"
 #include "cc/core/fused_conv.h"
+#include "cc/core/pool.h"
 #include "tools/bench/held_pin.h"
 #include "tools/bench/spin_pool.h"
 
@@ -95,6 +99,49 @@ int main(int argc, char** argv) {
   }
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> u8(-128, 127);
+  // BENCH_CORE_POOL=avg|max: times the core's pooling instead, a window of
+  // K (or KhxKw) at the stride over N x H x W x Ci with the padding, on the
+  // path, one thread (the layer's other arguments are ignored).
+  if (const char* pool_env = std::getenv("BENCH_CORE_POOL")) {
+    const std::string kind = pool_env;
+    PoolGeometry pg;
+    pg.batch = g.batch;
+    pg.in_h = g.in_h;
+    pg.in_w = g.in_w;
+    pg.channels = g.in_c;
+    pg.window_h = g.filter_h;
+    pg.window_w = g.filter_w;
+    pg.stride_h = pg.stride_w = g.stride_h;
+    const std::string pool_err =
+        ComputePoolGeometry(padding == "same" ? Padding::kSame : Padding::kValid, &pg);
+    if (!pool_err.empty() || (kind != "avg" && kind != "max")) {
+      std::fprintf(stderr, "pool: %s\n", pool_err.empty() ? "avg or max" : pool_err.c_str());
+      return 2;
+    }
+    std::vector<int8_t> px(static_cast<size_t>(pg.InputElements())),
+        pout(static_cast<size_t>(pg.OutputElements()));
+    for (auto& v : px) v = static_cast<int8_t>(u8(rng));
+    const ParallelFor serial;
+    auto call = [&] {
+      if (kind == "avg") {
+        AvgPoolInt8(px.data(), pg, pout.data(), serial, path);
+      } else {
+        MaxPoolInt8(px.data(), pg, pout.data(), serial, path);
+      }
+    };
+    call();
+    long long iters = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double dt = 0;
+    do {
+      call();
+      ++iters;
+      dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (dt < seconds);
+    std::printf("%.3f us/call  %.2f GB/s read  (%lld calls)\n", dt / iters * 1e6,
+                pg.InputElements() * static_cast<double>(iters) / dt * 1e-9, iters);
+    return 0;
+  }
   const char* rotate_env = std::getenv("BENCH_CORE_FILTERS");
   const int rotate = rotate_env ? std::max(1, std::atoi(rotate_env)) : 1;
   std::vector<int8_t> x(g.InputElements());

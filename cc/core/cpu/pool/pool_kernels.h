@@ -142,6 +142,22 @@ inline void AvgPoolChannels(const int8_t* const* rows, int64_t count,
 // AvgPoolChannels.
 constexpr int64_t kAvgPoolVectorMaxCells = 255;
 
+// Whether the vector bodies may multiply the sum by the float32 reciprocal
+// of the divisor D (<= kAvgPoolVectorMaxCells) instead of dividing by D,
+// with the same rounded result: D a power of two (1 / D is then exact, and
+// so is S * (1 / D), ties included), or D odd. An odd D makes no ties (S /
+// D = k + 1/2 would need 2S = D (2k + 1), even = odd), and puts S / D at
+// least 1 / (2D) >= 2^-9 from every half-integer; fl(S * fl(1 / D)) lies
+// within 2^-17 (1 / D's rounding, times |S / D| <= 128) + 2^-17 (the
+// product's, half an ulp at 128 at most) = 2^-16 of S / D: on the same side
+// of every half-integer, never on one, so it rounds to the same integer.
+// The 3x3 windows of a SAME pooling have 9 cells inside (odd) and 4 at the
+// corners (a power of two); only the edges' 6 divide. VDIVPS takes several
+// times a VMULPS's throughput on these CPUs.
+inline bool AvgPoolReciprocalExact(int64_t divisor) {
+  return (divisor & 1) != 0 || (divisor & (divisor - 1)) == 0;
+}
+
 #if defined(__x86_64__)
 void AvgPoolAvx2(const int8_t* const* rows, int64_t count, int64_t divisor,
                  int64_t channels, int8_t* out);
