@@ -730,15 +730,17 @@ void TestDepthwise3x3Blocks() {
   auto uni = [&rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
-  // 32, 48, 96, 160: a half block (32 channels, two pixel pairs per zmm)
-  // after the full 64-channel blocks, alone or with 16 more channels; 16,
-  // 48, 80, 144, 240: a quarter block (16 channels, four pixel pairs per
-  // zmm) after them; 24, 72, 120: 8 more channels for the 16-channel kernel.
+  // 32, 96, 160: a half block (32 channels, two pixel pairs per zmm) after
+  // the full 64-channel blocks, alone or with 16 more channels; 16, 80, 144,
+  // 240: a quarter block (16 channels, four pixel pairs per zmm) after them;
+  // 24, 72, 120: 8 more channels for the 16-channel kernel; 33, 40, 44, 48,
+  // 56, 63, and 22, 24, 28 at stride 1: the partial block (the full blocks'
+  // code under a channel mask).
   // The ymm blocks (32 channels): 40, 56, 72 and 120 end with a block that
   // overlaps the one before it (depthwise_blocks_ymm.h OverlapBlock), 48,
   // 80, 144 and 240 with 16 channels for the AVX2 kernel.
-  const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960, 32, 48, 96,
-                                    160, 16, 24, 72, 120, 240, 40, 56};
+  const int64_t channel_counts[] = {64, 80, 128, 144, 192, 960, 32, 48, 96, 160,
+                                    16, 24, 72, 120, 240, 40, 56, 33, 44, 63, 22, 28};
   constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
   for (int iter = 0; iter < 12 * kCounts; ++iter) {

@@ -37,7 +37,9 @@
 // only, its borders run the 16-channel kernel) and at stride 1 on rows of
 // 32 outputs or more 16 channels after those (a quarter block: four pixel
 // pairs, one per 128-bit lane, groups of 8 pixels). The remaining channels
-// run the 16-channel kernel everywhere. The half
+// run the 16-channel kernel everywhere. A call of 33-63 channels (17-31 at
+// stride 1) runs one partial block instead: the full blocks' code with every
+// load and store under a channel mask (PartialBlock3x3). The half
 // block, alternated with the binary before it (bench_core, one Zen 5
 // thread): 112x112x32 (MobileNetV2's first depthwise layer) 100 -> 64 us
 // at batch 1 and 1000 -> 530 us at batch 8, 112x112x96 / 2 77 -> 68 us,
@@ -206,6 +208,28 @@ inline int64_t QuarterBlocks(int64_t cc, const ConvGeometry& g) {
   return g.stride_w == 1 && g.out_w >= 32 && cc % (kBlock / 2) >= kBlock / 4 ? 1 : 0;
 }
 
+// 33-63 channels, and 17-31 at stride 1: one partial block, the full
+// blocks' code under a channel mask (Interior3x3 kMasked), instead of the
+// half block and the 16-channel kernel on the rest (or the half and quarter
+// blocks, or the quarter block and the rest). bench_core, one Zen 4 thread,
+// input non-negative, alternated twice (us): 28x28x44 at batch 8 117-162 ->
+// 68-72 (NASNetMobile's), stride 2 35-37 -> 25-28; 56x56x48 43-44 -> 31-37,
+// 28x28x48 16-19 -> 9-10, 112x112x48 / 2 57-60 -> 43-44, 28x28x33 16 ->
+// 9-10, 28x28x63 21-22 -> 9; stride 1 28x28x22 13-14 -> 10, 56x56x22 at
+// batch 8 315-324 -> 262-266, 56x56x24 35-42 -> 32-35, 56x56x17 46-55 ->
+// 37-44; but 112x112x24 / 2 40-44 -> 44-49 (32 channels, the half block
+// alone, stay as they are).
+inline bool PartialBlock3x3(int64_t cc, const ConvGeometry& g) {
+  return (cc > kBlock / 2 && cc < kBlock) ||
+         (cc > kBlock / 4 && cc < kBlock / 2 && g.stride_w == 1);
+}
+
+// The 3x3 blocks: the full ones, the half and the quarter block, or the
+// partial block alone.
+inline int64_t Blocks3x3(int64_t cc, const ConvGeometry& g) {
+  return PartialBlock3x3(cc, g) ? 1 : cc / kBlock + HalfBlocks(cc) + QuarterBlocks(cc, g);
+}
+
 // Channels per block of block index bi (64, 32 or 16).
 inline int64_t BlockWidth(int64_t cc, int64_t bi) {
   const int64_t nblocks = cc / kBlock;
@@ -253,18 +277,23 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
   const __m512i zero = _mm512_setzero_si512();
   const __m512i ones = _mm512_set1_epi8(1);
   const int64_t nblocks = cc / kBlock;
-  const int64_t count = nblocks + HalfBlocks(cc) + QuarterBlocks(cc, *d.geo);
+  const int64_t count = Blocks3x3(cc, *d.geo);
+  const bool partial = PartialBlock3x3(cc, *d.geo);
+  const __mmask64 mask = (__mmask64{1} << (cc % kBlock)) - 1;  // partial only
   for (int64_t bi = 0; bi < count; ++bi) {
     Block3x3& blk = blocks[bi];
-    const int64_t width = BlockWidth(cc, bi);
+    const int64_t width = partial ? kBlock : BlockWidth(cc, bi);
     // The half block starts after the full ones, the quarter after both.
     const int64_t c0 = bi <= nblocks ? bi * kBlock : nblocks * kBlock + kBlock / 2;
+    auto load = [&](const int8_t* w) {
+      return partial ? _mm512_maskz_loadu_epi8(mask, w) : LoadWeights(w, width);
+    };
     for (int j = 0; j < 4; ++j) blk.corr_all[j] = zero;
     for (int ky = 0; ky < 3; ++ky) {
       const int8_t* w = d.filter + ky * 3 * cc + c0;
-      const __m512i w0 = LoadWeights(w, width);
-      const __m512i w1 = LoadWeights(w + cc, width);
-      const __m512i w2 = LoadWeights(w + 2 * cc, width);
+      const __m512i w0 = load(w);
+      const __m512i w1 = load(w + cc);
+      const __m512i w2 = load(w + 2 * cc);
       Interleave4(w0, w1, w2, zero, blk.a[ky]);
       if (s2) {
         Interleave4(zero, zero, w0, w1, blk.b[ky]);
@@ -280,9 +309,10 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
       }
     }
     for (int64_t p = 0; p < kBlock; ++p) {
+      // The partial block's lanes past cc: channel 0's (never stored).
       const int64_t ch = c0 + ZmmU8LaneChannel(p) % width;
-      blk.scale[p] = d.scale[ch];
-      blk.bias[p] = d.bias[ch];
+      blk.scale[p] = d.scale[ch < cc ? ch : 0];
+      blk.bias[p] = d.bias[ch < cc ? ch : 0];
     }
   }
 }
@@ -329,12 +359,15 @@ struct BlockRow {
   }
 };
 
-template <bool kClampHi, bool kFlip>
+// kMasked: the partial block (PartialBlock3x3): every load and store under
+// `mask`, its channels; it runs Run's full-block code only (not Multi).
+template <bool kClampHi, bool kFlip, bool kMasked = false>
 struct Interior3x3 : BlockRow<Block3x3> {
   __m512i shuffle_e[4];  // byte 4j + i of each lane to dword i's low byte
+  __mmask64 mask = ~__mmask64{0};  // the partial block's channels (kMasked)
 
   __m512i Load(const int8_t* p) const {
-    return Flip(_mm512_loadu_si512(p));
+    return Flip(kMasked ? _mm512_maskz_loadu_epi8(mask, p) : _mm512_loadu_si512(p));
   }
 
   static __m512i Flip(__m512i x) { return FlipU8<kFlip>(x); }
@@ -346,7 +379,7 @@ struct Interior3x3 : BlockRow<Block3x3> {
     const int64_t o = ox * d->channels + c0;
     Epilogue64<kClampHi>(a0, a1, a2, a3, blk->scale, blk->bias,
                          side_row != nullptr ? side_row + o : nullptr, *k,
-                         ~__mmask64{0}, out_row + o);
+                         kMasked ? mask : ~__mmask64{0}, out_row + o);
   }
 
   // Both pixels' accumulators start at the +128 correction of the valid
@@ -749,10 +782,32 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   const int64_t cc = d.channels;
   const int64_t nblocks = cc / kBlock;
   std::vector<Block3x3> local;
-  const Block3x3* blocks = PreparedBlocks(
-      d.prepared, nblocks + HalfBlocks(cc) + QuarterBlocks(cc, g), &local,
-      [&](Block3x3* b) { PrepareBlocks(d, b); });
+  const Block3x3* blocks = PreparedBlocks(d.prepared, Blocks3x3(cc, g), &local,
+                                          [&](Block3x3* b) { PrepareBlocks(d, b); });
   const Epilogue512Consts k = Zmm16::MakeConsts(d);
+  if (PartialBlock3x3(cc, g)) {
+    // The partial block: every column as a full block runs them.
+    Interior3x3<kClampHi, kFlip, true> in;
+    in.d = &d;
+    in.k = &k;
+    in.blk = &blocks[0];
+    in.c0 = 0;
+    in.mask = (__mmask64{1} << cc) - 1;
+    for (int j = 0; j < 4; ++j) {
+      alignas(64) int8_t idx[64];
+      DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/4, idx);
+      in.shuffle_e[j] = _mm512_load_si512(idx);
+    }
+    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+      in.SetRow(r);
+      if (g.stride_w == 1) {
+        in.template Run<1>(0, g.out_w);
+      } else {
+        in.template Run<2>(0, g.out_w);
+      }
+    }
+    return;
+  }
   Rows16::RunFn run_full, run_part;
   Rows16::PickInterior(g, &run_full, &run_part);
   Interior3x3<kClampHi, kFlip> in;
@@ -1159,9 +1214,7 @@ int64_t PrepBytes(const DepthwiseRowArgs& d) {
       break;
   }
   return Use3x3Interior(d)
-             ? static_cast<int64_t>(sizeof(Block3x3)) *
-                   (d.channels / kBlock + HalfBlocks(d.channels) +
-                    QuarterBlocks(d.channels, *d.geo))
+             ? static_cast<int64_t>(sizeof(Block3x3)) * Blocks3x3(d.channels, *d.geo)
              : 0;
 }
 
@@ -1183,6 +1236,7 @@ void PrepFill(const DepthwiseRowArgs& d, void* p) {
 // RowsKxK's overlapping or partial block).
 int64_t PrepWideFrom(const DepthwiseRowArgs& d) {
   if (KxKInterior(d) != 0) return BlocksKxKEnd(d.channels);
+  if (Use3x3Interior(d) && PartialBlock3x3(d.channels, *d.geo)) return d.channels;
   return Use3x3Interior(d) ? d.channels / kBlock * kBlock : 0;
 }
 
