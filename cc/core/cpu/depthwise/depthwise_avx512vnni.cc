@@ -776,6 +776,33 @@ bool Use3x3Interior(const DepthwiseRowArgs& d) {
          (g.stride_w == 1 || g.stride_w == 2);
 }
 
+// Points `in` (an Interior3x3) at the call and its epilogue constants, with
+// the stride-2 E shuffles.
+template <typename In>
+void StartInterior3x3(const DepthwiseRowArgs& d, const Epilogue512Consts& k, In* in) {
+  in->d = &d;
+  in->k = &k;
+  for (int j = 0; j < 4; ++j) {
+    alignas(64) int8_t idx[64];
+    DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/4, idx);
+    in->shuffle_e[j] = _mm512_load_si512(idx);
+  }
+}
+
+// in's block (a full or the partial one) over the call's rows: every
+// column, borders too (checked loads there).
+template <typename In>
+void BlockRows3x3(const DepthwiseRowArgs& d, In& in) {
+  for (int64_t r = d.row_begin; r < d.row_end; ++r) {
+    in.SetRow(r);
+    if (d.geo->stride_w == 1) {
+      in.template Run<1>(0, d.geo->out_w);
+    } else {
+      in.template Run<2>(0, d.geo->out_w);
+    }
+  }
+}
+
 template <bool kClampHi, bool kFlip>
 void Rows3x3(const DepthwiseRowArgs& d) {
   const ConvGeometry& g = *d.geo;
@@ -788,36 +815,17 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   if (PartialBlock3x3(cc, g)) {
     // The partial block: every column as a full block runs them.
     Interior3x3<kClampHi, kFlip, true> in;
-    in.d = &d;
-    in.k = &k;
+    StartInterior3x3(d, k, &in);
     in.blk = &blocks[0];
     in.c0 = 0;
     in.mask = (__mmask64{1} << cc) - 1;
-    for (int j = 0; j < 4; ++j) {
-      alignas(64) int8_t idx[64];
-      DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/4, idx);
-      in.shuffle_e[j] = _mm512_load_si512(idx);
-    }
-    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      in.SetRow(r);
-      if (g.stride_w == 1) {
-        in.template Run<1>(0, g.out_w);
-      } else {
-        in.template Run<2>(0, g.out_w);
-      }
-    }
+    BlockRows3x3(d, in);
     return;
   }
   Rows16::RunFn run_full, run_part;
   Rows16::PickInterior(g, &run_full, &run_part);
   Interior3x3<kClampHi, kFlip> in;
-  in.d = &d;
-  in.k = &k;
-  for (int j = 0; j < 4; ++j) {
-    alignas(64) int8_t idx[64];
-    DwordSpreadShuffle(j, /*at=*/0, /*lanes=*/4, idx);
-    in.shuffle_e[j] = _mm512_load_si512(idx);
-  }
+  StartInterior3x3(d, k, &in);
   const int64_t c_split = nblocks * kBlock;
   const int64_t half = HalfBlocks(cc);
   const int64_t quarter = QuarterBlocks(cc, g);
@@ -832,15 +840,7 @@ void Rows3x3(const DepthwiseRowArgs& d) {
   for (int64_t bi = 0; bi < nblocks; ++bi) {
     in.blk = &blocks[bi];
     in.c0 = bi * kBlock;
-    for (int64_t r = d.row_begin; r < d.row_end; ++r) {
-      in.SetRow(r);
-      // Every column, borders too (checked loads there).
-      if (g.stride_w == 1) {
-        in.template Run<1>(0, g.out_w);
-      } else {
-        in.template Run<2>(0, g.out_w);
-      }
-    }
+    BlockRows3x3(d, in);
   }
   // The half block (kG = 2 pixel pairs a zmm) and the quarter block
   // (kG = 4): groups of 2 * kG pixels whose columns all lie inside the
