@@ -152,8 +152,8 @@ constexpr int64_t kAvgPoolVectorMaxCells = 255;
 // product's, half an ulp at 128 at most) = 2^-16 of S / D: on the same side
 // of every half-integer, never on one, so it rounds to the same integer.
 // The 3x3 windows of a SAME pooling have 9 cells inside (odd) and 4 at the
-// corners (a power of two); only the edges' 6 divide. VDIVPS takes several
-// times a VMULPS's throughput on these CPUs.
+// corners (a power of two); only the edges' 6 divide (a VDIVPS costs
+// several VMULPS of throughput).
 inline bool AvgPoolReciprocalExact(int64_t divisor) {
   return (divisor & 1) != 0 || (divisor & (divisor - 1)) == 0;
 }
