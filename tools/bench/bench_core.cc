@@ -50,6 +50,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cc/core/conv_params.h"
@@ -59,6 +60,25 @@
 #include "cc/core/pool.h"
 #include "tools/bench/held_pin.h"
 #include "tools/bench/spin_pool.h"
+
+namespace {
+
+// Calls call(i) for i = 0, 1, ... until `seconds` have passed (at least
+// once); the calls made and the seconds they took.
+template <typename Call>
+std::pair<int64_t, double> TimeCalls(double seconds, const Call& call) {
+  int64_t iters = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double dt = 0;
+  do {
+    call(iters);
+    ++iters;
+    dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (dt < seconds);
+  return {iters, dt};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tf_fused_int8;  // NOLINT
@@ -130,16 +150,10 @@ int main(int argc, char** argv) {
       }
     };
     call();
-    long long iters = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    double dt = 0;
-    do {
-      call();
-      ++iters;
-      dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    } while (dt < seconds);
+    const auto [iters, dt] = TimeCalls(seconds, [&](int64_t) { call(); });
     std::printf("%.3f us/call  %.2f GB/s read  (%lld calls)\n", dt / iters * 1e6,
-                pg.InputElements() * static_cast<double>(iters) / dt * 1e-9, iters);
+                pg.InputElements() * static_cast<double>(iters) / dt * 1e-9,
+                static_cast<long long>(iters));
     return 0;
   }
   const char* rotate_env = std::getenv("BENCH_CORE_FILTERS");
@@ -257,17 +271,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double macs = double(g.OutputElements()) * g.ReductionDepth();
-  int64_t iters = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  double dt = 0;
-  do {
-    a.filter = ws[iters % rotate].data();
-    a.output = outs[iters % rotate].data();
-    if (side) a.side_input = sides[iters % rotate].data();
+  const auto [iters, dt] = TimeCalls(seconds, [&](int64_t i) {
+    a.filter = ws[i % rotate].data();
+    a.output = outs[i % rotate].data();
+    if (side) a.side_input = sides[i % rotate].data();
     RunFusedConv(a, path, pf);
-    ++iters;
-    dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  } while (dt < seconds);
+  });
   std::printf("%.3f us/call  %.1f GOPS  (%lld calls)\n", dt / iters * 1e6,
               2 * macs * iters / dt / 1e9, static_cast<long long>(iters));
   // BENCH_CORE_CHECK=1: the last timed call's output against the reference

@@ -423,14 +423,8 @@ DepthwiseCacheStats GetDepthwiseCacheStats() {
 void ClearDepthwiseCacheForTesting() { PreparedCache::Global().Clear(); }
 
 namespace {
-std::atomic<int64_t> g_identity_calls{0};
-}  // namespace
 
-int64_t DepthwiseIdentityCallsForTesting() {
-  return g_identity_calls.load(std::memory_order_relaxed);
-}
-
-namespace {
+std::atomic<int64_t> g_identity_calls{0};  // DepthwiseIdentityCallsForTesting
 
 // One output pixel whose window is the whole image, no padding: a global
 // average pooling (quantize_model's GlobalAveragePooling2D, EfficientNet's
@@ -442,6 +436,10 @@ bool GlobalWindow(const ConvGeometry& g) {
 }
 
 }  // namespace
+
+int64_t DepthwiseIdentityCallsForTesting() {
+  return g_identity_calls.load(std::memory_order_relaxed);
+}
 
 void RunDepthwise(const FusedConvArgs& a, DepthwiseRowsFn rows,
                   const ParallelFor& parallel_for, const DepthwisePrep* prep,

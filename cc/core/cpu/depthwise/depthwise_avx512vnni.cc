@@ -143,6 +143,13 @@ using Rows16 = DepthwiseRowKernel<Zmm16>;
 // ------------------------------------------------ 3x3 interior, u8 VPDPBUSD
 
 constexpr int64_t kBlock = 64;
+
+// A block's channels (natural order) as a byte mask for a call of cc
+// channels: all 64, or the cc of a partial block (the 3x3 and KxK blocks
+// of fewer than 64 channels).
+inline __mmask64 BlockMask(int64_t cc) {
+  return cc >= kBlock ? ~__mmask64{0} : (__mmask64{1} << cc) - 1;
+}
 // Runs of at least this many full stride-1 pairs go through PairsS1 (a
 // pair loads and byte-unpacks two columns a filter row instead of four).
 // bench_core, one Zen 5 thread, pinned filters, old and new binaries
@@ -279,7 +286,7 @@ void PrepareBlocks(const DepthwiseRowArgs& d, Block3x3* blocks) {
   const int64_t nblocks = cc / kBlock;
   const int64_t count = Blocks3x3(cc, *d.geo);
   const bool partial = PartialBlock3x3(cc, *d.geo);
-  const __mmask64 mask = (__mmask64{1} << (cc % kBlock)) - 1;  // partial only
+  const __mmask64 mask = BlockMask(cc);  // read where partial
   for (int64_t bi = 0; bi < count; ++bi) {
     Block3x3& blk = blocks[bi];
     const int64_t width = partial ? kBlock : BlockWidth(cc, bi);
@@ -818,7 +825,7 @@ void Rows3x3(const DepthwiseRowArgs& d) {
     StartInterior3x3(d, k, &in);
     in.blk = &blocks[0];
     in.c0 = 0;
-    in.mask = (__mmask64{1} << cc) - 1;
+    in.mask = BlockMask(cc);
     BlockRows3x3(d, in);
     return;
   }
@@ -968,11 +975,6 @@ int64_t BlocksKxK(int64_t cc) {
 int64_t BlockKxKStart(int64_t bi, int64_t cc) {
   return cc < kBlock ? 0 : Min(bi * kBlock, cc - kBlock);
 }
-// The block's channels (natural order) as a byte mask: all 64, or the cc
-// of a partial block.
-__mmask64 BlockKxKMask(int64_t cc) {
-  return cc >= kBlock ? ~__mmask64{0} : (__mmask64{1} << cc) - 1;
-}
 // The first channel past the KxK blocks.
 int64_t BlocksKxKEnd(int64_t cc) { return Min(BlocksKxK(cc) * kBlock, cc); }
 
@@ -980,7 +982,7 @@ template <int K>
 void PrepareKxK(const DepthwiseRowArgs& d, BlockKxK<K>* blocks) {
   constexpr int kD = BlockKxK<K>::kDwords;
   const int64_t cc = d.channels;
-  const __mmask64 mask = BlockKxKMask(cc);
+  const __mmask64 mask = BlockMask(cc);
   const __m512i zero = _mm512_setzero_si512();
   const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t bi = 0; bi < BlocksKxK(cc); ++bi) {
@@ -1164,7 +1166,7 @@ void RowsKxK(const DepthwiseRowArgs& d) {
   InteriorKxK<kClampHi, kFlip, kS, K, kMasked> in;
   in.d = &d;
   in.k = &k;
-  in.mask = BlockKxKMask(cc);
+  in.mask = BlockMask(cc);
   // Blocks outer, rows inner (a block's weights, 12 KiB for 5x5 and 23 for
   // 7x7, stay in L1).
   for (int64_t bi = 0; bi < nblocks; ++bi) {
