@@ -46,34 +46,66 @@ inline Epilogue256Consts MakeEpilogue256Consts(float side_scale, int8_t lo,
   return k;
 }
 
+// The first kN (1..15) bytes at p, zeros after them, reading only those:
+// at most four plain moves (8, 4, 2 and 1 bytes, the bits of kN, at
+// constant offsets).
+template <int kN>
+inline __m128i LoadBytesN(const int8_t* p) {
+  constexpr int o4 = kN & 8, o2 = kN & 12, o1 = kN & 14;
+  __m128i v = (kN & 8) ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))
+                       : _mm_setzero_si128();
+  if (kN & 4) {
+    int32_t x;
+    std::memcpy(&x, p + o4, 4);
+    v = _mm_insert_epi32(v, x, o4 / 4);
+  }
+  if (kN & 2) {
+    int16_t x;
+    std::memcpy(&x, p + o2, 2);
+    v = _mm_insert_epi16(v, x, o2 / 2);
+  }
+  if (kN & 1) v = _mm_insert_epi8(v, p[o1], o1);
+  return v;
+}
+
+// The first kN (1..15) bytes of b to out, as LoadBytesN reads them.
+template <int kN>
+inline void StoreBytesN(__m128i b, int8_t* out) {
+  constexpr int o4 = kN & 8, o2 = kN & 12, o1 = kN & 14;
+  if (kN & 8) _mm_storel_epi64(reinterpret_cast<__m128i*>(out), b);
+  if (kN & 4) {
+    const int32_t x = _mm_extract_epi32(b, o4 / 4);
+    std::memcpy(out + o4, &x, 4);
+  }
+  if (kN & 2) {
+    const int16_t x = static_cast<int16_t>(_mm_extract_epi16(b, o2 / 2));
+    std::memcpy(out + o2, &x, 2);
+  }
+  if (kN & 1) out[o1] = static_cast<int8_t>(_mm_extract_epi8(b, o1));
+}
+
 // The first `count` (1..16) bytes at p, zeros after them, reading only
-// those. Counts that are multiples of 4 (a channel count's remainder
-// after 16-channel blocks is 8 in MobileNetV3's 72, 120, 184 and 200) take
-// one or two plain loads; the others go through a zeroed copy (a
-// variable-size memcpy call and a store-forwarding stall: through it, a
-// 56x56x72 depthwise layer's last 8 channels took 3x the time of its 64
-// others, bench_core, one Zen 4 thread).
+// those (LoadBytesN: one to four plain moves). They went through a zeroed
+// copy before (a variable-size memcpy call and a store-forwarding stall),
+// except for counts that are multiples of 4: then a 56x56x72 depthwise
+// layer's last 8 channels took 3x the time of its 64 others, and NASNet's
+// 11-channel depthwise layers ran 13-14x slower than on avx512vnni (one Zen
+// 4 thread).
 inline __m128i LoadBytes16(const int8_t* p, int count) {
   switch (count) {
     case 16:
       return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    case 8:
-      return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    case 12: {
-      int32_t hi;
-      std::memcpy(&hi, p + 8, 4);
-      return _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), hi, 2);
-    }
-    case 4: {
-      int32_t lo;
-      std::memcpy(&lo, p, 4);
-      return _mm_cvtsi32_si128(lo);
-    }
-    default: {
-      alignas(16) int8_t tmp[16] = {0};
-      std::memcpy(tmp, p, static_cast<size_t>(count));
-      return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
-    }
+#define TF_FUSED_INT8_LOAD_CASE(n) \
+  case n:                          \
+    return LoadBytesN<n>(p);
+      TF_FUSED_INT8_LOAD_CASE(1) TF_FUSED_INT8_LOAD_CASE(2) TF_FUSED_INT8_LOAD_CASE(3)
+      TF_FUSED_INT8_LOAD_CASE(4) TF_FUSED_INT8_LOAD_CASE(5) TF_FUSED_INT8_LOAD_CASE(6)
+      TF_FUSED_INT8_LOAD_CASE(7) TF_FUSED_INT8_LOAD_CASE(8) TF_FUSED_INT8_LOAD_CASE(9)
+      TF_FUSED_INT8_LOAD_CASE(10) TF_FUSED_INT8_LOAD_CASE(11) TF_FUSED_INT8_LOAD_CASE(12)
+      TF_FUSED_INT8_LOAD_CASE(13) TF_FUSED_INT8_LOAD_CASE(14) TF_FUSED_INT8_LOAD_CASE(15)
+#undef TF_FUSED_INT8_LOAD_CASE
+    default:
+      return _mm_setzero_si128();  // no count outside 1..16 is passed
   }
 }
 
@@ -84,32 +116,25 @@ inline void LoadSide16(const int8_t* side, int count, __m256i* s0, __m256i* s1) 
   *s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s, 8));
 }
 
-// Stores the first `count` (1..16) bytes of b to out (multiples of 4 with
-// plain stores, as LoadBytes16 reads).
+// Stores the first `count` (1..16) bytes of b to out (StoreBytesN: one to
+// four plain moves).
 inline void Store16(__m128i b, int count, int8_t* out) {
   switch (count) {
     case 16:
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out), b);
       return;
-    case 8:
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(out), b);
-      return;
-    case 12: {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(out), b);
-      const int32_t hi = _mm_extract_epi32(b, 2);
-      std::memcpy(out + 8, &hi, 4);
-      return;
-    }
-    case 4: {
-      const int32_t lo = _mm_cvtsi128_si32(b);
-      std::memcpy(out, &lo, 4);
-      return;
-    }
-    default: {
-      alignas(16) int8_t tmp[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
-      std::memcpy(out, tmp, static_cast<size_t>(count));
-    }
+#define TF_FUSED_INT8_STORE_CASE(n) \
+  case n:                           \
+    StoreBytesN<n>(b, out);         \
+    return;
+      TF_FUSED_INT8_STORE_CASE(1) TF_FUSED_INT8_STORE_CASE(2) TF_FUSED_INT8_STORE_CASE(3)
+      TF_FUSED_INT8_STORE_CASE(4) TF_FUSED_INT8_STORE_CASE(5) TF_FUSED_INT8_STORE_CASE(6)
+      TF_FUSED_INT8_STORE_CASE(7) TF_FUSED_INT8_STORE_CASE(8) TF_FUSED_INT8_STORE_CASE(9)
+      TF_FUSED_INT8_STORE_CASE(10) TF_FUSED_INT8_STORE_CASE(11) TF_FUSED_INT8_STORE_CASE(12)
+      TF_FUSED_INT8_STORE_CASE(13) TF_FUSED_INT8_STORE_CASE(14) TF_FUSED_INT8_STORE_CASE(15)
+#undef TF_FUSED_INT8_STORE_CASE
+    default:
+      return;  // no count outside 1..16 is passed
   }
 }
 
