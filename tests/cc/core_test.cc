@@ -831,7 +831,7 @@ void TestDepthwise3x3Blocks() {
 // the top and bottom), SAME / VALID / explicit asymmetric padding, batch 2,
 // side input, Relu or none, operands at the extremes, and inputs in [0, 127]
 // told as such (unflipped bytes, no correction) or not. The same calls reach
-// the ymm 5x5 blocks (depthwise_blocks_ymm.h: 32 channels, groups of 2
+// the ymm 5x5 and 7x7 blocks (depthwise_blocks_ymm.h: 32 channels, groups of 2
 // pixels; one to 21 blocks, 32 / 48 / 56 channels for one block with and
 // without the AVX2 kernel's 16 / 24 more), a signed input again without -128
 // weights (CheckWithoutMinWeight: the avx2 path's SignDot).

@@ -10,11 +10,13 @@
 // bench_core, one Zen 5 thread, 11 rounds alternated, median time ratio
 // 0.89-0.99 on MobileNetV2's layers); a last block of fewer than 16
 // channels reads and stores its bytes with LoadBytes16 / Store16
-// (epilogue_avx2.h: plain loads and stores for 4, 8 and 12 of them, a
-// zeroed copy otherwise; through the copy for every count, bench_core, one
-// Zen 4 thread, avx2 forced, MobileNetV3's layers: 56x56x72 179 -> 80 us,
-// 28x28x120 5x5 163 -> 76, 56x56x72 5x5 / 2 144 -> 48, 14x14x200 19 ->
-// 13; 56x56x64 unchanged). The row walk is
+// (epilogue_avx2.h: one to four plain moves for any count; through a
+// zeroed copy for every count, bench_core, one Zen 4 thread, avx2 forced,
+// MobileNetV3's layers: 56x56x72 179 -> 80 us, 28x28x120 5x5 163 -> 76,
+// 56x56x72 5x5 / 2 144 -> 48, 14x14x200 19 -> 13; 56x56x64 unchanged;
+// NASNet's 11 and 22 channels, through the copy until 2026-12-07, at batch
+// 8: 56x56x11 7x7 7.6 -> 1.36 ms, 5x5 4.3-4.5 -> 0.61, 56x56x22 7x7 8.4-8.6
+// -> 1.75). The row walk is
 // depthwise_rows.h; the epilogue is Epilogue16 / Epilogue16x2
 // (epilogue_avx2.h, natural order).
 //
@@ -53,6 +55,17 @@
 // a signed input 28x28x240 0.69-0.78, 14x14x480 0.71, 14x14x672 0.65-0.80,
 // 7x7x1152 0.71, 56x56x144 / 2 0.79, 14x14x672 / 2 0.89; in [0, 127]
 // 0.47-0.58.
+// The 7x7 layers (2026-12-07: NASNet's, ConvNeXt's) run the same blocks
+// (depthwise_blocks_ymm.h's KxK; they ran this kernel, two filter rows a
+// PMADDWD at stride 1, one at stride 2): bench_core, one Zen 4 thread, avx2
+// forced, old and new alternated twice, a signed input 14x14x88 49-50 ->
+// 31 us, 28x28x88 / 2 at batch 8 650-664 -> 347-357, 56x56x96 623-630 ->
+// 454-455, 14x14x176 at batch 8 726-749 -> 479-482, 7x7x352 55-56 -> 30-31;
+// in [0, 127] 14x14x88 49-52 -> 13.7, 28x28x88 / 2 at batch 8 638-641 ->
+// 145-146, 56x56x96 618-627 -> 220. The 5x5 blocks, now loading only the
+// columns a group reads one dword at a time, measured 0.80-0.88x their
+// earlier time on signed inputs (28x28x240, 14x14x672, 14x14x672 / 2,
+// 28x28x44 at batch 8), 1.01x on 56x56x144 / 2, 0.96-1.0x in [0, 127].
 // At batch 8 this VM read anything from 0.89 to 1.4 for the same pair of
 // binaries within minutes (28x28x240: 1.2-1.5 in some runs, its eight
 // images' 3 MB no longer in L2, 0.9 in others). EfficientNetB0 in TF (as

@@ -3,15 +3,15 @@
 // Depthwise row kernel, AVX-VNNI (the avxvnni path: VEX VPDPBUSD on ymm, as
 // on Intel's client cores from Alder Lake on, which have no AVX-512).
 //
-// 3x3 and 5x5, stride 1 or 2, dilation 1 (MobileNet's and EfficientNet's
-// depthwise layers), blocks of 32 channels: depthwise_blocks_ymm.h's kernels
+// 3x3, 5x5 and 7x7, stride 1 or 2, dilation 1 (MobileNet's, EfficientNet's
+// and NASNet's depthwise layers), blocks of 32 channels: depthwise_blocks_ymm.h's kernels
 // with VPDPBUSD as their dot, which is exact on every u8 byte, so they take
 // any input flipped (x ^ 0x80) and an input known to be in [0, 127] as it
 // is. The channels past the last 32-channel block, and every other
 // geometry, run the AVX2 kernel (depthwise_ymm.h: PMADDWD, pair weights).
-// The 5x5 blocks (2026-12-06) were measured on the avx2 path only (1.1-2x
-// there, depthwise_avx2.cc): no CPU with AVX-VNNI was at hand; their bits
-// are tested by core_test_emulated.
+// The 5x5 blocks (2026-12-06) and 7x7 blocks (2026-12-07) were measured on
+// the avx2 path only (1.1-2x and 1.4-4x there, depthwise_avx2.cc): no CPU
+// with AVX-VNNI was at hand; their bits are tested by core_test_emulated.
 //
 // Against that AVX2 kernel on every channel (bench_core, one Zen 5 thread,
 // avxvnni forced, 7 rounds alternated, median time ratio): 112x112x32 0.52,

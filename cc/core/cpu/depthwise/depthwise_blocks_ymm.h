@@ -1,8 +1,8 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
 // The 3x3 depthwise block kernel on ymm (stride 1 or 2, dilation 1:
-// MobileNet's depthwise layers), blocks of 32 channels, and a 5x5 one (the
-// section "5x5" below): the 256-bit forms of depthwise_avx512vnni.cc's
+// MobileNet's depthwise layers), blocks of 32 channels, and a 5x5 and 7x7
+// one (the section "KxK" below): the 256-bit forms of depthwise_avx512vnni.cc's
 // full-block kernels (see there for the method),
 // shared by depthwise_avxvnni.cc (VEX VPDPBUSD) and depthwise_avx2.cc
 // (VPMADDUBSW-based dots, below and there), which differ only in the dot of
@@ -124,7 +124,7 @@ int64_t BlockStart(int64_t bi, int64_t cc) { return std::min(bi * kBlock, cc - k
 // The first channel past the blocks.
 int64_t BlocksEnd(int64_t cc) { return std::min(NumBlocks(cc) * kBlock, cc); }
 
-// Whether any of the `taps` (9: 3x3, 25: 5x5) weight bytes of channels
+// Whether any of the `taps` (9: 3x3, 25: 5x5, 49: 7x7) weight bytes of channels
 // [c0, c0 + 32) is -128.
 inline bool WeightsHaveMin(const int8_t* filter, int64_t cc, int64_t c0, int taps) {
   const __m256i min = _mm256_set1_epi8(static_cast<char>(-128));
@@ -223,7 +223,7 @@ inline __m256i FlipYmm(__m256i x) {
   return kFlip ? _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))) : x;
 }
 
-// What a block interior (Interior3x3, Interior5x5) knows of the call, its
+// What a block interior (Interior3x3, InteriorKxK) knows of the call, its
 // block and its output row (RowsOfBlocks sets them).
 template <class Block>
 struct BlockRowYmm {
@@ -427,58 +427,86 @@ struct Interior3x3 : BlockRowYmm<BlockYmm> {
   }
 };
 
-// ---------------------------------------------------------------- 5x5
+// ---------------------------------------------------------------- KxK
 //
-// 5x5, stride 1 or 2, dilation 1 (EfficientNet's and MobileNetV3's 5x5
-// layers), blocks of 32 channels: depthwise_avx512vnni.cc's 5x5 method on
-// ymm, in groups of two output pixels (four would need 16 accumulators, the
-// whole ymm register file). Per filter row a lane holds columns ix0 ..
-// ix0 + 3 (D0) and ix0 + 4 .. ix0 + 7 (D1) of one channel, and pixel p of
-// the group, whose window starts r = kS * p columns in, is D0 . a_r + D1 .
-// b_r with the row's weights shifted by r:
-//   r = 0: a = (w0, w1, w2, w3), b = (w4, 0, 0, 0)
-//   r = 1: a = (0, w0, w1, w2), b = (w3, w4, 0, 0)
-//   r = 2: a = (0, 0, w0, w1), b = (w2, w3, w4, 0)
-// so a group costs 8 loads, 16 unpacks and 16 dots per filter row and 32
-// channels, where the AVX2 kernel takes five PMADDWD taps (or pairs of them)
-// per pixel and 8 channels. Exactness as the 3x3 blocks' (the top of this
-// file): kFlip's correction is -128 * (w0 + ... + w4) per valid filter row;
-// zero weight bytes make the other columns count nothing; 25 taps cannot
-// overflow int32. A column outside the image is the zero activation (0x80
-// where kFlip). The channels past the last block run the AVX2 kernel.
-struct alignas(32) Block5x5Ymm {
-  __m256i w[5][3][2][4];  // [ky][r][a, b][j]
-  __m256i corr[5][4];     // -128 * (w0 + ... + w4) of filter row ky
+// 5x5 and 7x7, stride 1 or 2, dilation 1 (EfficientNet's and MobileNetV3's
+// 5x5 layers, NASNet's 5x5 and 7x7, ConvNeXt's 7x7), blocks of 32 channels:
+// depthwise_avx512vnni.cc's KxK method on ymm, in groups of two output
+// pixels (four would need 16 accumulators, the whole ymm register file).
+// A group reads kS + K columns per filter row (ix0 = its first); dword q of
+// a lane holds columns ix0 + 4q .. ix0 + 4q + 3 of one channel (D_q), and
+// pixel p of the group, whose window starts r = kS * p columns in, is the
+// sum over q of D_q . (its weights shifted by r): lane i of dword q holds
+// tap 4q + i - r, zero where that is outside [0, K) (KxKTap):
+//   5x5 r = 0: D0 . (w0, w1, w2, w3) + D1 . (w4, 0, 0, 0)
+//   5x5 r = 2: D0 . (0, 0, w0, w1)   + D1 . (w2, w3, w4, 0)
+//   7x7 r = 1: D0 . (0, w0, w1, w2)  + D1 . (w3, w4, w5, w6)
+//   7x7 r = 2: D0 . (0, 0, w0, w1)   + D1 . (w2, .., w5) + D2 . (w6, 0, 0, 0)
+// A dword with no tap of a pixel's window is not dotted for it
+// (KxKDwordUsed), and the columns of a dword past the group's kS + K are
+// not read (zero: their weights are zero for both pixels). Per filter row
+// and 32 channels a group costs: 5x5 6 (stride 1) or 7 (stride 2) loads,
+// 16 unpacks, 16 dots; 7x7 8 loads, 16 unpacks, 16 dots at stride 1, 9
+// loads, 24 unpacks, 20 dots at stride 2; where the AVX2 kernel takes K
+// PMADDWD taps (or pairs of them) per pixel and 8 channels. The columns
+// are loaded and unpacked one dword at a time, each dword's dots for both
+// pixels before the next is loaded (4 unpacked vectors live beside the 8
+// accumulators, not 4 * kDwords). Exactness as the 3x3 blocks' (the top of
+// this file): kFlip's correction is -128 * (w0 + ... + w_{K-1}) per valid
+// filter row; zero weight bytes make the other columns count nothing; 49
+// taps cannot overflow int32 (49 * 255 * 128 < 2^31). A column outside the
+// image is the zero activation (0x80 where kFlip). The channels past the
+// last block run the AVX2 kernel.
+//
+// The tap of lane i of dword q for a window starting r columns in, or -1.
+constexpr int KxKTap(int k, int q, int i, int r) {
+  return 4 * q + i - r >= 0 && 4 * q + i - r < k ? 4 * q + i - r : -1;
+}
+
+// Whether dword q holds a tap of a k-wide window starting r columns in.
+constexpr bool KxKDwordUsed(int k, int q, int r) { return 4 * q + 3 >= r && 4 * q < r + k; }
+
+template <int K>
+struct alignas(32) BlockKxKYmm {
+  static constexpr int kDwords = (K + 2 + 3) / 4;  // columns up to r + K - 1, r <= 2
+  __m256i w[K][3][kDwords][4];  // [ky][r][q][j]: dword q's weights for a shift of r
+  __m256i corr[K][4];           // -128 * (w0 + ... + w_{K-1}) of filter row ky
   float scale[kBlock], bias[kBlock];
   bool min_weight;  // a weight byte of the block is -128 (WeightsHaveMin)
 };
 
 bool Use5x5Blocks(const DepthwiseRowArgs& d) { return SquareBlocks(d, 5); }
+bool Use7x7Blocks(const DepthwiseRowArgs& d) { return SquareBlocks(d, 7); }
 
-template <class DotPolicy>
-void Prepare5x5(const DepthwiseRowArgs& d, Block5x5Ymm* blocks) {
+template <class DotPolicy, int K>
+void PrepareKxK(const DepthwiseRowArgs& d, BlockKxKYmm<K>* blocks) {
+  constexpr int kDwords = BlockKxKYmm<K>::kDwords;
   const int64_t cc = d.channels;
   const __m256i zero = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t bi = 0; bi < NumBlocks(cc); ++bi) {
-    Block5x5Ymm& blk = blocks[bi];
+    BlockKxKYmm<K>& blk = blocks[bi];
     const int64_t c0 = BlockStart(bi, cc);
-    for (int ky = 0; ky < 5; ++ky) {
-      __m256i w[5];
-      for (int kx = 0; kx < 5; ++kx) {
+    for (int ky = 0; ky < K; ++ky) {
+      __m256i w[K];
+      for (int kx = 0; kx < K; ++kx) {
         w[kx] = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(d.filter + (ky * 5 + kx) * cc + c0));
+            reinterpret_cast<const __m256i*>(d.filter + (ky * K + kx) * cc + c0));
       }
-      Interleave4(w[0], w[1], w[2], w[3], blk.w[ky][0][0]);
-      Interleave4(w[4], zero, zero, zero, blk.w[ky][0][1]);
-      Interleave4(zero, w[0], w[1], w[2], blk.w[ky][1][0]);
-      Interleave4(w[3], w[4], zero, zero, blk.w[ky][1][1]);
-      Interleave4(zero, zero, w[0], w[1], blk.w[ky][2][0]);
-      Interleave4(w[2], w[3], w[4], zero, blk.w[ky][2][1]);
+      for (int r = 0; r < 3; ++r) {
+        for (int q = 0; q < kDwords; ++q) {
+          __m256i b[4];
+          for (int i = 0; i < 4; ++i) {
+            const int t = KxKTap(K, q, i, r);
+            b[i] = t >= 0 ? w[t] : zero;
+          }
+          Interleave4(b[0], b[1], b[2], b[3], blk.w[ky][r][q]);
+        }
+      }
       for (int j = 0; j < 4; ++j) {
-        // w0 + ... + w4 per lane (u8 ones times the signed weight bytes).
-        const __m256i sum = DotPolicy::Dot(DotPolicy::Dot(zero, ones, blk.w[ky][0][0][j]), ones,
-                                           blk.w[ky][0][1][j]);
+        // w0 + ... + w_{K-1} per lane (u8 ones times the signed weight bytes).
+        __m256i sum = zero;
+        for (int q = 0; q < kDwords; ++q) sum = DotPolicy::Dot(sum, ones, blk.w[ky][0][q][j]);
         blk.corr[ky][j] = _mm256_sub_epi32(zero, _mm256_slli_epi32(sum, 7));
       }
     }
@@ -486,17 +514,32 @@ void Prepare5x5(const DepthwiseRowArgs& d, Block5x5Ymm* blocks) {
       blk.scale[p] = d.scale[c0 + InterleavedChannel(p)];
       blk.bias[p] = d.bias[c0 + InterleavedChannel(p)];
     }
-    blk.min_weight = WeightsHaveMin(d.filter, cc, c0, 25);
+    blk.min_weight = WeightsHaveMin(d.filter, cc, c0, K * K);
   }
 }
 
 // One 32-channel block of one output row, in groups of two pixels, borders
 // included (kChecked: a column outside the image is the zero activation), a
 // group past the row's end storing only its first pixel.
-template <class DotPolicy, bool kClampHi, bool kFlip, int kS>
-struct Interior5x5 : BlockRowYmm<Block5x5Ymm> {
+template <class DotPolicy, bool kClampHi, bool kFlip, int K, int kS>
+struct InteriorKxK : BlockRowYmm<BlockKxKYmm<K>> {
   static_assert(!kFlip || DotPolicy::kAnyU8,
                 "x ^ 0x80 reaches 255: only a dot exact on every u8 byte may take it");
+  using Row = BlockRowYmm<BlockKxKYmm<K>>;
+  using Row::blk;
+  using Row::c0;
+  using Row::d;
+  using Row::ep;
+  using Row::image;
+  using Row::iy0;
+  using Row::k;
+  using Row::ky0;
+  using Row::ky1;
+  using Row::out_row;
+  using Row::side_row;
+  static constexpr int kCols = kS + K;  // the columns a group reads per filter row
+  static constexpr int kUsedDwords = (kCols + 3) / 4;
+
   __m256i start[4];  // the accumulators' start: the valid rows' corrections
 
   static __m256i Flip(__m256i x) { return FlipYmm<kFlip>(x); }
@@ -522,32 +565,37 @@ struct Interior5x5 : BlockRowYmm<Block5x5Ymm> {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[0][j] = acc[1][j] = start[j];
     const int64_t ky_begin = kFullRows ? 0 : ky0;
-    const int64_t ky_end = kFullRows ? 5 : ky1;
-#pragma GCC unroll 5
+    const int64_t ky_end = kFullRows ? K : ky1;
+#pragma GCC unroll 7
     for (int64_t ky = ky_begin; ky < ky_end; ++ky) {
       // An offset, not a pointer: ix0 may be negative, and a column outside
       // the image is neither addressed nor read.
       const int64_t row_off = ((iy0 + ky) * g.in_w + ix0) * cc + c0;
-      __m256i x[8];
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-        if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) {
-          x[c] = Flip(_mm256_setzero_si256());
-        } else {
-          x[c] = Flip(_mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(image + row_off + c * cc)));
-        }
-      }
-      __m256i u0[4], u1[4];
-      Interleave4(x[0], x[1], x[2], x[3], u0);
-      Interleave4(x[4], x[5], x[6], x[7], u1);
-#pragma GCC unroll 2
-      for (int p = 0; p < 2; ++p) {
-        const int r = kS * p;
+#pragma GCC unroll 3
+      for (int q = 0; q < kUsedDwords; ++q) {
+        __m256i x[4];
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          acc[p][j] = DotPolicy::Dot(acc[p][j], u0[j], blk->w[ky][r][0][j]);
-          acc[p][j] = DotPolicy::Dot(acc[p][j], u1[j], blk->w[ky][r][1][j]);
+        for (int i = 0; i < 4; ++i) {
+          const int c = 4 * q + i;
+          if (c >= kCols) {
+            x[i] = _mm256_setzero_si256();  // no tap of either pixel
+          } else if (kChecked && (ix0 + c < 0 || ix0 + c >= g.in_w)) {
+            x[i] = Flip(_mm256_setzero_si256());
+          } else {
+            x[i] = Flip(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(image + row_off + c * cc)));
+          }
+        }
+        __m256i u[4];
+        Interleave4(x[0], x[1], x[2], x[3], u);
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; ++p) {
+          if (KxKDwordUsed(K, q, kS * p)) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) {
+              acc[p][j] = DotPolicy::Dot(acc[p][j], u[j], blk->w[ky][kS * p][q][j]);
+            }
+          }
         }
       }
     }
@@ -566,7 +614,7 @@ struct Interior5x5 : BlockRowYmm<Block5x5Ymm> {
     for (int64_t ox = 0; ox < out_w; ox += 2) {
       const int64_t ix0 = ox * kS - g.pad_left;
       const bool two = ox + 1 < out_w;
-      if (ix0 >= 0 && ix0 + 7 < g.in_w) {
+      if (ix0 >= 0 && ix0 + kCols - 1 < g.in_w) {
         Group<kFullRows, false>(ox, two);
       } else {
         Group<kFullRows, true>(ox, two);
@@ -577,8 +625,8 @@ struct Interior5x5 : BlockRowYmm<Block5x5Ymm> {
   // On a local copy of *this (as depthwise_avx512vnni.cc's Interior3x3::Run:
   // the int8 stores may alias the members, which GCC then reloads).
   void Run(int64_t out_w) const {
-    const Interior5x5 self = *this;
-    if (ky1 - ky0 == 5) {
+    const InteriorKxK self = *this;
+    if (ky1 - ky0 == K) {
       self.template RunRow<true>(out_w);
     } else {
       self.template RunRow<false>(out_w);
@@ -592,9 +640,11 @@ int64_t BlocksOffset(const DepthwiseRowArgs& d) { return (PairBytes(d) + 63) / 6
 
 int64_t PrepBytes(const DepthwiseRowArgs& d) {
   const int64_t blocks = NumBlocks(d.channels);
-  const int64_t bytes = Use3x3Blocks(d)   ? blocks * static_cast<int64_t>(sizeof(BlockYmm))
-                        : Use5x5Blocks(d) ? blocks * static_cast<int64_t>(sizeof(Block5x5Ymm))
-                                          : 0;
+  const int64_t bytes =
+      Use3x3Blocks(d)   ? blocks * static_cast<int64_t>(sizeof(BlockYmm))
+      : Use5x5Blocks(d) ? blocks * static_cast<int64_t>(sizeof(BlockKxKYmm<5>))
+      : Use7x7Blocks(d) ? blocks * static_cast<int64_t>(sizeof(BlockKxKYmm<7>))
+                        : 0;
   return BlocksOffset(d) + bytes;
 }
 
@@ -603,7 +653,8 @@ void PrepFill(const DepthwiseRowArgs& d, void* p) {
   if (PairBytes(d) > 0) PairFill(d, p);
   char* blocks = static_cast<char*>(p) + BlocksOffset(d);
   if (Use3x3Blocks(d)) PrepareBlocks<DotPolicy>(d, reinterpret_cast<BlockYmm*>(blocks));
-  if (Use5x5Blocks(d)) Prepare5x5<DotPolicy>(d, reinterpret_cast<Block5x5Ymm*>(blocks));
+  if (Use5x5Blocks(d)) PrepareKxK<DotPolicy>(d, reinterpret_cast<BlockKxKYmm<5>*>(blocks));
+  if (Use7x7Blocks(d)) PrepareKxK<DotPolicy>(d, reinterpret_cast<BlockKxKYmm<7>*>(blocks));
 }
 
 // The blocks of `in`'s kind (Block: prepared, or made here by prepare) on
@@ -660,15 +711,15 @@ void Rows3x3(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
       });
 }
 
-// The 5x5 blocks (Use5x5Blocks), as Rows3x3.
-template <class DotPolicy, bool kClampHi, bool kFlip>
-void Rows5x5(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
+// The K x K blocks (Use5x5Blocks, Use7x7Blocks), as Rows3x3.
+template <class DotPolicy, bool kClampHi, bool kFlip, int K>
+void RowsKxK(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   const ConvGeometry& g = *d.geo;
   auto run = [&](auto stride) {
-    using Interior = Interior5x5<DotPolicy, kClampHi, kFlip, decltype(stride)::value>;
+    using Interior = InteriorKxK<DotPolicy, kClampHi, kFlip, K, decltype(stride)::value>;
     Interior in;
-    RowsOfBlocks<Block5x5Ymm>(
-        d, rest, &in, [&](Block5x5Ymm* b) { Prepare5x5<DotPolicy>(d, b); },
+    RowsOfBlocks<BlockKxKYmm<K>>(
+        d, rest, &in, [&](BlockKxKYmm<K>* b) { PrepareKxK<DotPolicy>(d, b); },
         [&](Interior& row) {
           row.SetStart();
           row.Run(g.out_w);
@@ -681,8 +732,10 @@ void Rows5x5(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   }
 }
 
-// Whether the geometry has blocks (3x3 or 5x5).
-bool UseBlocks(const DepthwiseRowArgs& d) { return Use3x3Blocks(d) || Use5x5Blocks(d); }
+// Whether the geometry has blocks (3x3, 5x5 or 7x7).
+bool UseBlocks(const DepthwiseRowArgs& d) {
+  return Use3x3Blocks(d) || Use5x5Blocks(d) || Use7x7Blocks(d);
+}
 
 // DepthwisePrep::wide_from: the AVX2 kernel reads widened weights only for
 // the channels past the blocks (every input runs the blocks).
@@ -695,30 +748,35 @@ template <class DotPolicy, bool kClampHi, bool kFlip>
 void RowsBlocks(const DepthwiseRowArgs& d, const DepthwiseRowArgs& rest) {
   if (Use3x3Blocks(d)) {
     Rows3x3<DotPolicy, kClampHi, kFlip>(d, rest);
+  } else if (Use5x5Blocks(d)) {
+    RowsKxK<DotPolicy, kClampHi, kFlip, 5>(d, rest);
   } else {
-    Rows5x5<DotPolicy, kClampHi, kFlip>(d, rest);
+    RowsKxK<DotPolicy, kClampHi, kFlip, 7>(d, rest);
   }
+}
+
+// Whether a weight byte of the prepared blocks (of type Block) is -128.
+template <class Block>
+bool PreparedHaveMinWeight(const DepthwiseRowArgs& d) {
+  const Block* blocks =
+      reinterpret_cast<const Block*>(static_cast<const char*>(d.prepared) + BlocksOffset(d));
+  for (int64_t bi = 0; bi < NumBlocks(d.channels); ++bi) {
+    if (blocks[bi].min_weight) return true;
+  }
+  return false;
 }
 
 // Whether a weight byte of the blocks' channels is -128: from the
 // preparation, or from the filter where there is none.
 inline bool BlocksHaveMinWeight(const DepthwiseRowArgs& d) {
-  const int64_t nblocks = NumBlocks(d.channels);
-  const bool five = Use5x5Blocks(d);
   if (d.prepared != nullptr) {
-    const char* p = static_cast<const char*>(d.prepared) + BlocksOffset(d);
-    for (int64_t bi = 0; bi < nblocks; ++bi) {
-      if (five ? reinterpret_cast<const Block5x5Ymm*>(p)[bi].min_weight
-               : reinterpret_cast<const BlockYmm*>(p)[bi].min_weight) {
-        return true;
-      }
-    }
-    return false;
+    return Use3x3Blocks(d)   ? PreparedHaveMinWeight<BlockYmm>(d)
+           : Use5x5Blocks(d) ? PreparedHaveMinWeight<BlockKxKYmm<5>>(d)
+                             : PreparedHaveMinWeight<BlockKxKYmm<7>>(d);
   }
-  for (int64_t bi = 0; bi < nblocks; ++bi) {
-    if (WeightsHaveMin(d.filter, d.channels, BlockStart(bi, d.channels), five ? 25 : 9)) {
-      return true;
-    }
+  const int taps = static_cast<int>(d.geo->filter_h * d.geo->filter_w);
+  for (int64_t bi = 0; bi < NumBlocks(d.channels); ++bi) {
+    if (WeightsHaveMin(d.filter, d.channels, BlockStart(bi, d.channels), taps)) return true;
   }
   return false;
 }
