@@ -109,6 +109,15 @@ inline __m128i LoadBytes16(const int8_t* p, int count) {
   }
 }
 
+// The first `count` (1..32) bytes at p, zeros after them, reading only
+// those (a 16-byte load and LoadBytes16 past 16).
+inline __m256i LoadBytes32(const int8_t* p, int count) {
+  if (count == 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if (count <= 16) return _mm256_set_m128i(_mm_setzero_si128(), LoadBytes16(p, count));
+  return _mm256_set_m128i(LoadBytes16(p + 16, count - 16),
+                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // The 16 side bytes of a pixel (count valid) as int32 in two ymm.
 inline void LoadSide16(const int8_t* side, int count, __m256i* s0, __m256i* s1) {
   const __m128i s = LoadBytes16(side, count);
@@ -135,6 +144,18 @@ inline void Store16(__m128i b, int count, int8_t* out) {
 #undef TF_FUSED_INT8_STORE_CASE
     default:
       return;  // no count outside 1..16 is passed
+  }
+}
+
+// Stores the first `count` (1..32) bytes of b to out (as LoadBytes32).
+inline void Store32(__m256i b, int count, int8_t* out) {
+  if (count == 32) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), b);
+  } else if (count <= 16) {
+    Store16(_mm256_castsi256_si128(b), count, out);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
+    Store16(_mm256_extracti128_si256(b, 1), count - 16, out + 16);
   }
 }
 
