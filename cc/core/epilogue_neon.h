@@ -72,62 +72,87 @@ inline int32x4_t EpilogueNeon4(int32x4_t acc, float32x4_t scale,
   return vcvtnq_s32_f32(y);
 }
 
+// The first kN (1..15) bytes at p, zeros after them, reading only those:
+// at most four plain moves (8, 4, 2 and 1 bytes, the bits of kN, at
+// constant offsets), as epilogue_avx2.h's LoadBytesN.
+template <int kN>
+inline int8x16_t LoadBytesNeonN(const int8_t* p) {
+  constexpr int o4 = kN & 8, o2 = kN & 12, o1 = kN & 14;
+  int8x16_t v = vdupq_n_s8(0);
+  if (kN & 8) v = vcombine_s8(vld1_s8(p), vdup_n_s8(0));
+  if (kN & 4) {
+    int32_t x;
+    std::memcpy(&x, p + o4, 4);
+    v = vreinterpretq_s8_s32(vsetq_lane_s32(x, vreinterpretq_s32_s8(v), o4 / 4));
+  }
+  if (kN & 2) {
+    int16_t x;
+    std::memcpy(&x, p + o2, 2);
+    v = vreinterpretq_s8_s16(vsetq_lane_s16(x, vreinterpretq_s16_s8(v), o2 / 2));
+  }
+  if (kN & 1) v = vsetq_lane_s8(p[o1], v, o1);
+  return v;
+}
+
+// The first kN (1..15) bytes of b to out, as LoadBytesNeonN reads them.
+template <int kN>
+inline void StoreBytesNeonN(int8x16_t b, int8_t* out) {
+  constexpr int o4 = kN & 8, o2 = kN & 12, o1 = kN & 14;
+  if (kN & 8) vst1_s8(out, vget_low_s8(b));
+  if (kN & 4) {
+    const int32_t x = vgetq_lane_s32(vreinterpretq_s32_s8(b), o4 / 4);
+    std::memcpy(out + o4, &x, 4);
+  }
+  if (kN & 2) {
+    const int16_t x = vgetq_lane_s16(vreinterpretq_s16_s8(b), o2 / 2);
+    std::memcpy(out + o2, &x, 2);
+  }
+  if (kN & 1) out[o1] = vgetq_lane_s8(b, o1);
+}
+
 // The first `count` (1..16) bytes at p, zeros after them, reading only
-// those: plain loads for 16, 8, 12 and 4 (a channel count's remainder
-// after 16-channel blocks: 8 in MobileNetV3's 72, 120, 184 and 200), a
-// zeroed copy otherwise (a variable-size memcpy call: through it, the AVX2
-// kernels' 8-channel remainders took 3x the time of their 64 other
-// channels on the same layer; epilogue_avx2.h LoadBytes16).
+// those (LoadBytesNeonN: one to four plain moves). Counts other than 4, 8
+// and 12 went through a zeroed copy before (a variable-size memcpy call:
+// through it, the AVX2 kernels' 8-channel remainders took 3x the time of
+// their 64 other channels on the same layer, and NASNet's 11-channel
+// depthwise layers 13-14x the avx512vnni path's; epilogue_avx2.h
+// LoadBytes16; not measured on an ARM CPU).
 inline int8x16_t LoadBytesNeon16(const int8_t* p, int count) {
   switch (count) {
     case 16:
       return vld1q_s8(p);
-    case 8:
-      return vcombine_s8(vld1_s8(p), vdup_n_s8(0));
-    case 12: {
-      int32_t hi;
-      std::memcpy(&hi, p + 8, 4);
-      return vcombine_s8(vld1_s8(p), vreinterpret_s8_s32(vset_lane_s32(hi, vdup_n_s32(0), 0)));
-    }
-    case 4: {
-      int32_t lo;
-      std::memcpy(&lo, p, 4);
-      return vreinterpretq_s8_s32(vsetq_lane_s32(lo, vdupq_n_s32(0), 0));
-    }
-    default: {
-      int8_t tmp[16] = {0};
-      std::memcpy(tmp, p, static_cast<size_t>(count));
-      return vld1q_s8(tmp);
-    }
+#define TF_FUSED_INT8_LOAD_CASE(n) \
+  case n:                          \
+    return LoadBytesNeonN<n>(p);
+      TF_FUSED_INT8_LOAD_CASE(1) TF_FUSED_INT8_LOAD_CASE(2) TF_FUSED_INT8_LOAD_CASE(3)
+      TF_FUSED_INT8_LOAD_CASE(4) TF_FUSED_INT8_LOAD_CASE(5) TF_FUSED_INT8_LOAD_CASE(6)
+      TF_FUSED_INT8_LOAD_CASE(7) TF_FUSED_INT8_LOAD_CASE(8) TF_FUSED_INT8_LOAD_CASE(9)
+      TF_FUSED_INT8_LOAD_CASE(10) TF_FUSED_INT8_LOAD_CASE(11) TF_FUSED_INT8_LOAD_CASE(12)
+      TF_FUSED_INT8_LOAD_CASE(13) TF_FUSED_INT8_LOAD_CASE(14) TF_FUSED_INT8_LOAD_CASE(15)
+#undef TF_FUSED_INT8_LOAD_CASE
+    default:
+      return vdupq_n_s8(0);  // no count outside 1..16 is passed
   }
 }
 
-// Stores the first `count` (1..16) bytes of b to out (16, 8, 12 and 4 with
-// plain stores, as LoadBytesNeon16 reads).
+// Stores the first `count` (1..16) bytes of b to out (StoreBytesNeonN).
 inline void StoreBytesNeon16(int8x16_t b, int count, int8_t* out) {
   switch (count) {
     case 16:
       vst1q_s8(out, b);
       return;
-    case 8:
-      vst1_s8(out, vget_low_s8(b));
-      return;
-    case 12: {
-      vst1_s8(out, vget_low_s8(b));
-      const int32_t hi = vgetq_lane_s32(vreinterpretq_s32_s8(b), 2);
-      std::memcpy(out + 8, &hi, 4);
-      return;
-    }
-    case 4: {
-      const int32_t lo = vgetq_lane_s32(vreinterpretq_s32_s8(b), 0);
-      std::memcpy(out, &lo, 4);
-      return;
-    }
-    default: {
-      int8_t tmp[16];
-      vst1q_s8(tmp, b);
-      std::memcpy(out, tmp, static_cast<size_t>(count));
-    }
+#define TF_FUSED_INT8_STORE_CASE(n) \
+  case n:                           \
+    StoreBytesNeonN<n>(b, out);     \
+    return;
+      TF_FUSED_INT8_STORE_CASE(1) TF_FUSED_INT8_STORE_CASE(2) TF_FUSED_INT8_STORE_CASE(3)
+      TF_FUSED_INT8_STORE_CASE(4) TF_FUSED_INT8_STORE_CASE(5) TF_FUSED_INT8_STORE_CASE(6)
+      TF_FUSED_INT8_STORE_CASE(7) TF_FUSED_INT8_STORE_CASE(8) TF_FUSED_INT8_STORE_CASE(9)
+      TF_FUSED_INT8_STORE_CASE(10) TF_FUSED_INT8_STORE_CASE(11) TF_FUSED_INT8_STORE_CASE(12)
+      TF_FUSED_INT8_STORE_CASE(13) TF_FUSED_INT8_STORE_CASE(14) TF_FUSED_INT8_STORE_CASE(15)
+#undef TF_FUSED_INT8_STORE_CASE
+    default:
+      return;  // no count outside 1..16 is passed
   }
 }
 
