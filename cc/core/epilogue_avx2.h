@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cc/core/byte_count.h"
+
 namespace tf_fused_int8 {
 namespace {
 
@@ -46,7 +48,7 @@ inline Epilogue256Consts MakeEpilogue256Consts(float side_scale, int8_t lo,
   return k;
 }
 
-// The first kN (1..15) bytes at p, zeros after them, reading only those:
+// The first kN (0..15) bytes at p, zeros after them, reading only those:
 // at most four plain moves (8, 4, 2 and 1 bytes, the bits of kN, at
 // constant offsets).
 template <int kN>
@@ -68,7 +70,7 @@ inline __m128i LoadBytesN(const int8_t* p) {
   return v;
 }
 
-// The first kN (1..15) bytes of b to out, as LoadBytesN reads them.
+// The first kN (0..15) bytes of b to out, as LoadBytesN reads them.
 template <int kN>
 inline void StoreBytesN(__m128i b, int8_t* out) {
   constexpr int o4 = kN & 8, o2 = kN & 12, o1 = kN & 14;
@@ -92,21 +94,10 @@ inline void StoreBytesN(__m128i b, int8_t* out) {
 // 11-channel depthwise layers ran 13-14x slower than on avx512vnni (one Zen
 // 4 thread).
 inline __m128i LoadBytes16(const int8_t* p, int count) {
-  switch (count) {
-    case 16:
-      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-#define TF_FUSED_INT8_LOAD_CASE(n) \
-  case n:                          \
-    return LoadBytesN<n>(p);
-      TF_FUSED_INT8_LOAD_CASE(1) TF_FUSED_INT8_LOAD_CASE(2) TF_FUSED_INT8_LOAD_CASE(3)
-      TF_FUSED_INT8_LOAD_CASE(4) TF_FUSED_INT8_LOAD_CASE(5) TF_FUSED_INT8_LOAD_CASE(6)
-      TF_FUSED_INT8_LOAD_CASE(7) TF_FUSED_INT8_LOAD_CASE(8) TF_FUSED_INT8_LOAD_CASE(9)
-      TF_FUSED_INT8_LOAD_CASE(10) TF_FUSED_INT8_LOAD_CASE(11) TF_FUSED_INT8_LOAD_CASE(12)
-      TF_FUSED_INT8_LOAD_CASE(13) TF_FUSED_INT8_LOAD_CASE(14) TF_FUSED_INT8_LOAD_CASE(15)
-#undef TF_FUSED_INT8_LOAD_CASE
-    default:
-      return _mm_setzero_si128();  // no count outside 1..16 is passed
-  }
+  if (count == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return WithByteCount(count, [p](auto n) __attribute__((always_inline)) {
+    return LoadBytesN<decltype(n)::value>(p);
+  });
 }
 
 // The first `count` (1..32) bytes at p, zeros after them, reading only
@@ -128,23 +119,13 @@ inline void LoadSide16(const int8_t* side, int count, __m256i* s0, __m256i* s1) 
 // Stores the first `count` (1..16) bytes of b to out (StoreBytesN: one to
 // four plain moves).
 inline void Store16(__m128i b, int count, int8_t* out) {
-  switch (count) {
-    case 16:
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), b);
-      return;
-#define TF_FUSED_INT8_STORE_CASE(n) \
-  case n:                           \
-    StoreBytesN<n>(b, out);         \
+  if (count == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), b);
     return;
-      TF_FUSED_INT8_STORE_CASE(1) TF_FUSED_INT8_STORE_CASE(2) TF_FUSED_INT8_STORE_CASE(3)
-      TF_FUSED_INT8_STORE_CASE(4) TF_FUSED_INT8_STORE_CASE(5) TF_FUSED_INT8_STORE_CASE(6)
-      TF_FUSED_INT8_STORE_CASE(7) TF_FUSED_INT8_STORE_CASE(8) TF_FUSED_INT8_STORE_CASE(9)
-      TF_FUSED_INT8_STORE_CASE(10) TF_FUSED_INT8_STORE_CASE(11) TF_FUSED_INT8_STORE_CASE(12)
-      TF_FUSED_INT8_STORE_CASE(13) TF_FUSED_INT8_STORE_CASE(14) TF_FUSED_INT8_STORE_CASE(15)
-#undef TF_FUSED_INT8_STORE_CASE
-    default:
-      return;  // no count outside 1..16 is passed
   }
+  WithByteCount(count, [b, out](auto n) __attribute__((always_inline)) {
+    StoreBytesN<decltype(n)::value>(b, out);
+  });
 }
 
 // Stores the first `count` (1..32) bytes of b to out (as LoadBytes32).

@@ -43,6 +43,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cc/core/byte_count.h"
+
 namespace tf_fused_int8 {
 namespace {
 
@@ -72,7 +74,7 @@ inline int32x4_t EpilogueNeon4(int32x4_t acc, float32x4_t scale,
   return vcvtnq_s32_f32(y);
 }
 
-// The first kN (1..15) bytes at p, zeros after them, reading only those:
+// The first kN (0..15) bytes at p, zeros after them, reading only those:
 // at most four plain moves (8, 4, 2 and 1 bytes, the bits of kN, at
 // constant offsets), as epilogue_avx2.h's LoadBytesN.
 template <int kN>
@@ -94,7 +96,7 @@ inline int8x16_t LoadBytesNeonN(const int8_t* p) {
   return v;
 }
 
-// The first kN (1..15) bytes of b to out, as LoadBytesNeonN reads them.
+// The first kN (0..15) bytes of b to out, as LoadBytesNeonN reads them.
 template <int kN>
 inline void StoreBytesNeonN(int8x16_t b, int8_t* out) {
   constexpr int o4 = kN & 8, o2 = kN & 12, o1 = kN & 14;
@@ -118,42 +120,21 @@ inline void StoreBytesNeonN(int8x16_t b, int8_t* out) {
 // depthwise layers 13-14x the avx512vnni path's; epilogue_avx2.h
 // LoadBytes16; not measured on an ARM CPU).
 inline int8x16_t LoadBytesNeon16(const int8_t* p, int count) {
-  switch (count) {
-    case 16:
-      return vld1q_s8(p);
-#define TF_FUSED_INT8_LOAD_CASE(n) \
-  case n:                          \
-    return LoadBytesNeonN<n>(p);
-      TF_FUSED_INT8_LOAD_CASE(1) TF_FUSED_INT8_LOAD_CASE(2) TF_FUSED_INT8_LOAD_CASE(3)
-      TF_FUSED_INT8_LOAD_CASE(4) TF_FUSED_INT8_LOAD_CASE(5) TF_FUSED_INT8_LOAD_CASE(6)
-      TF_FUSED_INT8_LOAD_CASE(7) TF_FUSED_INT8_LOAD_CASE(8) TF_FUSED_INT8_LOAD_CASE(9)
-      TF_FUSED_INT8_LOAD_CASE(10) TF_FUSED_INT8_LOAD_CASE(11) TF_FUSED_INT8_LOAD_CASE(12)
-      TF_FUSED_INT8_LOAD_CASE(13) TF_FUSED_INT8_LOAD_CASE(14) TF_FUSED_INT8_LOAD_CASE(15)
-#undef TF_FUSED_INT8_LOAD_CASE
-    default:
-      return vdupq_n_s8(0);  // no count outside 1..16 is passed
-  }
+  if (count == 16) return vld1q_s8(p);
+  return WithByteCount(count, [p](auto n) __attribute__((always_inline)) {
+    return LoadBytesNeonN<decltype(n)::value>(p);
+  });
 }
 
 // Stores the first `count` (1..16) bytes of b to out (StoreBytesNeonN).
 inline void StoreBytesNeon16(int8x16_t b, int count, int8_t* out) {
-  switch (count) {
-    case 16:
-      vst1q_s8(out, b);
-      return;
-#define TF_FUSED_INT8_STORE_CASE(n) \
-  case n:                           \
-    StoreBytesNeonN<n>(b, out);     \
+  if (count == 16) {
+    vst1q_s8(out, b);
     return;
-      TF_FUSED_INT8_STORE_CASE(1) TF_FUSED_INT8_STORE_CASE(2) TF_FUSED_INT8_STORE_CASE(3)
-      TF_FUSED_INT8_STORE_CASE(4) TF_FUSED_INT8_STORE_CASE(5) TF_FUSED_INT8_STORE_CASE(6)
-      TF_FUSED_INT8_STORE_CASE(7) TF_FUSED_INT8_STORE_CASE(8) TF_FUSED_INT8_STORE_CASE(9)
-      TF_FUSED_INT8_STORE_CASE(10) TF_FUSED_INT8_STORE_CASE(11) TF_FUSED_INT8_STORE_CASE(12)
-      TF_FUSED_INT8_STORE_CASE(13) TF_FUSED_INT8_STORE_CASE(14) TF_FUSED_INT8_STORE_CASE(15)
-#undef TF_FUSED_INT8_STORE_CASE
-    default:
-      return;  // no count outside 1..16 is passed
   }
+  WithByteCount(count, [b, out](auto n) __attribute__((always_inline)) {
+    StoreBytesNeonN<decltype(n)::value>(b, out);
+  });
 }
 
 // One output pixel's 16 channels (a[j]: channels 4j .. 4j + 3). scale and
