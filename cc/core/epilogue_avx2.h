@@ -93,19 +93,36 @@ inline void StoreBytesN(__m128i b, int8_t* out) {
 // layer's last 8 channels took 3x the time of its 64 others, and NASNet's
 // 11-channel depthwise layers ran 13-14x slower than on avx512vnni (one Zen
 // 4 thread).
-inline __m128i LoadBytes16(const int8_t* p, int count) {
+// The partial counts are out of line (noinline): inlined, their 15 cases
+// at every epilogue of the GEMM micro-kernels (which store 16 bytes
+// almost always) made the small-K pointwise layers 4-6% slower (bench_core,
+// one Zen 4 thread, avx2 forced: 112x112x16 -> 96 385-390 -> 407-430 us,
+// 56x56x24 -> 144 179-180 -> 186-187; out of line 380-383 and 178). The
+// kernels whose inner loops move partial vectors call LoadBytes16Inline /
+// Store16Inline (the ymm depthwise kernel, LoadBytes32 / Store32: out of
+// line, an 11-channel max pooling ran 1.13x slower).
+inline __m128i LoadBytes16Inline(const int8_t* p, int count) {
   if (count == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return WithByteCount(count, [p](auto n) __attribute__((always_inline)) {
     return LoadBytesN<decltype(n)::value>(p);
   });
 }
 
+__attribute__((noinline)) inline __m128i LoadBytes16Partial(const int8_t* p, int count) {
+  return LoadBytes16Inline(p, count);
+}
+
+inline __m128i LoadBytes16(const int8_t* p, int count) {
+  if (count == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return LoadBytes16Partial(p, count);
+}
+
 // The first `count` (1..32) bytes at p, zeros after them, reading only
 // those (a 16-byte load and LoadBytes16 past 16).
 inline __m256i LoadBytes32(const int8_t* p, int count) {
   if (count == 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if (count <= 16) return _mm256_set_m128i(_mm_setzero_si128(), LoadBytes16(p, count));
-  return _mm256_set_m128i(LoadBytes16(p + 16, count - 16),
+  if (count <= 16) return _mm256_set_m128i(_mm_setzero_si128(), LoadBytes16Inline(p, count));
+  return _mm256_set_m128i(LoadBytes16Inline(p + 16, count - 16),
                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
@@ -118,7 +135,8 @@ inline void LoadSide16(const int8_t* side, int count, __m256i* s0, __m256i* s1) 
 
 // Stores the first `count` (1..16) bytes of b to out (StoreBytesN: one to
 // four plain moves).
-inline void Store16(__m128i b, int count, int8_t* out) {
+// (Out of line past 16 as LoadBytes16; Store16Inline for the inner loops.)
+inline void Store16Inline(__m128i b, int count, int8_t* out) {
   if (count == 16) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), b);
     return;
@@ -128,15 +146,27 @@ inline void Store16(__m128i b, int count, int8_t* out) {
   });
 }
 
+__attribute__((noinline)) inline void Store16Partial(__m128i b, int count, int8_t* out) {
+  Store16Inline(b, count, out);
+}
+
+inline void Store16(__m128i b, int count, int8_t* out) {
+  if (count == 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), b);
+    return;
+  }
+  Store16Partial(b, count, out);
+}
+
 // Stores the first `count` (1..32) bytes of b to out (as LoadBytes32).
 inline void Store32(__m256i b, int count, int8_t* out) {
   if (count == 32) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), b);
   } else if (count <= 16) {
-    Store16(_mm256_castsi256_si128(b), count, out);
+    Store16Inline(_mm256_castsi256_si128(b), count, out);
   } else {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(b));
-    Store16(_mm256_extracti128_si256(b, 1), count - 16, out + 16);
+    Store16Inline(_mm256_extracti128_si256(b, 1), count - 16, out + 16);
   }
 }
 

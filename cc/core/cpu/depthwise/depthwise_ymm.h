@@ -37,12 +37,12 @@ struct Ymm2x8 {
   static Acc Add(Acc a, Acc b) {
     return Acc{_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)};
   }
-  // A partial block (count < 16) reads its bytes with LoadBytes16
+  // A partial block (count < 16) reads its bytes with LoadBytes16Inline
   // (epilogue_avx2.h).
   template <bool kFull>
   static X Load(const int8_t* p, Tail count) {
     const __m128i v = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
-                            : LoadBytes16(p, static_cast<int>(count));
+                            : LoadBytes16Inline(p, static_cast<int>(count));
     return X{_mm256_cvtepi8_epi32(v), _mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))};
   }
   // Column x of two input rows a, b as int16 pairs (a, b) per channel, the
@@ -51,9 +51,9 @@ struct Ymm2x8 {
   template <bool kFull>
   static X LoadPair(const int8_t* a, const int8_t* b, Tail count) {
     const __m128i va = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(a))
-                             : LoadBytes16(a, static_cast<int>(count));
+                             : LoadBytes16Inline(a, static_cast<int>(count));
     const __m128i vb = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b))
-                             : LoadBytes16(b, static_cast<int>(count));
+                             : LoadBytes16Inline(b, static_cast<int>(count));
     return X{_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb)),
              _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb))};
   }
