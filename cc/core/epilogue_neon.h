@@ -118,23 +118,50 @@ inline void StoreBytesNeonN(int8x16_t b, int8_t* out) {
 // through it, the AVX2 kernels' 8-channel remainders took 3x the time of
 // their 64 other channels on the same layer, and NASNet's 11-channel
 // depthwise layers 13-14x the avx512vnni path's; epilogue_avx2.h
-// LoadBytes16; not measured on an ARM CPU).
-inline int8x16_t LoadBytesNeon16(const int8_t* p, int count) {
-  if (count == 16) return vld1q_s8(p);
+// LoadBytes16; not measured on an ARM CPU). LoadBytesNeonUnder16: counts
+// 1..15, through one switch.
+__attribute__((always_inline)) inline int8x16_t LoadBytesNeonUnder16(const int8_t* p, int count) {
   return WithByteCount(count, [p](auto n) __attribute__((always_inline)) {
     return LoadBytesNeonN<decltype(n)::value>(p);
   });
 }
 
-// Stores the first `count` (1..16) bytes of b to out (StoreBytesNeonN).
-inline void StoreBytesNeon16(int8x16_t b, int count, int8_t* out) {
-  if (count == 16) {
-    vst1q_s8(out, b);
-    return;
-  }
+__attribute__((noinline)) inline int8x16_t LoadBytesNeonUnder16OutOfLine(const int8_t* p,
+                                                                        int count) {
+  return LoadBytesNeonUnder16(p, count);
+}
+
+// The partial counts out of line, as epilogue_avx2.h's LoadBytes16: its
+// 15 cases inlined at every epilogue of the GEMM micro-kernels, which
+// store 16 bytes almost always, made AVX2's small-K pointwise layers 4-6%
+// slower; the same split here (not measured on an ARM CPU). Inner loops
+// that move partial vectors per tap (depthwise_neon.cc) call
+// LoadBytesNeon16Inline.
+inline int8x16_t LoadBytesNeon16(const int8_t* p, int count) {
+  if (count == 16) return vld1q_s8(p);
+  return LoadBytesNeonUnder16OutOfLine(p, count);
+}
+
+inline int8x16_t LoadBytesNeon16Inline(const int8_t* p, int count) {
+  if (count == 16) return vld1q_s8(p);
+  return LoadBytesNeonUnder16(p, count);
+}
+
+// Stores the first `count` (1..16) bytes of b to out (StoreBytesNeonN),
+// partial counts out of line as LoadBytesNeon16.
+__attribute__((noinline)) inline void StoreBytesNeonUnder16OutOfLine(int8x16_t b, int count,
+                                                                    int8_t* out) {
   WithByteCount(count, [b, out](auto n) __attribute__((always_inline)) {
     StoreBytesNeonN<decltype(n)::value>(b, out);
   });
+}
+
+inline void StoreBytesNeon16(int8x16_t b, int count, int8_t* out) {
+  if (count == 16) {
+    vst1q_s8(out, b);
+  } else {
+    StoreBytesNeonUnder16OutOfLine(b, count, out);
+  }
 }
 
 // One output pixel's 16 channels (a[j]: channels 4j .. 4j + 3). scale and

@@ -7,9 +7,9 @@
 // widened weights of depthwise.h hold each int8 weight as an int16 in the
 // low half of an int32 lane; UZP1 of two such vectors picks those halves
 // (little-endian: the even int16 lanes) into eight int16 weights. A last
-// block of fewer than 16 channels is loaded with LoadBytesNeon16
-// (epilogue_neon.h: plain loads for 4, 8 and 12 channels, a zeroed copy
-// otherwise).
+// block of fewer than 16 channels is loaded with LoadBytesNeon16Inline
+// (epilogue_neon.h: one to four plain moves at constant offsets, in line:
+// it runs per tap).
 // The row walk is depthwise_rows.h; the epilogue is EpilogueNeon16
 // (epilogue_neon.h, natural order).
 #include <arm_neon.h>
@@ -47,7 +47,7 @@ struct Neon16 {
   template <bool kFull>
   static X Load(const int8_t* p, Tail count) {
     const int8x16_t v =
-        kFull ? vld1q_s8(p) : LoadBytesNeon16(p, count >= 16 ? 16 : static_cast<int>(count));
+        kFull ? vld1q_s8(p) : LoadBytesNeon16Inline(p, count >= 16 ? 16 : static_cast<int>(count));
     return X{vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v)};
   }
   static W LoadW(const int32_t* w) {
