@@ -255,6 +255,33 @@ ParallelFor OddParallelFor(int threads) {
 
 // Runs every supported path (threads 1, 2 and the odd partition) and
 // compares with the reference; returns the number of runs.
+// The modes of cpu::SetDepthwiseYmmBlocksForTesting to run path p in on
+// geometry g: both routes (1: the ymm blocks, 2: the zmm kernels) where
+// the avx512vnni and amx paths may hand a depthwise call to the ymm blocks
+// (cpu::DepthwiseYmmBlocksAvx512 under mode 1), so that each is tested on
+// every CPU with AVX-512 VNNI, whichever it takes by default; else 0.
+std::vector<int> YmmModes(KernelPath p, const ConvGeometry& g) {
+#if defined(__x86_64__)
+  if (p != KernelPath::kAvx512Vnni && p != KernelPath::kAmx) return {0};
+  cpu::SetDepthwiseYmmBlocksForTesting(1);
+  const bool ymm = cpu::DepthwiseYmmBlocksAvx512(g);
+  cpu::SetDepthwiseYmmBlocksForTesting(0);
+  return ymm ? std::vector<int>{1, 2} : std::vector<int>{0};
+#else
+  (void)p;
+  (void)g;
+  return {0};
+#endif
+}
+
+void SetYmmMode(int mode) {
+#if defined(__x86_64__)
+  cpu::SetDepthwiseYmmBlocksForTesting(mode);
+#else
+  (void)mode;
+#endif
+}
+
 int CheckAllPaths(FusedConvArgs a, const char* what) {
   std::vector<int8_t> want(a.geo.OutputElements());
   a.output = want.data();
@@ -263,6 +290,8 @@ int CheckAllPaths(FusedConvArgs a, const char* what) {
   for (KernelPath p : g_paths) {
     const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2),
                                OddParallelFor(3)};
+    for (int ymm : YmmModes(p, a.geo)) {
+    SetYmmMode(ymm);
     for (int mode : kWeightModes) {
     if (p == KernelPath::kPortable && mode != 0) continue;
     SetWeightMode(mode);
@@ -275,14 +304,16 @@ int CheckAllPaths(FusedConvArgs a, const char* what) {
       for (size_t j = 0; j < got.size(); ++j) {
         if (got[j] != want[j] && bad++ == 0) first = j;
       }
-      EXPECT(bad == 0, "%s path %s weights %d threads %d: %zu of %zu differ "
-             "(first %zu: got %d want %d)", what, KernelPathName(p), mode,
+      EXPECT(bad == 0, "%s path %s weights %d ymm %d threads %d: %zu of %zu differ "
+             "(first %zu: got %d want %d)", what, KernelPathName(p), mode, ymm,
              pf.num_threads, bad, got.size(), first, bad ? got[first] : 0,
              bad ? want[first] : 0);
       ++runs;
     }
     }
     SetWeightMode(0);
+    }
+    SetYmmMode(0);
   }
   return runs;
 }
@@ -834,14 +865,16 @@ void TestDepthwise3x3Blocks() {
 // the ymm 5x5 and 7x7 blocks (depthwise_blocks_ymm.h: 32 channels, groups of 2
 // pixels; one to 21 blocks, 32 / 48 / 56 channels for one block with and
 // without the AVX2 kernel's 16 / 24 more), a signed input again without -128
-// weights (CheckWithoutMinWeight: the avx2 path's SignDot).
+// weights (CheckWithoutMinWeight: the avx2 path's SignDot). 32, 88, 96,
+// 160 and 224 channels also run the ymm blocks on the avx512vnni and amx
+// paths (YmmModes), 96 / 160 / 224 at 5x5 the zmm kernels only.
 void TestDepthwiseKxKBlocks() {
   std::mt19937 rng(55);
   auto uni = [&rng](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
   const int64_t channel_counts[] = {64, 80, 128, 176, 192, 240, 672, 32, 48,
-                                    56, 72, 88, 120, 11, 17, 22, 44};
+                                    56, 72, 88, 120, 11, 17, 22, 44, 96, 160, 224};
   constexpr int kCounts = sizeof(channel_counts) / sizeof(channel_counts[0]);
   int runs = 0;
   for (int iter = 0; iter < 36 * kCounts; ++iter) {
@@ -880,6 +913,51 @@ void TestDepthwiseKxKBlocks() {
     if (told == 0) runs += CheckWithoutMinWeight(a, &b, what);
   }
   std::printf("depthwise 5x5 and 7x7 blocks: %d runs checked\n", runs);
+}
+
+// Which depthwise calls the avx512vnni and amx paths hand to the ymm blocks
+// (cpu::DepthwiseYmmBlocksAvx512, depthwise_ymm_avx512vnni.cc), in mode 1
+// (any CPU) and 2 (never); mode 0 is mode 1 on Zen 4 and 2 elsewhere. The
+// bits of both routes: CheckAllPaths (YmmModes).
+void TestDepthwiseYmmBlocksRule() {
+#if defined(__x86_64__)
+  struct Case {
+    int k, channels, stride, dilation;
+    bool depthwise, ymm;
+  };
+  const Case cases[] = {
+      {7, 32, 1, 1, true, true},   {7, 32, 2, 1, true, true},   {7, 88, 2, 1, true, true},
+      {7, 96, 1, 1, true, true},   {7, 160, 1, 1, true, true},  {7, 224, 1, 1, true, true},
+      {7, 352, 1, 1, true, true},  {5, 32, 2, 1, true, true},   {5, 88, 1, 1, true, true},
+      {5, 96, 2, 1, true, true},   {3, 32, 1, 1, true, true},   {3, 32, 2, 1, true, true},
+      // The zmm blocks fill their lanes as well or better, or no ymm blocks.
+      {7, 64, 1, 1, true, false},  {7, 80, 1, 1, true, false},  {7, 176, 2, 1, true, false},
+      {7, 48, 1, 1, true, false},  {7, 22, 1, 1, true, false},  {7, 16, 1, 1, true, false},
+      {5, 160, 1, 1, true, false}, {5, 44, 1, 1, true, false},  {5, 240, 1, 1, true, false},
+      {3, 96, 1, 1, true, false},  {3, 88, 1, 1, true, false},  {3, 144, 1, 1, true, false},
+      {7, 32, 3, 1, true, false},  {7, 32, 1, 2, true, false},  {3, 32, 1, 1, false, false},
+      {1, 32, 1, 1, true, false},  {9, 32, 1, 1, true, false},
+  };
+  for (const Case& c : cases) {
+    ConvGeometry g;
+    g.batch = 1;
+    g.in_h = g.in_w = 20;
+    g.filter_h = g.filter_w = c.k;
+    g.in_c = g.out_c = c.channels;
+    g.groups = c.depthwise ? c.channels : 1;
+    g.stride_h = g.stride_w = c.stride;
+    g.dilation_h = g.dilation_w = c.dilation;
+    EXPECT(ComputeGeometry(Padding::kSame, &g).empty(), "ymm rule geometry");
+    cpu::SetDepthwiseYmmBlocksForTesting(1);
+    EXPECT(cpu::DepthwiseYmmBlocksAvx512(g) == c.ymm,
+           "ymm blocks for %dx%d depthwise %d, %d channels, stride %d, dilation %d: %d",
+           c.k, c.k, c.depthwise, c.channels, c.stride, c.dilation, int(!c.ymm));
+    cpu::SetDepthwiseYmmBlocksForTesting(2);
+    EXPECT(!cpu::DepthwiseYmmBlocksAvx512(g), "ymm blocks in mode 2");
+  }
+  cpu::SetDepthwiseYmmBlocksForTesting(0);
+  std::printf("depthwise ymm blocks rule: %zu cases checked\n", sizeof(cases) / sizeof(cases[0]));
+#endif
 }
 
 // 1x1 depthwise windows (depthwise_rows.h OnePixelRows: no padding, each
@@ -3786,6 +3864,7 @@ int main() {
   TestChannelTails();
   TestDepthwise3x3Blocks();
   TestDepthwiseKxKBlocks();
+  TestDepthwiseYmmBlocksRule();
   TestDepthwiseOneTap();
   TestDepthwiseIdentity();
   TestDepthwiseOnePixel();

@@ -360,7 +360,8 @@ struct DepthwiseKernel {
   cpu::DepthwiseRowsFn identity_rows = nullptr;
 };
 
-DepthwiseKernel DepthwiseKernelFor(KernelPath path) {
+DepthwiseKernel DepthwiseKernelFor(KernelPath path, const ConvGeometry& g) {
+  (void)g;  // x86 only
   switch (path) {
 #if defined(__x86_64__)
     case KernelPath::kAvx2:
@@ -373,6 +374,12 @@ DepthwiseKernel DepthwiseKernelFor(KernelPath path) {
               cpu::DepthwiseIdentityRowsAvx2};
     case KernelPath::kAvx512Vnni:
     case KernelPath::kAmx:  // a depthwise tap has one k per channel: no tiles
+      // Where 32-channel ymm blocks beat the zmm ones (a prep of their own:
+      // the prepared-weights cache keys on it).
+      if (cpu::DepthwiseYmmBlocksAvx512(g)) {
+        return {cpu::DepthwiseRowsYmmAvx512Vnni, &cpu::kDepthwisePrepYmmAvx512Vnni,
+                cpu::DepthwiseGlobalRowsAvx512, cpu::DepthwiseIdentityRowsAvx512};
+      }
       return {cpu::DepthwiseRowsAvx512Vnni, &cpu::kDepthwisePrepAvx512Vnni,
               cpu::DepthwiseGlobalRowsAvx512, cpu::DepthwiseIdentityRowsAvx512};
 #endif
@@ -423,7 +430,7 @@ std::string RunFusedConv(const FusedConvArgs& args, KernelPath path,
   }
   bool lut_applied = false;
   if (args.geo.IsDepthwise()) {
-    const DepthwiseKernel dw = DepthwiseKernelFor(resolved);
+    const DepthwiseKernel dw = DepthwiseKernelFor(resolved, args.geo);
     FusedConvArgs dw_args = args;
 #if defined(__x86_64__)
     // The avx2 3x3 blocks run fastest on inputs in [0, 127] (MaddubsDot,

@@ -154,6 +154,15 @@ void DepthwiseRowsAvxVnni(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvxVnni;
 void DepthwiseRowsAvx512Vnni(const DepthwiseRowArgs& d);
 extern const DepthwisePrep kDepthwisePrepAvx512Vnni;
+// The avx512vnni and amx paths' calls that run depthwise_blocks_ymm.h's
+// 32-channel blocks instead (depthwise_ymm_avx512vnni.cc: where the zmm
+// blocks leave many lanes idle, on Zen 4), their row kernel and their
+// preparation (dispatch.cc picks them per call); the testing mode: 0 as
+// measured, 1 those calls on any CPU, 2 never.
+bool DepthwiseYmmBlocksAvx512(const ConvGeometry& g);
+void DepthwiseRowsYmmAvx512Vnni(const DepthwiseRowArgs& d);
+extern const DepthwisePrep kDepthwisePrepYmmAvx512Vnni;
+void SetDepthwiseYmmBlocksForTesting(int mode);
 void DepthwiseRowsNeon(const DepthwiseRowArgs& d);  // aarch64 builds only
 
 // Row kernels of a global average pooling: a call whose one output pixel's

@@ -4,9 +4,10 @@
 // MobileNet's depthwise layers), blocks of 32 channels, and a 5x5 and 7x7
 // one (the section "KxK" below): the 256-bit forms of depthwise_avx512vnni.cc's
 // full-block kernels (see there for the method),
-// shared by depthwise_avxvnni.cc (VEX VPDPBUSD) and depthwise_avx2.cc
-// (VPMADDUBSW-based dots, below and there), which differ only in the dot of
-// four bytes a lane (DotPolicy, below).
+// shared by depthwise_avxvnni.cc (VEX VPDPBUSD), depthwise_avx2.cc
+// (VPMADDUBSW-based dots, below and there) and depthwise_ymm_avx512vnni.cc
+// (EVEX VPDPBUSD on ymm), which differ only in the dot of four bytes a lane
+// (DotPolicy, below).
 //
 // A lane (one channel) holds four horizontally adjacent input pixels D =
 // (x[q], .., x[q+3]) as u8, built for 32 channels by 8 unpacks
@@ -41,9 +42,10 @@
 // The channels past the last 32-channel block, and every other geometry,
 // run the AVX2 kernel (depthwise_ymm.h: PMADDWD, pair weights): the
 // preparation (PrepBytes / PrepFill) holds its pair weights first, then
-// the blocks. Include ONLY from depthwise_avxvnni.cc and depthwise_avx2.cc
-// (needs -mavx2 -mfma); everything is a template on the policy or lives in
-// an anonymous namespace.
+// the blocks. Include ONLY from depthwise_avxvnni.cc, depthwise_avx2.cc and
+// depthwise_ymm_avx512vnni.cc (the avx512vnni path's calls that run these
+// blocks, with EVEX VPDPBUSD: needs -mavx2 -mfma at least); everything is a
+// template on the policy or lives in an anonymous namespace.
 #ifndef TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_BLOCKS_YMM_H_
 #define TF_FUSED_INT8_CC_CORE_CPU_DEPTHWISE_DEPTHWISE_BLOCKS_YMM_H_
 
