@@ -96,11 +96,20 @@ cpu::AvgPoolBody AvgBodyFor(KernelPath path, int64_t cells) {
 // its number of cells of X' (zeros included; SAME's ignored cells not).
 // With a `run` body (max pooling), the interior pixels of a row (their
 // windows' columns all inside the input, no zero rows) go to it in one call
-// per row instead (cpu::MaxPoolRunBody).
+// per row instead (cpu::MaxPoolRunBody). With a `flat` average body at
+// stride 1 across, they go to it as one "pixel" whose channels are the
+// run's bytes: at stride 1 the run's output byte i (pixel i / c, channel
+// i % c) is the sum of byte i after each window cell of the run's first
+// pixel (that pixel's cells read at the same offset i), over the same
+// divisor (its window's cells, every interior window's count in that
+// row), so the body's per-byte sum and division give the same bytes as
+// one call per pixel, 32 or 64 bytes a vector whatever the channel count.
 template <typename Emit>
 void PoolRows(const Emit& emit, const int8_t* x, const PoolGeometry& g,
               int8_t* out, int64_t begin, int64_t end,
-              cpu::MaxPoolRunBody run = nullptr) {
+              cpu::MaxPoolRunBody run = nullptr,
+              cpu::AvgPoolBody flat = nullptr) {
+  if (g.stride_w != 1) flat = nullptr;
   const int64_t hp = g.in_h + g.zero_top + g.zero_bottom;
   const int64_t wp = g.in_w + g.zero_left + g.zero_right;
   const int64_t c = g.channels;
@@ -123,7 +132,7 @@ void PoolRows(const Emit& emit, const int8_t* x, const PoolGeometry& g,
   // input's columns [zero_left, zero_left + in_w) (no zero cell, not cut by
   // SAME).
   int64_t ow_lo = 0, ow_hi = 0;
-  if (run != nullptr && g.in_w >= g.window_w) {
+  if ((run != nullptr || flat != nullptr) && g.in_w >= g.window_w) {
     ow_lo = (g.zero_left + g.pad_left + g.stride_w - 1) / g.stride_w;
     ow_hi = std::min<int64_t>(
         g.out_w, (g.zero_left + g.in_w - g.window_w + g.pad_left) / g.stride_w + 1);
@@ -152,8 +161,18 @@ void PoolRows(const Emit& emit, const int8_t* x, const PoolGeometry& g,
     for (int64_t ow = 0; ow < g.out_w; ++ow, dst += c) {
       if (ow == ow_lo && ow_hi > ow_lo && !zero_rows && ih1 > ih0) {
         const int64_t iw = ow * g.stride_w - g.pad_left - g.zero_left;
-        run(image + ih0 * row_bytes + iw * c, ih1 - ih0, row_bytes, g.window_w,
-            g.stride_w, ow_hi - ow_lo, c, dst);
+        const int8_t* first = image + ih0 * row_bytes + iw * c;
+        if (run != nullptr) {
+          run(first, ih1 - ih0, row_bytes, g.window_w, g.stride_w, ow_hi - ow_lo, c, dst);
+        } else {
+          int64_t count = 0;
+          for (int64_t ih = ih0; ih < ih1; ++ih) {
+            for (int64_t kw = 0; kw < g.window_w; ++kw) {
+              cells[static_cast<size_t>(count++)] = first + (ih - ih0) * row_bytes + kw * c;
+            }
+          }
+          flat(cells.data(), count, count, (ow_hi - ow_lo) * c, dst);
+        }
         dst += (ow_hi - ow_lo - 1) * c;
         ow = ow_hi - 1;
         continue;
@@ -291,9 +310,14 @@ void AvgPoolInt8(const int8_t* x, const PoolGeometry& g, int8_t* out,
   const int64_t blocks = (g.channels + 31) / 32;
   const int64_t per_row =
       g.out_w * (g.window_h * g.window_w * blocks * 3 / 2 + 16 * blocks + 8);
+  // The interior of each row as one body call at stride 1 (PoolRows'
+  // flat): the vector bodies' cost is per 32 or 64 bytes whatever the
+  // channels, where per-pixel calls left vectors partly empty under 64
+  // channels and set up every pixel's window (every body computes byte by
+  // byte, the exact one too).
   parallel_for(rows, std::max<int64_t>(per_row, 1),
                [&](int64_t begin, int64_t end) {
-                 PoolRows(emit, x, g, out, begin, end);
+                 PoolRows(emit, x, g, out, begin, end, nullptr, body);
                });
 }
 

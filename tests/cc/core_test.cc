@@ -3738,17 +3738,34 @@ void TestAvgPool() {
     for (auto& v : x) v = static_cast<int8_t>(u8(rng));
     check_all(g, x, "inception");
   }
+  // NASNet's pooling branches, 3x3 / 1 SAME over 11 to 88 channels: the
+  // interior of each row in one body call (pool.cc PoolRows' flat), its
+  // borders pixel by pixel; two images, rows 1 to 3 pixels wide too.
+  for (int64_t ch : {11, 22, 44, 88}) {
+    for (int64_t w : {1, 2, 3, 28}) {
+      PoolGeometry g;
+      g.batch = 2; g.in_h = 5; g.in_w = w; g.channels = ch;
+      g.window_h = g.window_w = 3; g.stride_h = g.stride_w = 1;
+      EXPECT(ComputePoolGeometry(Padding::kSame, &g).empty(), "nasnet geometry");
+      std::vector<int8_t> x(static_cast<size_t>(g.InputElements()));
+      for (auto& v : x) v = static_cast<int8_t>(u8(rng));
+      check_all(g, x, "nasnet");
+    }
+  }
   // Windows past kAvgPoolVectorMaxCells (the exact int64 loop on every
-  // path): 16x17 = 272 cells, all 127 and all -128 (sums past int16).
-  for (int v : {127, -128, 0}) {
+  // path): 16x17 = 272 cells, all 127 and all -128 (sums past int16); at
+  // stride 3 across, and at stride 1 (the exact loop over a row's interior
+  // as one call).
+  for (int v : {127, -128, 0, 1}) {
     PoolGeometry g;
     g.batch = 1; g.in_h = 18; g.in_w = 20; g.channels = 70;
-    g.window_h = 16; g.window_w = 17; g.stride_h = 2; g.stride_w = 3;
+    g.window_h = 16; g.window_w = 17; g.stride_h = 2; g.stride_w = v == 1 ? 1 : 3;
+    if (v == 1) g.channels = 13;
     EXPECT(ComputePoolGeometry(Padding::kSame, &g).empty(), "large window geometry");
     std::vector<int8_t> x(static_cast<size_t>(g.InputElements()), static_cast<int8_t>(v));
-    if (v == 0) for (auto& e : x) e = static_cast<int8_t>(u8(rng));
+    if (v == 0 || v == 1) for (auto& e : x) e = static_cast<int8_t>(u8(rng));
     check_all(g, x, "large window");
-    if (v != 0) {
+    if (v != 0 && v != 1) {
       std::vector<int8_t> got(static_cast<size_t>(g.OutputElements()), 1);
       AvgPoolInt8(x.data(), g, got.data(), ThreadParallelFor(1));
       EXPECT(std::all_of(got.begin(), got.end(), [v](int8_t e) { return e == v; }),
