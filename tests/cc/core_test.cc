@@ -253,8 +253,6 @@ ParallelFor OddParallelFor(int threads) {
   return pf;
 }
 
-// Runs every supported path (threads 1, 2 and the odd partition) and
-// compares with the reference; returns the number of runs.
 // The modes of cpu::SetDepthwiseYmmBlocksForTesting to run path p in on
 // geometry g: both routes (1: the ymm blocks, 2: the zmm kernels) where
 // the avx512vnni and amx paths may hand a depthwise call to the ymm blocks
@@ -282,6 +280,9 @@ void SetYmmMode(int mode) {
 #endif
 }
 
+// Runs every supported path (threads 1, 2 and the odd partition; both
+// depthwise routes of the avx512vnni and amx paths where YmmModes says) and
+// compares with the reference; returns the number of runs.
 int CheckAllPaths(FusedConvArgs a, const char* what) {
   std::vector<int8_t> want(a.geo.OutputElements());
   a.output = want.data();
@@ -867,7 +868,7 @@ void TestDepthwise3x3Blocks() {
 // without the AVX2 kernel's 16 / 24 more), a signed input again without -128
 // weights (CheckWithoutMinWeight: the avx2 path's SignDot). 32, 88, 96,
 // 160 and 224 channels also run the ymm blocks on the avx512vnni and amx
-// paths (YmmModes), 96 / 160 / 224 at 5x5 the zmm kernels only.
+// paths (YmmModes; at 5x5 only up to 96).
 void TestDepthwiseKxKBlocks() {
   std::mt19937 rng(55);
   auto uni = [&rng](int lo, int hi) {
