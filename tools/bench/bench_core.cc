@@ -36,6 +36,9 @@
 //   sequence op does for a Relu step's output.
 //   BENCH_CORE_IN_PLACE=1 (2) makes the AVX-512 VNNI GEMM read rows in place
 //   wherever it can (gather every row) instead of its per-CPU choice.
+//   BENCH_CORE_DW_YMM=1 (2) runs the avx512vnni path's depthwise calls that
+//   depthwise_ymm_avx512vnni.cc's rule names on its ymm blocks on any CPU
+//   (on the zmm kernels) instead of on Zen 4 only.
 //   BENCH_CORE_POOL=avg|max times the core's average or max pooling (window
 //   K, the stride and padding, one thread) instead of a convolution.
 //   BENCH_CORE_WEIGHTS=identity: see below.
@@ -242,6 +245,14 @@ int main(int argc, char** argv) {
   // choice (ReadInPlace in gemm_avx512vnni.cc).
   const char* in_place_env = std::getenv("BENCH_CORE_IN_PLACE");
   if (in_place_env != nullptr) cpu::SetInPlaceRowsForTesting(std::atoi(in_place_env));
+  // BENCH_CORE_DW_YMM=1|2: the avx512vnni / amx paths run the depthwise
+  // calls that the rule of depthwise_ymm_avx512vnni.cc names on the ymm
+  // blocks on any CPU (1) or never (2), instead of on Zen 4 only (to
+  // measure the rule on another CPU).
+#if defined(__x86_64__)
+  const char* dw_ymm_env = std::getenv("BENCH_CORE_DW_YMM");
+  if (dw_ymm_env != nullptr) cpu::SetDepthwiseYmmBlocksForTesting(std::atoi(dw_ymm_env));
+#endif
   ParallelFor pf;
   std::unique_ptr<bench::SpinPool> pool;
   const char* threads_env = std::getenv("BENCH_CORE_THREADS");

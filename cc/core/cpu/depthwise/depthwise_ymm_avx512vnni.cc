@@ -82,8 +82,9 @@ bool Zen4() {
 // So 7x7 at every such count, 5x5 up to 96 channels, 3x3 at 32.
 // NASNetMobile's 111x111x32 stem cells, its 7x7 layers of 88 and 352
 // channels, ConvNeXt's first stage and MobileNet's first depthwise layer
-// take them. mode (SetDepthwiseYmmBlocksForTesting): 0 these calls on Zen
-// 4 only, 1 these calls on any CPU, 2 none.
+// take them. mode (SetDepthwiseYmmBlocksForTesting; bench_core's
+// BENCH_CORE_DW_YMM, to measure the rule on another CPU): 0 these calls on
+// Zen 4 only, 1 these calls on any CPU, 2 none.
 bool DepthwiseYmmBlocksAvx512(const ConvGeometry& g) {
   const int mode = g_mode.load(std::memory_order_relaxed);
   if (mode == 2 || (mode == 0 && !Zen4())) return false;
