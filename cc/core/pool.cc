@@ -127,6 +127,17 @@ void PoolRows(const Emit& emit, const int8_t* x, const PoolGeometry& g,
     *zeros = h0 < g.zero_top || h1 > g.zero_top + g.in_h;
   };
   const int64_t row_bytes = g.in_w * c;
+  // The input cells of rows [ih0, ih1) x columns [iw0, iw1) of `image`
+  // into `cells`; returns their count.
+  auto gather = [&](const int8_t* image, int64_t ih0, int64_t ih1, int64_t iw0, int64_t iw1) {
+    int64_t count = 0;
+    for (int64_t ih = ih0; ih < ih1; ++ih) {
+      for (int64_t iw = iw0; iw < iw1; ++iw) {
+        cells[static_cast<size_t>(count++)] = image + (ih * g.in_w + iw) * c;
+      }
+    }
+    return count;
+  };
   // The interior output columns [ow_lo, ow_hi): X' window columns [start,
   // start + window_w) with start = ow * stride_w - pad_left inside the
   // input's columns [zero_left, zero_left + in_w) (no zero cell, not cut by
@@ -161,16 +172,11 @@ void PoolRows(const Emit& emit, const int8_t* x, const PoolGeometry& g,
     for (int64_t ow = 0; ow < g.out_w; ++ow, dst += c) {
       if (ow == ow_lo && ow_hi > ow_lo && !zero_rows && ih1 > ih0) {
         const int64_t iw = ow * g.stride_w - g.pad_left - g.zero_left;
-        const int8_t* first = image + ih0 * row_bytes + iw * c;
         if (run != nullptr) {
-          run(first, ih1 - ih0, row_bytes, g.window_w, g.stride_w, ow_hi - ow_lo, c, dst);
+          run(image + ih0 * row_bytes + iw * c, ih1 - ih0, row_bytes, g.window_w, g.stride_w,
+              ow_hi - ow_lo, c, dst);
         } else {
-          int64_t count = 0;
-          for (int64_t ih = ih0; ih < ih1; ++ih) {
-            for (int64_t kw = 0; kw < g.window_w; ++kw) {
-              cells[static_cast<size_t>(count++)] = first + (ih - ih0) * row_bytes + kw * c;
-            }
-          }
+          const int64_t count = gather(image, ih0, ih1, iw, iw + g.window_w);
           flat(cells.data(), count, count, (ow_hi - ow_lo) * c, dst);
         }
         dst += (ow_hi - ow_lo - 1) * c;
@@ -184,12 +190,7 @@ void PoolRows(const Emit& emit, const int8_t* x, const PoolGeometry& g,
           std::min<int64_t>(w1, g.zero_left + g.in_w) - g.zero_left;
       const bool zeros =
           zero_rows || w0 < g.zero_left || w1 > g.zero_left + g.in_w;
-      int64_t count = 0;
-      for (int64_t ih = ih0; ih < ih1; ++ih) {
-        for (int64_t iw = iw0; iw < iw1; ++iw) {
-          cells[static_cast<size_t>(count++)] = image + (ih * g.in_w + iw) * c;
-        }
-      }
+      const int64_t count = gather(image, ih0, ih1, iw0, iw1);
       emit(cells.data(), count, zeros, padded_rows * (w1 - w0), dst);
     }
   }

@@ -14,7 +14,6 @@
 // (BUILD: *_avx512vnni.cc), in a file of its own so that the ymm header's
 // names (kBlock, InteriorKxK, ...) stay apart from the zmm kernels' of the
 // same names.
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <atomic>
@@ -44,12 +43,7 @@ std::atomic<int> g_mode{0};
 bool Zen4() {
   static const bool zen4 = [] {
     __builtin_cpu_init();
-    if (!__builtin_cpu_is("amd")) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-    const unsigned base = (a >> 8) & 0xF;
-    const unsigned family = base == 0xF ? base + ((a >> 20) & 0xFF) : base;
-    return family == 0x19;
+    return __builtin_cpu_is("amdfam19h") != 0;
   }();
   return zen4;
 }
