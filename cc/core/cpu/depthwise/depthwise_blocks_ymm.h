@@ -98,12 +98,22 @@ struct alignas(32) BlockYmm {
   bool min_weight;  // a weight byte of the block is -128 (WeightsHaveMin)
 };
 
-// Whether d is a k x k layer these blocks take: at least one block of
-// channels, stride 1 or 2, dilation 1.
+// The filter size k of a k x k geometry these blocks run, 3, 5 or 7 with
+// stride 1 or 2 across and dilation 1; 0 for any other (channels aside:
+// also depthwise_ymm_avx512vnni.cc's rule).
+inline int64_t BlocksFilterSize(const ConvGeometry& g) {
+  const int64_t k = g.filter_h;
+  const bool square = g.filter_w == k && (k == 3 || k == 5 || k == 7);
+  return square && g.dilation_h == 1 && g.dilation_w == 1 &&
+                 (g.stride_w == 1 || g.stride_w == 2)
+             ? k
+             : 0;
+}
+
+// Whether d is a k x k layer these blocks take: BlocksFilterSize k and at
+// least one block of channels.
 bool SquareBlocks(const DepthwiseRowArgs& d, int64_t k) {
-  const ConvGeometry& g = *d.geo;
-  return d.channels >= kBlock && g.filter_h == k && g.filter_w == k && g.dilation_h == 1 &&
-         g.dilation_w == 1 && (g.stride_w == 1 || g.stride_w == 2);
+  return d.channels >= kBlock && BlocksFilterSize(*d.geo) == k;
 }
 
 bool Use3x3Blocks(const DepthwiseRowArgs& d) { return SquareBlocks(d, 3); }

@@ -82,11 +82,8 @@ bool Zen4() {
 bool DepthwiseYmmBlocksAvx512(const ConvGeometry& g) {
   const int mode = g_mode.load(std::memory_order_relaxed);
   if (mode == 2 || (mode == 0 && !Zen4())) return false;
-  const int64_t k = g.filter_h, cc = g.out_c;
-  if (!g.IsDepthwise() || g.filter_w != k || (k != 3 && k != 5 && k != 7) ||
-      g.dilation_h != 1 || g.dilation_w != 1 || (g.stride_w != 1 && g.stride_w != 2)) {
-    return false;
-  }
+  const int64_t k = BlocksFilterSize(g), cc = g.out_c;
+  if (!g.IsDepthwise() || k == 0) return false;
   const int64_t rest = cc % 64;
   if (cc < 32 || rest <= 16 || rest > 32) return false;
   return k == 7 || (k == 5 && cc <= 96) || (k == 3 && cc == 32);
