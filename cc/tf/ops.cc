@@ -692,4 +692,44 @@ it holds, as tf.nn.avg_pool and keras.layers.AveragePooling2D do). The exact
 rational is rounded once, ties to even; it never leaves [-128, 127].
 )doc");
 
+REGISTER_OP("FusedInt8Concat")
+    .Input("values: N * int8")
+    .Output("output: int8")
+    .Attr("N: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      // Every input of one rank >= 1, the same dimensions but the last; the
+      // output's last is their sum (unknown where one is).
+      ShapeHandle out = c->input(0);
+      for (int i = 0; i < c->num_inputs(); ++i) {
+        if (!c->RankKnown(c->input(i))) {
+          c->set_output(0, c->UnknownShape());
+          return absl::OkStatus();
+        }
+      }
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(out, 1, &out));
+      const int rank = c->Rank(out);
+      DimensionHandle last = c->MakeDim(0);
+      for (int i = 0; i < c->num_inputs(); ++i) {
+        ShapeHandle v;
+        TF_RETURN_IF_ERROR(c->WithRank(c->input(i), rank, &v));
+        ShapeHandle lead_v, lead_out;
+        TF_RETURN_IF_ERROR(c->Subshape(v, 0, rank - 1, &lead_v));
+        TF_RETURN_IF_ERROR(c->Subshape(out, 0, rank - 1, &lead_out));
+        TF_RETURN_IF_ERROR(c->Merge(lead_out, lead_v, &lead_out));
+        TF_RETURN_IF_ERROR(c->Concatenate(lead_out, c->Vector(c->Dim(out, rank - 1)), &out));
+        TF_RETURN_IF_ERROR(c->Add(last, c->Dim(v, rank - 1), &last));
+      }
+      ShapeHandle lead;
+      TF_RETURN_IF_ERROR(c->Subshape(out, 0, rank - 1, &lead));
+      TF_RETURN_IF_ERROR(c->Concatenate(lead, c->Vector(last), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Concatenation of int8 tensors along their last dimension (a quantized
+model's Concatenate of tensors that share one scale: a copy of bytes, exact).
+Every input has the same rank (at least 1) and the same dimensions but the
+last; the output's last dimension is the sum of theirs. CPU.
+)doc");
+
 }  // namespace tf_fused_int8

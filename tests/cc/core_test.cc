@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cc/core/channel_scale.h"
+#include "cc/core/concat.h"
 #include "cc/core/conv_params.h"
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "tests/cc/expect.h"
@@ -3845,6 +3846,58 @@ void TestCopyLoop() {
 #endif
 }
 
+// ConcatLastDim against a plain per-byte copy: piece widths around the
+// copy's size classes (0, 1-3 bytes, the 4- and 8-byte pairs, 16-byte
+// chunks with an overlapping last one, memcpy past 256), one to five
+// pieces, one row and many, each parallel-for; guard bytes around the
+// output catch a write outside it.
+void TestConcat() {
+  using namespace tf_fused_int8;  // NOLINT
+  std::mt19937 rng(11);
+  const int64_t kWidths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 44, 64, 100,
+                             255, 256, 257, 300};
+  const int64_t kRows[] = {1, 2, 5, 37, 300};
+  const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2), OddParallelFor(3)};
+  constexpr int64_t kGuard = 64;
+  int failures = 0, cases = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t count = 1 + trial % 5;
+    const int64_t rows = kRows[(trial / 5) % 5];
+    std::vector<int64_t> widths(count);
+    int64_t total = 0;
+    for (auto& w : widths) {
+      w = kWidths[rng() % (sizeof(kWidths) / sizeof(kWidths[0]))];
+      total += w;
+    }
+    std::vector<std::vector<int8_t>> in(count);
+    std::vector<const int8_t*> ptrs(count);
+    for (int64_t i = 0; i < count; ++i) {
+      in[i].resize(static_cast<size_t>(rows * widths[i]));
+      for (auto& b : in[i]) b = static_cast<int8_t>(rng());
+      ptrs[i] = in[i].data();
+    }
+    std::vector<int8_t> want(static_cast<size_t>(rows * total));
+    for (int64_t r = 0, off = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < count; ++i) {
+        for (int64_t j = 0; j < widths[i]; ++j) want[off++] = in[i][r * widths[i] + j];
+      }
+    }
+    const ParallelFor& pf = pfs[trial % 3];
+    std::vector<int8_t> got(static_cast<size_t>(rows * total + 2 * kGuard), int8_t{0x5a});
+    ConcatLastDim(ptrs.data(), widths.data(), count, rows, got.data() + kGuard, pf);
+    bool ok = std::memcmp(got.data() + kGuard, want.data(), want.size()) == 0;
+    for (int64_t g = 0; g < kGuard; ++g) {
+      ok &= got[g] == 0x5a && got[got.size() - 1 - g] == 0x5a;
+    }
+    ++cases;
+    if (!ok) ++failures;
+    EXPECT(ok, "concat of %lld pieces (first width %lld, total %lld) over %lld rows",
+           static_cast<long long>(count), static_cast<long long>(widths[0]),
+           static_cast<long long>(total), static_cast<long long>(rows));
+  }
+  std::printf("concat: %d cases, %d failures\n", cases, failures);
+}
+
 int main() {
   using namespace tf_fused_int8;  // NOLINT
   std::printf("best CPU kernel: %s\n", KernelPathName(BestKernelPath()));
@@ -3859,6 +3912,7 @@ int main() {
   TestAvgPoolBodies();
   TestAvgPool();
   TestCopyLoop();
+  TestConcat();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
       std::printf("%d failures\n", testing::ExpectFailures());
