@@ -830,6 +830,19 @@ def concat_int8(values, name=None):
     return ops.fused_int8_concat(values=tensors)
 
 
+def _pad2d_int8(x, paddings, name=None):
+  """Zero padding (positive) and cropping (negative) of an int8 NHWC
+  tensor's rows and columns in one op, FusedInt8Pad2D: paddings = (top,
+  bottom, left, right). What Int8ZeroPadding2D and Int8Cropping2D run
+  (TF's Pad and StridedSlice shard over the intra-op pool, as ConcatV2:
+  see concat_int8)."""
+  pads = [int(p) for p in paddings]
+  ops = _loader.load_ops()
+  with _op_scope(tf.executing_eagerly(), name, "pad2d_int8"):
+    return ops.fused_int8_pad2d(input=_int8_input(x, "pad2d_int8"),
+                                paddings=pads)
+
+
 def max_pool2d_int8(x, ksize, strides, padding, zero_padding=None, name=None):
   """int8 max pooling (NHWC), optionally after zero padding, in one op.
 

@@ -732,4 +732,46 @@ Every input has the same rank (at least 1) and the same dimensions but the
 last; the output's last dimension is the sum of theirs. CPU.
 )doc");
 
+REGISTER_OP("FusedInt8Pad2D")
+    .Input("input: int8")
+    .Output("output: int8")
+    .Attr("paddings: list(int)")
+    .SetShapeFn([](InferenceContext* c) {
+      std::vector<int64_t> pads;
+      TF_RETURN_IF_ERROR(c->GetAttr("paddings", &pads));
+      if (pads.size() != 4) {
+        return absl::InvalidArgumentError(
+            "FusedInt8Pad2D: paddings must have 4 entries [top, bottom, left, right], got " +
+            std::to_string(pads.size()));
+      }
+      ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
+      DimensionHandle h = c->Dim(x, 1), w = c->Dim(x, 2);
+      for (int axis = 0; axis < 2; ++axis) {
+        DimensionHandle d = axis == 0 ? h : w;
+        const int64_t total = pads[2 * axis] + pads[2 * axis + 1];
+        if (c->ValueKnown(d)) {
+          const int64_t size = c->Value(d) + total;
+          if (size < 0) {
+            return absl::InvalidArgumentError(
+                std::string("FusedInt8Pad2D: paddings would leave ") +
+                (axis == 0 ? "height " : "width ") + std::to_string(size) + " < 0");
+          }
+          d = c->MakeDim(size);
+        } else {
+          d = c->UnknownDim();
+        }
+        (axis == 0 ? h : w) = d;
+      }
+      c->set_output(0, c->MakeShape({c->Dim(x, 0), h, w, c->Dim(x, 3)}));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Zero padding and cropping of an int8 NHWC tensor's rows and columns in one
+op (keras ZeroPadding2D and Cropping2D of a quantized model's activations).
+paddings = [top, bottom, left, right]: zero rows / columns added on that side,
+or, negative, removed from it; the output is [N, H + top + bottom,
+W + left + right, C], neither size negative. CPU.
+)doc");
+
 }  // namespace tf_fused_int8

@@ -32,6 +32,7 @@
 
 #include "cc/core/channel_scale.h"
 #include "cc/core/concat.h"
+#include "cc/core/pad.h"
 #include "cc/core/conv_params.h"
 #include "cc/core/cpu/depthwise/depthwise.h"
 #include "tests/cc/expect.h"
@@ -3898,6 +3899,54 @@ void TestConcat() {
   std::printf("concat: %d cases, %d failures\n", cases, failures);
 }
 
+// PadCropNhwc against a plain per-element loop: pads and crops of each side
+// (negative pads crop), crops past the whole input (an all-zero output of
+// its own size), 1-37 channels, each parallel-for; guard bytes around the
+// output catch a write outside it.
+void TestPadCrop() {
+  using namespace tf_fused_int8;  // NOLINT
+  std::mt19937 rng(13);
+  const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2), OddParallelFor(3)};
+  constexpr int64_t kGuard = 64;
+  int cases = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t batch = 1 + trial % 3, h = 1 + rng() % 9, w = 1 + rng() % 9;
+    const int64_t c = 1 + rng() % 37;
+    int64_t pads[4];
+    for (auto& p : pads) p = static_cast<int64_t>(rng() % 7) - 3;
+    if (trial % 10 == 0) pads[2] = -static_cast<int64_t>(w) - 2;  // left crop past the input
+    if (trial % 10 == 1) pads[0] = static_cast<int64_t>(h) + 1;   // all the rows padding
+    const int64_t oh = h + pads[0] + pads[1], ow = w + pads[2] + pads[3];
+    if (oh < 0 || ow < 0) continue;
+    std::vector<int8_t> in(static_cast<size_t>(batch * h * w * c));
+    for (auto& b : in) b = static_cast<int8_t>(rng());
+    std::vector<int8_t> want(static_cast<size_t>(batch * oh * ow * c), 0);
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          const int64_t iy = y - pads[0], ix = x - pads[2];
+          if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+          for (int64_t k = 0; k < c; ++k) {
+            want[((n * oh + y) * ow + x) * c + k] = in[((n * h + iy) * w + ix) * c + k];
+          }
+        }
+      }
+    }
+    std::vector<int8_t> got(want.size() + 2 * kGuard, int8_t{0x5a});
+    PadCropNhwc(in.data(), batch, h, w, c, pads, got.data() + kGuard, pfs[trial % 3]);
+    bool ok = want.empty() || std::memcmp(got.data() + kGuard, want.data(), want.size()) == 0;
+    for (int64_t g = 0; g < kGuard; ++g) ok &= got[g] == 0x5a && got[got.size() - 1 - g] == 0x5a;
+    ++cases;
+    EXPECT(ok, "pad/crop %lldx%lldx%lldx%lld by (%lld, %lld, %lld, %lld)",
+           static_cast<long long>(batch), static_cast<long long>(h), static_cast<long long>(w),
+           static_cast<long long>(c), static_cast<long long>(pads[0]),
+           static_cast<long long>(pads[1]), static_cast<long long>(pads[2]),
+           static_cast<long long>(pads[3]));
+  }
+  EXPECT(cases > 200, "pad/crop cases %d", cases);
+  std::printf("pad/crop: %d cases\n", cases);
+}
+
 int main() {
   using namespace tf_fused_int8;  // NOLINT
   std::printf("best CPU kernel: %s\n", KernelPathName(BestKernelPath()));
@@ -3913,6 +3962,7 @@ int main() {
   TestAvgPool();
   TestCopyLoop();
   TestConcat();
+  TestPadCrop();
   if (!SelectPaths()) {
     if (testing::ExpectFailures()) {
       std::printf("%d failures\n", testing::ExpectFailures());
