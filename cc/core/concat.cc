@@ -13,6 +13,17 @@ namespace {
 // the fixed-size moves of CopyPiece.
 constexpr int64_t kMemcpyFrom = 256;
 
+// Copies n bytes, sizeof(T) <= n <= 2 * sizeof(T), as two T moves: the first
+// sizeof(T) bytes and the last (they may overlap: the same bytes again).
+template <class T>
+inline void CopyEnds(int8_t* dst, const int8_t* src, int64_t n) {
+  T a, b;
+  std::memcpy(&a, src, sizeof(T));
+  std::memcpy(&b, src + n - sizeof(T), sizeof(T));
+  std::memcpy(dst, &a, sizeof(T));
+  std::memcpy(dst + n - sizeof(T), &b, sizeof(T));
+}
+
 // Copies n bytes, 0 <= n <= kMemcpyFrom, from src to dst (distinct buffers)
 // with fixed-size moves only: 16-byte chunks and one more ending at n (it
 // may overlap the one before: the same bytes again) from 16 bytes on; two
@@ -24,17 +35,9 @@ inline void CopyPiece(int8_t* dst, const int8_t* src, int64_t n) {
     for (; i + 16 <= n; i += 16) std::memcpy(dst + i, src + i, 16);
     if (i < n) std::memcpy(dst + n - 16, src + n - 16, 16);
   } else if (n >= 8) {
-    uint64_t a, b;
-    std::memcpy(&a, src, 8);
-    std::memcpy(&b, src + n - 8, 8);
-    std::memcpy(dst, &a, 8);
-    std::memcpy(dst + n - 8, &b, 8);
+    CopyEnds<uint64_t>(dst, src, n);
   } else if (n >= 4) {
-    uint32_t a, b;
-    std::memcpy(&a, src, 4);
-    std::memcpy(&b, src + n - 4, 4);
-    std::memcpy(dst, &a, 4);
-    std::memcpy(dst + n - 4, &b, 4);
+    CopyEnds<uint32_t>(dst, src, n);
   } else {
     for (int64_t j = 0; j < n; ++j) dst[j] = src[j];
   }
