@@ -699,28 +699,27 @@ REGISTER_OP("FusedInt8Concat")
     .SetShapeFn([](InferenceContext* c) {
       // Every input of one rank >= 1, the same dimensions but the last; the
       // output's last is their sum (unknown where one is).
-      ShapeHandle out = c->input(0);
       for (int i = 0; i < c->num_inputs(); ++i) {
         if (!c->RankKnown(c->input(i))) {
           c->set_output(0, c->UnknownShape());
           return absl::OkStatus();
         }
       }
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(out, 1, &out));
-      const int rank = c->Rank(out);
+      ShapeHandle first;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &first));
+      const int rank = c->Rank(first);
+      // The leading dimensions merged over the inputs; the last ones summed.
+      ShapeHandle lead;
+      TF_RETURN_IF_ERROR(c->Subshape(first, 0, rank - 1, &lead));
       DimensionHandle last = c->MakeDim(0);
       for (int i = 0; i < c->num_inputs(); ++i) {
-        ShapeHandle v;
+        ShapeHandle v, lead_v;
         TF_RETURN_IF_ERROR(c->WithRank(c->input(i), rank, &v));
-        ShapeHandle lead_v, lead_out;
         TF_RETURN_IF_ERROR(c->Subshape(v, 0, rank - 1, &lead_v));
-        TF_RETURN_IF_ERROR(c->Subshape(out, 0, rank - 1, &lead_out));
-        TF_RETURN_IF_ERROR(c->Merge(lead_out, lead_v, &lead_out));
-        TF_RETURN_IF_ERROR(c->Concatenate(lead_out, c->Vector(c->Dim(out, rank - 1)), &out));
+        TF_RETURN_IF_ERROR(c->Merge(lead, lead_v, &lead));
         TF_RETURN_IF_ERROR(c->Add(last, c->Dim(v, rank - 1), &last));
       }
-      ShapeHandle lead;
-      TF_RETURN_IF_ERROR(c->Subshape(out, 0, rank - 1, &lead));
+      ShapeHandle out;
       TF_RETURN_IF_ERROR(c->Concatenate(lead, c->Vector(last), &out));
       c->set_output(0, out);
       return absl::OkStatus();
