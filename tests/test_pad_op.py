@@ -92,6 +92,14 @@ def test_shape_function():
       raw(input=ph(tf.int8, (2, 5, 6, 3)), paddings=[1, 1])
     with pytest.raises(ValueError, match="must be rank 4"):
       raw(input=ph(tf.int8, (5, 6, 3)), paddings=[1, 1, 1, 1])
+    # Past the kernel's range, refused before the sizes are added (the
+    # sum of two such attrs would overflow), known or unknown sizes alike.
+    for bad in (2**62, -2**62, 2**40, -2**40):
+      for shape in ((2, 5, 6, 3), (None, None, None, 3)):
+        with pytest.raises(ValueError, match=r"paddings\[2\] out of range"):
+          raw(input=ph(tf.int8, shape), paddings=[0, 0, bad, bad])
+    assert raw(input=ph(tf.int8, (1, 1, 1, 1)),
+               paddings=[2**40 - 1, 0, 0, 0]).shape.as_list() == [1, 2**40, 1, 1]
 
 
 def test_bad_inputs_in_the_kernel():
@@ -104,6 +112,8 @@ def test_bad_inputs_in_the_kernel():
     raw(input=np.zeros((5, 6, 3), np.int8), paddings=[1, 1, 1, 1])
   with pytest.raises(tf.errors.InvalidArgumentError, match="must have 4 entries"):
     raw(input=x, paddings=[1, 1, 1])
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r"paddings\[1\] out of range"):
+    raw(input=x, paddings=[0, 2**62, 0, 0])
   with pytest.raises((TypeError, tf.errors.InvalidArgumentError)):
     raw(input=tf.constant(x.astype(np.float32)), paddings=[1, 1, 1, 1])
   with pytest.raises(TypeError, match="must be int8"):

@@ -743,6 +743,14 @@ REGISTER_OP("FusedInt8Pad2D")
             "FusedInt8Pad2D: paddings must have 4 entries [top, bottom, left, right], got " +
             std::to_string(pads.size()));
       }
+      // The kernel's range (pad_kernel.cc): beyond it the sums below could
+      // overflow before the kernel refuses the attr.
+      for (size_t i = 0; i < pads.size(); ++i) {
+        if (pads[i] <= -(int64_t{1} << 40) || pads[i] >= (int64_t{1} << 40)) {
+          return absl::InvalidArgumentError("FusedInt8Pad2D: paddings[" + std::to_string(i) +
+                                            "] out of range: " + std::to_string(pads[i]));
+        }
+      }
       ShapeHandle x;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
       DimensionHandle h = c->Dim(x, 1), w = c->Dim(x, 2);
