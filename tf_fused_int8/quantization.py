@@ -34,7 +34,11 @@ rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
 * a two-input ``Add`` of the (linear) conv stack and another tensor, the
   residual, maps that tensor to the op's side input, and a ``ReLU`` (ReLU6,
   clipped ReLU) or a table activation after the ``Add`` becomes the op's
-  activation.
+  activation;
+* likewise InceptionResNetV2's scaled residual (keras.applications'
+  ``CustomScaleLayer``, ``x + r * scale``) where ``r`` is a linear conv
+  stack read by that layer alone: ``x`` is the side input and the scale is
+  folded into the stack's kernel and bias (in float64, before quantizing).
 
 So ResNet blocks and MobileNetV2 inverted-residual blocks (1x1 expand +
 ReLU6, depthwise + ReLU6, linear 1x1 project, residual ``Add``) quantize end
@@ -1267,6 +1271,36 @@ def _two_input_add(node):
   return _two_tensor_call(node, keras.layers.Add)
 
 
+def _custom_scale_layer_class():
+  """keras.applications' InceptionResNetV2 residual layer class
+  (CustomScaleLayer: inputs[0] + inputs[1] * scale), or None where this
+  Keras has no such module."""
+  try:
+    from keras.src.applications import inception_resnet_v2  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return getattr(inception_resnet_v2, "CustomScaleLayer", None)
+
+
+_CUSTOM_SCALE_LAYER = _custom_scale_layer_class()
+
+
+def _scaled_add(node):
+  """(inputs, scale) of an InceptionResNetV2 CustomScaleLayer called on two
+  distinct tensors, inputs[0] + inputs[1] * scale with a finite non-zero
+  scale, else None."""
+  if _CUSTOM_SCALE_LAYER is None:
+    return None
+  ins = _two_tensor_call(node, _CUSTOM_SCALE_LAYER)
+  if ins is None:
+    return None
+  scale = getattr(node.operation, "scale", None)
+  if (isinstance(scale, bool) or not isinstance(scale, (int, float)) or
+      not math.isfinite(scale) or scale == 0):
+    return None
+  return ins, float(scale)
+
+
 def _two_tensor_call(node, cls):
   """The two input tensors of a `cls` layer (exact type) called on a list of
   two distinct tensors (no other arguments), else None."""
@@ -1741,9 +1775,15 @@ class _Plan:
     by_tail = {id(g.tail): g for g in self.groups}
     level = self.graph.level
     for node in self.graph.nodes:
-      ins = _two_input_add(node)
+      ins, scale = _two_input_add(node), None
       if ins is None:
-        continue
+        scaled = _scaled_add(node)
+        if scaled is None:
+          continue
+        # InceptionResNetV2's x + r * scale: the stack that computes r (a
+        # linear conv, its only reader this layer) takes x as its side input,
+        # with the scale folded into its kernel and bias.
+        ins, scale = scaled
       candidates = []
       for i, t in enumerate(ins):
         g = by_tail.get(id(t))
@@ -1753,6 +1793,9 @@ class _Plan:
             self.graph.sole_consumer(t) is not node or
             not self._same_shape(t, other)):
           continue
+        if scale is not None and (i != 1 or g.dense or g.channel_scale is not None or
+                                  not _is_conv(g.conv_node.operation)):
+          continue
         candidates.append(((level[id(g.input)], i), g, other))
       if not candidates:
         continue
@@ -1760,6 +1803,8 @@ class _Plan:
       # ResNet block; the other input, e.g. a projection shortcut conv, is
       # then an int8 side input of its own); ties: the second Add input.
       _, g, other = max(candidates, key=lambda c: c[0])
+      if scale is not None:
+        g.channel_scale = np.full([int(g.tail.shape[-1])], scale)
       g.add_node = node
       g.side = other
       g.extend(node)
@@ -2073,13 +2118,16 @@ def _group_weights(group):
   if group.bn_node is None:
     b = (np.zeros(kernel.shape[-1]) if bias is None else
          np.asarray(bias, np.float64))
-    return kernel, b, groups
-  bn = group.bn_node.operation
-  kernel, b = fold_batch_norm(
-      kernel, bias,
-      bn.gamma.numpy() if bn.scale else None,
-      bn.beta.numpy() if bn.center else None,
-      bn.moving_mean.numpy(), bn.moving_variance.numpy(), bn.epsilon)
+  else:
+    bn = group.bn_node.operation
+    kernel, b = fold_batch_norm(
+        kernel, bias,
+        bn.gamma.numpy() if bn.scale else None,
+        bn.beta.numpy() if bn.center else None,
+        bn.moving_mean.numpy(), bn.moving_variance.numpy(), bn.epsilon)
+  if group.channel_scale is not None:  # InceptionResNetV2's residual scale
+    kernel = kernel * group.channel_scale
+    b = b * group.channel_scale
   return kernel, b, groups
 
 
@@ -2135,7 +2183,8 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     run a traced function: tf_fused_int8/quantized_model.py) with the float
     model's inputs and outputs in which
     every quantizable conv stack is one ``QuantizedFusedConv2D`` (BN folded,
-    ReLU / ReLU6 / ReLU(max_value=m) fused, residual Add as side input, a
+    ReLU / ReLU6 / ReLU(max_value=m) fused, residual Add as side input
+    (InceptionResNetV2's scaled residual too, the scale in the kernel), a
     preceding ZeroPadding2D as explicit padding; a DepthwiseConv2D becomes
     ``groups`` = its input channels; a BatchNormalization that follows no
     conv, with a ReLU after it, a 1x1 depthwise one; a channel Concatenate

@@ -26,7 +26,7 @@ BUILDERS = {
         "ResNet50", "MobileNetV2", "ResNet50V2", "VGG16", "InceptionV3",
         "DenseNet121", "Xception", "EfficientNetB0", "MobileNetV3Small",
         "ConvNeXtTiny", "MobileNet", "MobileNetV3Large", "EfficientNetV2B0",
-        "NASNetMobile")
+        "NASNetMobile", "InceptionResNetV2")
 }
 IMAGE_SHAPE = (224, 224, 3)
 
