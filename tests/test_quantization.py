@@ -623,3 +623,67 @@ def test_cropping_stays_int8_and_exact(tmp_path):
   assert isinstance(loaded.get_layer("crop"), quantization.Int8Cropping2D)
   for a, b in zip(loaded(x), (got, got2)):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_nearest_upsampling_stays_int8_and_exact(tmp_path):
+  """A U-Net / FPN decoder: conv -> UpSampling2D (nearest, square and
+  non-square factors) -> Concatenate with the encoder's tensor -> conv: the
+  upsampling repeats the int8 values at their scale (Int8UpSampling2D), so
+  the model is one int8 region with no warning, the conv after it is the
+  reference's chain bit for bit, and the layer survives a .keras round trip;
+  a bilinear UpSampling2D (it averages) stays float, with the warning."""
+  inp = keras.Input((8, 6, 3), name="image")
+  e1 = L.ReLU(name="e1")(L.BatchNormalization(name="bn1")(
+      L.Conv2D(8, 3, padding="same", name="c1")(inp)))
+  e2 = L.Conv2D(12, 3, strides=2, padding="same", activation="relu", name="c2")(e1)
+  up = L.UpSampling2D(2, name="up")(e2)
+  d1 = L.Conv2D(6, 3, padding="same", activation="relu", name="c3")(
+      L.Concatenate(name="cat")([up, e1]))
+  up2 = L.UpSampling2D((3, 2), name="up2")(d1)
+  out = L.Conv2D(4, 1, name="c4")(up2)
+  model = keras.Model(inp, out)
+  randomize(model, np.random.default_rng(14))
+  x = images(5, seed=5, shape=(8, 6, 3))
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 1, kinds
+  for name in ("up", "up2"):
+    assert isinstance(qmodel.get_layer(name), quantization.Int8UpSampling2D)
+    assert qmodel.get_layer(name).output.dtype == "int8"
+  s_in = qmodel.get_layer("image_quantize").scale
+  xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
+  k, b, s = qmodel.get_layer("c1").get_weights()
+  h1 = reference.fused_conv2d_reference(xq, k, b, conv_input_scale=s,
+                                        padding="SAME", activation="Relu")
+  k, b, s = qmodel.get_layer("c2").get_weights()
+  h2 = reference.fused_conv2d_reference(h1, k, b, conv_input_scale=s, strides=2,
+                                        padding="SAME", activation="Relu")
+  k, b, s = qmodel.get_layer("c3").get_weights()
+  h3 = reference.fused_conv2d_reference(
+      np.concatenate([h2.repeat(2, axis=1).repeat(2, axis=2), h1], axis=-1), k, b,
+      conv_input_scale=s, padding="SAME", activation="Relu")
+  k, b, s = qmodel.get_layer("c4").get_weights()
+  want = reference.fused_conv2d_reference(h3.repeat(3, axis=1).repeat(2, axis=2), k, b,
+                                          conv_input_scale=s, padding="VALID",
+                                          activation="None")
+  assert len(np.unique(h3)) > 10 and len(np.unique(want)) > 10
+  got = qmodel(x).numpy()
+  s_out = np.float32(qmodel.get_layer(qmodel.output._keras_history.operation.name).scale)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got, want.astype(np.float32) * s_out)
+  want_float = model(x).numpy()
+  assert np.abs(got - want_float).max() < 0.1 * np.abs(want_float).max()
+  path = str(tmp_path / "up.keras")
+  qmodel.save(path)
+  loaded = keras.models.load_model(path)
+  assert isinstance(loaded.get_layer("up"), quantization.Int8UpSampling2D)
+  np.testing.assert_array_equal(loaded(x).numpy(), got)
+
+  # Bilinear interpolation averages: it stays float (two int8 regions).
+  inp = keras.Input((8, 6, 3), name="image")
+  h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
+  h = L.UpSampling2D(2, interpolation="bilinear", name="up")(h)
+  model = keras.Model(inp, L.Conv2D(4, 1, name="c2")(h))
+  with pytest.warns(quantization.QuantizationWarning, match=r"'up' \(UpSampling2D\)"):
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 2 and "UpSampling2D" in kinds, kinds

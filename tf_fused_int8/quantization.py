@@ -1054,6 +1054,13 @@ class Int8Cropping2D(_EagerCall, _KeepsInputDtype, keras.layers.Cropping2D):
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8UpSampling2D(_EagerCall, _KeepsInputDtype, keras.layers.UpSampling2D):
+  """UpSampling2D with nearest interpolation of an int8 tensor (each value
+  repeated: exact at the input's scale; a U-Net's or FPN's decoder), Keras's
+  own repeats on the int8 tensor."""
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Int8Flatten(_EagerCall, _KeepsInputDtype, keras.layers.Flatten):
   """Flatten of an int8 tensor (a reshape: exact at the input's scale)."""
 
@@ -1151,6 +1158,8 @@ _INT8_PASSTHROUGH = {
     keras.layers.GlobalMaxPooling2D: Int8GlobalMaxPooling2D,
     keras.layers.ZeroPadding2D: Int8ZeroPadding2D,
     keras.layers.Cropping2D: Int8Cropping2D,
+    # Nearest interpolation only (the others average: float).
+    keras.layers.UpSampling2D: Int8UpSampling2D,
     keras.layers.Flatten: Int8Flatten,
     # A squeeze-excite branch's GAP -> Reshape([1, 1, C]) -> conv.
     keras.layers.Reshape: Int8Reshape,
@@ -1161,9 +1170,10 @@ _INT8_PASSTHROUGH = {
 
 def _int8_passthrough(node, dense=True):
   """Whether a node can run on the int8 tensor of its one input as it is:
-  MaxPooling2D, GlobalMaxPooling2D, ZeroPadding2D and Cropping2D,
-  channels_last (max commutes with the monotonic quantization, padding zeros
-  are int8 zeros, a crop is a slice),
+  MaxPooling2D, GlobalMaxPooling2D, ZeroPadding2D, Cropping2D and a nearest
+  UpSampling2D, channels_last (max commutes with the monotonic quantization,
+  padding zeros are int8 zeros, a crop is a slice, nearest upsampling a
+  copy),
   an AveragePooling2D whose windows reach SAME's padding (Keras divides
   those by the cells they hold: Int8AveragePooling2D, the exact average
   rounded once at the input's scale), a ReLU / ReLU6 / ReLU(max_value=m) no
@@ -1180,6 +1190,9 @@ def _int8_passthrough(node, dense=True):
       _avg_pool_window(node) is not None):
     return False
   if type(op) is keras.layers.Flatten and not dense:  # pylint: disable=unidiomatic-typecheck
+    return False
+  if (type(op) is keras.layers.UpSampling2D and  # pylint: disable=unidiomatic-typecheck
+      op.interpolation != "nearest"):
     return False
   if getattr(op, "data_format", "channels_last") != "channels_last":
     return False
@@ -2195,9 +2208,10 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     Dense on an int8 tensor a QuantizedDense and a GlobalAveragePooling2D
     of an int8 tensor of known size a depthwise one over the whole image), with ``Quantize`` /
     ``Dequantize`` layers at the borders of the int8 regions. MaxPooling2D,
-    GlobalMaxPooling2D and ZeroPadding2D applied to an int8 tensor run in
-    int8 at its scale (exact: max commutes with the monotonic quantization;
-    ResNet's stem pooling stays in the int8 region). The float model is not
+    GlobalMaxPooling2D, ZeroPadding2D, Cropping2D and a nearest UpSampling2D
+    applied to an int8 tensor run in int8 at its scale (exact: max commutes
+    with the monotonic quantization, the others copy values; ResNet's stem
+    pooling stays in the int8 region). The float model is not
     modified.
 
   Warns:
@@ -2401,11 +2415,14 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
   qmodel = QuantizedModel(new_inputs, new_outputs,
                           name=name or f"{model.name}_int8")
   # A Rescaling / Normalization folded into its Quantize (preprocess) is
-  # not float any more: not in the warning.
-  kept = {l.name for l in qmodel.layers}
+  # not float any more, nor a layer that ran as its int8 passthrough (a
+  # nearest UpSampling2D): not in the warning.
+  kept = {l.name: type(l) for l in qmodel.layers}
+  int8_classes = set(_INT8_PASSTHROUGH.values())
   plan.float_notes = [
       n for n in plan.float_notes
-      if n[1] not in ("Rescaling", "Normalization") or n[0] in kept]
+      if (n[1] not in ("Rescaling", "Normalization") or n[0] in kept) and
+      kept.get(n[0]) not in int8_classes]
   plan.warn()
   if verbose:
     print(f"quantize_model: {counts['conv']} QuantizedFusedConv2D "
