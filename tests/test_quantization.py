@@ -687,3 +687,27 @@ def test_nearest_upsampling_stays_int8_and_exact(tmp_path):
     qmodel = quantization.quantize_model(model, x, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert kinds.count("Quantize") == 2 and "UpSampling2D" in kinds, kinds
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2, 2), (1, 3), (3, 1), (3, 2)])
+def test_int8_upsampling_layer_repeats_values(size):
+  """Int8UpSampling2D (nearest) on int8 tensors equals numpy's repeats,
+  eagerly and in a tf.function with an unknown batch (its FusedInt8Concat
+  path), and on tensors it leaves to Keras (a zero size, unknown height)."""
+  layer = quantization.Int8UpSampling2D(size)
+  rng = np.random.default_rng(sum(size))
+  for shape in ((2, 5, 3, 7), (1, 1, 1, 1), (0, 4, 4, 3), (2, 0, 3, 2), (1, 3, 4, 0)):
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    want = x.repeat(size[0], axis=1).repeat(size[1], axis=2)
+    got = layer(tf.constant(x))
+    assert got.dtype == tf.int8
+    np.testing.assert_array_equal(got.numpy(), want)
+  x = rng.integers(-128, 128, (3, 4, 5, 6)).astype(np.int8)
+  want = x.repeat(size[0], axis=1).repeat(size[1], axis=2)
+  for spec in (tf.TensorSpec((None, 4, 5, 6), tf.int8),
+               tf.TensorSpec((None, None, None, 6), tf.int8)):
+    f = tf.function(layer.call, input_signature=[spec])
+    np.testing.assert_array_equal(f(tf.constant(x)).numpy(), want)
+  types = [op.type for op in tf.function(layer.call).get_concrete_function(
+      tf.TensorSpec((None, 4, 5, 6), tf.int8)).graph.get_operations()]
+  assert types.count("FusedInt8Concat") == (size[0] > 1) + (size[1] > 1), types

@@ -1056,8 +1056,27 @@ class Int8Cropping2D(_EagerCall, _KeepsInputDtype, keras.layers.Cropping2D):
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Int8UpSampling2D(_EagerCall, _KeepsInputDtype, keras.layers.UpSampling2D):
   """UpSampling2D with nearest interpolation of an int8 tensor (each value
-  repeated: exact at the input's scale; a U-Net's or FPN's decoder), Keras's
-  own repeats on the int8 tensor."""
+  repeated: exact at the input's scale; a U-Net's or FPN's decoder).
+  Channels last, known non-zero sizes: FusedInt8Concat copies (each pixel
+  size[1] times along the channels, then each row size[0] times: in
+  row-major order that is the upsampled tensor) and reshapes, on the
+  convolutions' threads (TF's repeats shard over the intra-op pool, as
+  ConcatV2 does: see ops.concat_int8); otherwise Keras's repeats."""
+
+  def call(self, inputs):
+    shape = inputs.shape
+    if (self.data_format == "channels_last" and inputs.dtype == tf.int8 and
+        self.interpolation == "nearest" and shape.rank == 4 and
+        all(d is not None and d > 0 for d in shape[1:])):
+      h, w, c = shape[1], shape[2], shape[3]
+      sh, sw = self.size
+      x = inputs
+      if sw > 1:
+        x = ops.concat_int8([x] * sw)  # [N, H, W, sw * C]
+      if sh > 1:
+        x = ops.concat_int8([_reshape(x, (-1, h, w * sw * c))] * sh)
+      return _reshape(x, (-1, h * sh, w * sw, c))
+    return super().call(inputs)
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
