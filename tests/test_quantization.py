@@ -711,3 +711,83 @@ def test_int8_upsampling_layer_repeats_values(size):
   types = [op.type for op in tf.function(layer.call).get_concrete_function(
       tf.TensorSpec((None, 4, 5, 6), tf.int8)).graph.get_operations()]
   assert types.count("FusedInt8Concat") == (size[0] > 1) + (size[1] > 1), types
+
+
+def test_transposed_conv_with_kernel_equal_to_stride_stays_int8_and_exact(tmp_path):
+  """A U-Net decoder's Conv2DTranspose(kernel = stride = b): each input pixel
+  writes its own b x b block, so it is a 1x1 convolution to b * b * filters
+  channels (BN and ReLU fused per channel) and a depth-to-space
+  (Int8DepthToSpace): one int8 region, the reference's chain bit for bit,
+  close to float, a .keras round trip; a Conv2DTranspose whose blocks
+  overlap (kernel 3, stride 2) stays float with the warning."""
+  # Keras's convention, which the 1x1 kernel follows: out[b*i + a, b*j + c,
+  # co] = sum_ci x[i, j, ci] * W[a, c, co, ci] + bias[co].
+  rng = np.random.default_rng(15)
+  t = L.Conv2DTranspose(3, 2, strides=2, padding="same")
+  xs = rng.normal(0, 1, (2, 3, 4, 5)).astype(np.float32)
+  got = t(xs).numpy()
+  w, bias = (v.numpy().astype(np.float64) for v in (t.kernel, t.bias))
+  want = np.einsum("nijk,acok->niajco", xs.astype(np.float64), w).reshape(2, 6, 8, 3) + bias
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+  inp = keras.Input((8, 6, 3), name="image")
+  e1 = L.ReLU(name="e1")(L.BatchNormalization(name="bn1")(
+      L.Conv2D(8, 3, padding="same", name="c1")(inp)))
+  e2 = L.Conv2D(12, 3, strides=2, padding="same", activation="relu", name="c2")(e1)
+  u = L.ReLU(name="u")(L.BatchNormalization(name="bn2")(
+      L.Conv2DTranspose(8, 2, strides=2, padding="same", name="t1")(e2)))
+  d = L.Conv2D(6, 3, padding="same", activation="relu", name="c3")(
+      L.Concatenate(name="cat")([u, e1]))
+  t2 = L.Conv2DTranspose(4, 3, strides=3, activation="relu", name="t2")(d)
+  out = L.Conv2D(2, 1, name="c4")(t2)
+  model = keras.Model(inp, out)
+  randomize(model, np.random.default_rng(16))
+  for name in ("t1", "t2"):
+    layer = model.get_layer(name)
+    layer.set_weights([rng.normal(0, 0.3, v.shape).astype(np.float32)
+                       for v in layer.get_weights()])
+  x = images(5, seed=6, shape=(8, 6, 3))
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 1, kinds
+  assert kinds.count("Int8DepthToSpace") == 2, kinds
+
+  def d2s(v, b):
+    n, h, w_, c = v.shape
+    return (v.reshape(n, h, w_, b, b, c // (b * b)).transpose(0, 1, 3, 2, 4, 5)
+            .reshape(n, h * b, w_ * b, c // (b * b)))
+
+  def conv(name, v, **kw):
+    k, b, s = qmodel.get_layer(name).get_weights()
+    return reference.fused_conv2d_reference(v, k, b, conv_input_scale=s, **kw)
+
+  s_in = qmodel.get_layer("image_quantize").scale
+  xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
+  h1 = conv("c1", xq, padding="SAME", activation="Relu")
+  h2 = conv("c2", h1, strides=2, padding="SAME", activation="Relu")
+  assert qmodel.get_layer("t1").get_weights()[0].shape == (1, 1, 12, 32)
+  hu = d2s(conv("t1", h2, padding="VALID", activation="Relu"), 2)
+  h3 = conv("c3", np.concatenate([hu, h1], axis=-1), padding="SAME", activation="Relu")
+  ht = d2s(conv("t2", h3, padding="VALID", activation="Relu"), 3)
+  want = conv("c4", ht, padding="VALID", activation="None")
+  assert len(np.unique(hu)) > 10 and len(np.unique(want)) > 10
+  got = qmodel(x).numpy()
+  s_out = np.float32(qmodel.get_layer(qmodel.output._keras_history.operation.name).scale)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got, want.astype(np.float32) * s_out)
+  want_float = model(x).numpy()
+  assert np.abs(got - want_float).max() < 0.1 * np.abs(want_float).max()
+  path = str(tmp_path / "t.keras")
+  qmodel.save(path)
+  loaded = keras.models.load_model(path)
+  np.testing.assert_array_equal(loaded(x).numpy(), got)
+
+  # Overlapping blocks (kernel 3, stride 2): float, with the reason.
+  inp = keras.Input((8, 6, 3), name="image")
+  h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
+  h = L.Conv2DTranspose(4, 3, strides=2, padding="same", name="t")(h)
+  model = keras.Model(inp, L.Conv2D(2, 1, name="c2")(h))
+  with pytest.warns(quantization.QuantizationWarning,
+                    match=r"'t' \(Conv2DTranspose: a Conv2DTranspose runs in int8 only"):
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 2 and "Conv2DTranspose" in kinds, kinds

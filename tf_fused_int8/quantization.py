@@ -38,7 +38,11 @@ rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
 * likewise InceptionResNetV2's scaled residual (keras.applications'
   ``CustomScaleLayer``, ``x + r * scale``) where ``r`` is a linear conv
   stack read by that layer alone: ``x`` is the side input and the scale is
-  folded into the stack's kernel and bias (in float64, before quantizing).
+  folded into the stack's kernel and bias (in float64, before quantizing);
+* a ``Conv2DTranspose`` whose kernel is its stride, b x b (no overlap: a
+  U-Net decoder's 2x2 / 2), is a 1x1 convolution to b * b * filters
+  channels (bias, BN and activation per channel) followed by an
+  ``Int8DepthToSpace`` of block b.
 
 So ResNet blocks and MobileNetV2 inverted-residual blocks (1x1 expand +
 ReLU6, depthwise + ReLU6, linear 1x1 project, residual ``Add``) quantize end
@@ -781,6 +785,27 @@ def _is_conv(op):
   return type(op) in _CONV_TYPES  # exact types: subclasses may change call
 
 
+def _transpose_block(op):
+  """b for a Conv2DTranspose whose kernel is its stride, b x b (each input
+  pixel writes a b x b output block of its own, no overlap: a U-Net
+  decoder's 2x2 / 2), dilation 1, no output_padding: it runs as a 1x1
+  convolution to b * b * filters channels, then a depth-to-space of block
+  b. None for any other layer."""
+  if type(op) is not keras.layers.Conv2DTranspose:  # pylint: disable=unidiomatic-typecheck
+    return None
+  kh, kw = op.kernel_size
+  sh, sw = op.strides
+  if (not kh == kw == sh == sw or tuple(op.dilation_rate) != (1, 1) or
+      op.output_padding is not None):
+    return None
+  return int(kh)
+
+
+def _is_conv_like(op):
+  """A Conv2D, DepthwiseConv2D or Conv2DTranspose (exact types)."""
+  return _is_conv(op) or type(op) is keras.layers.Conv2DTranspose  # pylint: disable=unidiomatic-typecheck
+
+
 def _is_depthwise(op):
   return type(op) is keras.layers.DepthwiseConv2D  # pylint: disable=unidiomatic-typecheck
 
@@ -811,6 +836,11 @@ def _conv_problem(node):
             f"lookup tables)")
   if getattr(op, "quantization_mode", None):
     return f"it is already quantized ({op.quantization_mode})"
+  if (type(op) is keras.layers.Conv2DTranspose and  # pylint: disable=unidiomatic-typecheck
+      _transpose_block(op) is None):
+    return ("a Conv2DTranspose runs in int8 only where its kernel is its "
+            "stride, square (non-overlapping blocks), with dilation 1 and "
+            "no output_padding")
   if not _float_dtype_ok(op):
     return f"dtype policy {op.dtype_policy.name!r} (only float32)"
   return None
@@ -867,9 +897,13 @@ class _Group:
     self.dense = dense
     self.pad_node = None
     op = conv_node.operation
-    plain = bn_only or avg_pool or dense or add_only
+    # transpose: b for a Conv2DTranspose of kernel = stride = b x b
+    # (_transpose_block), run as a 1x1 convolution to b * b * filters
+    # channels and a depth-to-space.
+    self.transpose = _transpose_block(op)
+    plain = bn_only or avg_pool or dense or add_only or self.transpose
     self.padding = "valid" if plain else op.padding
-    self.strides = (1 if bn_only or dense or add_only else
+    self.strides = (1 if bn_only or dense or add_only or self.transpose else
                     avg_pool[1] if avg_pool else op.strides)
     self.dilation_rate = 1 if plain else op.dilation_rate
     self.bn_node = None
@@ -1077,6 +1111,35 @@ class Int8UpSampling2D(_EagerCall, _KeepsInputDtype, keras.layers.UpSampling2D):
         x = ops.concat_int8([_reshape(x, (-1, h, w * sw * c))] * sh)
       return _reshape(x, (-1, h * sh, w * sw, c))
     return super().call(inputs)
+
+
+@keras.saving.register_keras_serializable(package="tf_fused_int8")
+class Int8DepthToSpace(_EagerCall, keras.layers.Layer):
+  """Depth-to-space of block ``block_size`` of an int8 NHWC tensor (a copy):
+  after the 1x1 convolution that a Conv2DTranspose of kernel = stride
+  becomes in quantize_model, it puts each input pixel's block * block *
+  filters channels at its block of output pixels."""
+
+  def __init__(self, block_size, **kwargs):
+    super().__init__(**kwargs)
+    self.block_size = int(block_size)
+    if self.block_size < 2:
+      raise ValueError(f"block_size must be at least 2, got {block_size!r}")
+
+  def call(self, inputs):
+    return tf.nn.depth_to_space(inputs, self.block_size)
+
+  def compute_output_spec(self, inputs):
+    n, h, w, c = inputs.shape
+    b = self.block_size
+    return keras.KerasTensor(
+        (n, None if h is None else h * b, None if w is None else w * b,
+         None if c is None else c // (b * b)), dtype=inputs.dtype)
+
+  def get_config(self):
+    config = super().get_config()
+    config["block_size"] = self.block_size
+    return config
 
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
@@ -1574,7 +1637,7 @@ class _Plan:
     self.float_notes = []  # (layer name, class name, reason or None)
     for node in graph.nodes:
       op = node.operation
-      if _is_conv(op):
+      if _is_conv_like(op):
         problem = _conv_problem(node)
         if problem:
           self.float_notes.append((op.name, type(op).__name__, problem))
@@ -1599,7 +1662,7 @@ class _Plan:
       op = node.operation
       if node.is_input or id(node) in member:
         continue
-      if _is_conv(op) or id(node) in self.int8_concats:
+      if _is_conv_like(op) or id(node) in self.int8_concats:
         continue  # noted above, or int8
       if type(op) is keras.layers.BatchNormalization:  # pylint: disable=unidiomatic-typecheck
         self.float_notes.append((op.name, "BatchNormalization",
@@ -1768,7 +1831,7 @@ class _Plan:
     # A ZeroPadding2D feeding only this convolution: explicit padding.
     x = g.input
     pad = self.graph.producer.get(id(x))
-    if pad is not None and not pad.is_input and (
+    if pad is not None and not pad.is_input and not g.transpose and (
         self.graph.sole_consumer(x) is conv_node):
       zero_pads = _zero_padding_pairs(pad)
       if zero_pads is not None:
@@ -1821,7 +1884,7 @@ class _Plan:
         g = by_tail.get(id(t))
         other = ins[1 - i]
         if (g is None or g.relu_max is not None or g.lut is not None or
-            g.add_node is not None or
+            g.add_node is not None or g.transpose or
             self.graph.sole_consumer(t) is not node or
             not self._same_shape(t, other)):
           continue
@@ -2142,7 +2205,18 @@ def _group_weights(group):
   weights = conv.get_weights()
   kernel = np.asarray(weights[0], np.float64)
   bias = weights[1] if conv.use_bias else None
-  if _is_depthwise(conv):
+  tiles = 1
+  if group.transpose:
+    # Conv2DTranspose [b, b, Co, Ci] -> 1x1 [1, 1, Ci, b * b * Co]: output
+    # channel (a * b + c) * Co + co is the weight of output pixel (a, c) of
+    # the block, which depth-to-space puts at (b * i + a, b * j + c); the
+    # per-channel bias and BN repeat per block position.
+    blk, co, ci = group.transpose, kernel.shape[2], kernel.shape[3]
+    kernel = kernel.transpose(3, 0, 1, 2).reshape(1, 1, ci, blk * blk * co)
+    tiles = blk * blk
+    bias = None if bias is None else np.tile(np.asarray(bias, np.float64), tiles)
+    groups = 1
+  elif _is_depthwise(conv):
     groups = kernel.shape[2]
     kernel = depthwise_to_grouped_kernel(kernel)
   else:
@@ -2152,11 +2226,12 @@ def _group_weights(group):
          np.asarray(bias, np.float64))
   else:
     bn = group.bn_node.operation
+    tiled = lambda v: np.tile(v.numpy(), tiles)  # per output channel
     kernel, b = fold_batch_norm(
         kernel, bias,
-        bn.gamma.numpy() if bn.scale else None,
-        bn.beta.numpy() if bn.center else None,
-        bn.moving_mean.numpy(), bn.moving_variance.numpy(), bn.epsilon)
+        tiled(bn.gamma) if bn.scale else None,
+        tiled(bn.beta) if bn.center else None,
+        tiled(bn.moving_mean), tiled(bn.moving_variance), bn.epsilon)
   if group.channel_scale is not None:  # InceptionResNetV2's residual scale
     kernel = kernel * group.channel_scale
     b = b * group.channel_scale
@@ -2350,6 +2425,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       if group.global_pool is not None and not group.global_pool[1]:
         y = Int8Reshape((int(y.shape[-1]),),
                         name=names(f"{base}_reshape"))(y)
+      if group.transpose:
+        y = Int8DepthToSpace(group.transpose,
+                             name=names(f"{base}_depth_to_space"))(y)
       int8_of[id(group.tail)] = y
       counts["conv"] += 1
       counts["depthwise"] += (_is_depthwise(conv) or group.bn_only or
