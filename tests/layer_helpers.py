@@ -99,6 +99,34 @@ def set_all_bn(model, rng):
       set_bn(layer, rng)
 
 
+def randomize_model(model, rng):
+  """Random BN statistics (set_bn) and N(0, 0.3) convolution weights."""
+  import keras  # pylint: disable=g-import-not-at-top
+  for layer in model.layers:
+    if isinstance(layer, keras.layers.BatchNormalization):
+      set_bn(layer, rng)
+    elif isinstance(layer, keras.layers.Conv2D):
+      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
+                         for w in layer.get_weights()])
+
+
+def assert_int8_output_exact(model, qmodel, x, want_int8, path):
+  """The quantized model's one output is want_int8 (the numpy reference's
+  int8 chain) dequantized at its scale, bit for bit, within a tenth of the
+  float model's largest output of it, and the same bits after a .keras
+  round trip to `path`. Returns the reloaded model."""
+  import keras  # pylint: disable=g-import-not-at-top
+  got = qmodel(x).numpy()
+  s_out = np.float32(qmodel.get_layer(qmodel.output._keras_history.operation.name).scale)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got, want_int8.astype(np.float32) * s_out)
+  want_float = model(x).numpy()
+  assert np.abs(got - want_float).max() < 0.1 * np.abs(want_float).max()
+  qmodel.save(path)
+  loaded = keras.models.load_model(path)
+  np.testing.assert_array_equal(loaded(x).numpy(), got)
+  return loaded
+
+
 def quantize_strict(model, *args, **kwargs):
   """quantization.quantize_model(model, *args, **kwargs) with every
   QuantizationWarning an error: the tests that expect a model to quantize

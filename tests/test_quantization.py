@@ -42,14 +42,7 @@ def residual_model(seed=0):
   return model
 
 
-def randomize(model, rng):
-  """Random BN statistics and N(0, 0.3) convolution weights."""
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
-    elif isinstance(layer, L.Conv2D):
-      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
-                         for w in layer.get_weights()])
+randomize = layer_helpers.randomize_model
 
 
 def images(n, seed=1, shape=(9, 7, 3)):
@@ -667,16 +660,9 @@ def test_nearest_upsampling_stays_int8_and_exact(tmp_path):
                                           conv_input_scale=s, padding="VALID",
                                           activation="None")
   assert len(np.unique(h3)) > 10 and len(np.unique(want)) > 10
-  got = qmodel(x).numpy()
-  s_out = np.float32(qmodel.get_layer(qmodel.output._keras_history.operation.name).scale)  # pylint: disable=protected-access
-  np.testing.assert_array_equal(got, want.astype(np.float32) * s_out)
-  want_float = model(x).numpy()
-  assert np.abs(got - want_float).max() < 0.1 * np.abs(want_float).max()
-  path = str(tmp_path / "up.keras")
-  qmodel.save(path)
-  loaded = keras.models.load_model(path)
+  loaded = layer_helpers.assert_int8_output_exact(model, qmodel, x, want,
+                                                  str(tmp_path / "up.keras"))
   assert isinstance(loaded.get_layer("up"), quantization.Int8UpSampling2D)
-  np.testing.assert_array_equal(loaded(x).numpy(), got)
 
   # Bilinear interpolation averages: it stays float (two int8 regions).
   inp = keras.Input((8, 6, 3), name="image")
@@ -771,15 +757,9 @@ def test_transposed_conv_with_kernel_equal_to_stride_stays_int8_and_exact(tmp_pa
   ht = d2s(conv("t2", h3, padding="VALID", activation="Relu"), 3)
   want = conv("c4", ht, padding="VALID", activation="None")
   assert len(np.unique(hu)) > 10 and len(np.unique(want)) > 10
-  got = qmodel(x).numpy()
-  s_out = np.float32(qmodel.get_layer(qmodel.output._keras_history.operation.name).scale)  # pylint: disable=protected-access
-  np.testing.assert_array_equal(got, want.astype(np.float32) * s_out)
-  want_float = model(x).numpy()
-  assert np.abs(got - want_float).max() < 0.1 * np.abs(want_float).max()
-  path = str(tmp_path / "t.keras")
-  qmodel.save(path)
-  loaded = keras.models.load_model(path)
-  np.testing.assert_array_equal(loaded(x).numpy(), got)
+  loaded = layer_helpers.assert_int8_output_exact(model, qmodel, x, want,
+                                                  str(tmp_path / "t.keras"))
+  assert isinstance(loaded.get_layer("t1_depth_to_space"), quantization.Int8DepthToSpace)
 
   # Overlapping blocks (kernel 3, stride 2): float, with the reason.
   inp = keras.Input((8, 6, 3), name="image")

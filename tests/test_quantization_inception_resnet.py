@@ -46,13 +46,7 @@ def block_model(scale, activation="relu", up_activation=None, up_read_twice=Fals
   if up_read_twice:
     outputs["up"] = up
   model = keras.Model(inp, outputs)
-  rng = np.random.default_rng(seed)
-  for layer in model.layers:
-    if isinstance(layer, L.BatchNormalization):
-      layer_helpers.set_bn(layer, rng)
-    elif isinstance(layer, L.Conv2D):
-      layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
-                         for w in layer.get_weights()])
+  layer_helpers.randomize_model(model, np.random.default_rng(seed))
   return model
 
 
