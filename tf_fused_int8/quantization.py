@@ -39,10 +39,13 @@ rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
   ``CustomScaleLayer``, ``x + r * scale``) where ``r`` is a linear conv
   stack read by that layer alone: ``x`` is the side input and the scale is
   folded into the stack's kernel and bias (in float64, before quantizing);
-* a ``Conv2DTranspose`` whose kernel is its stride, b x b (no overlap: a
-  U-Net decoder's 2x2 / 2), is a 1x1 convolution to b * b * filters
-  channels (bias, BN and activation per channel) followed by an
-  ``Int8DepthToSpace`` of block b.
+* a ``Conv2DTranspose`` with one stride s >= 2 both ways (dilation 1, no
+  output_padding) is a convolution with ceil(k / s) taps per phase to
+  s * s * filters channels (bias, BN and activation per channel) followed
+  by an ``Int8DepthToSpace`` of block s and, where the blocks overlap, an
+  ``Int8Cropping2D`` to Keras's output (the sub-pixel form: exact); a
+  kernel equal to the stride (a U-Net decoder's 2x2 / 2) is a 1x1
+  convolution.
 
 So ResNet blocks and MobileNetV2 inverted-residual blocks (1x1 expand +
 ReLU6, depthwise + ReLU6, linear 1x1 project, residual ``Add``) quantize end
@@ -785,20 +788,43 @@ def _is_conv(op):
   return type(op) in _CONV_TYPES  # exact types: subclasses may change call
 
 
-def _transpose_block(op):
-  """b for a Conv2DTranspose whose kernel is its stride, b x b (each input
-  pixel writes a b x b output block of its own, no overlap: a U-Net
-  decoder's 2x2 / 2), dilation 1, no output_padding: it runs as a 1x1
-  convolution to b * b * filters channels, then a depth-to-space of block
-  b. None for any other layer."""
+_TransposePlan = collections.namedtuple(
+    "_TransposePlan", ["stride", "taps", "padding", "crop"])
+
+
+def _transpose_plan(op):
+  """How a Conv2DTranspose with one stride s >= 2 both ways, dilation 1, no
+  output_padding, 'same' or 'valid', runs in int8 (sub-pixel form, exact):
+  output pixel f = s q + r (per axis) is the sum over t of x[q - t] *
+  W[s t + r], a plain convolution of x with taps[axis] = ceil(k / s) taps
+  per phase r. So: one convolution of x padded by taps - 1 on every side
+  (`padding`) to s * s * filters channels (phase (r_h, r_w), then the
+  filter, W's taps reversed, zero past k), a depth-to-space of block s,
+  and a crop of the result (`crop`, ((top, bottom), (left, right))) to
+  Keras's output: 'same' L s pixels from (k - s) // 2 (the padding of the
+  forward convolution, as TF's conv2d_transpose), 'valid' L s + max(k - s,
+  0) from 0. A kernel equal to the stride is a 1x1 convolution and a
+  depth-to-space (each input pixel writes its own block). None for any
+  other layer."""
   if type(op) is not keras.layers.Conv2DTranspose:  # pylint: disable=unidiomatic-typecheck
     return None
-  kh, kw = op.kernel_size
   sh, sw = op.strides
-  if (not kh == kw == sh == sw or tuple(op.dilation_rate) != (1, 1) or
-      op.output_padding is not None):
+  if (sh != sw or sh < 2 or tuple(op.dilation_rate) != (1, 1) or
+      op.output_padding is not None or op.padding not in ("same", "valid")):
     return None
-  return int(kh)
+  s = int(sh)
+  taps, padding, crop = [], [], []
+  for k in op.kernel_size:
+    t = -(-int(k) // s)
+    taps.append(t)
+    padding.append((t - 1, t - 1))
+    # The convolution gives s (L + t - 1) rows, the full output's first at 0.
+    if op.padding == "same":
+      before = max(k - s, 0) // 2
+      crop.append((before, s * (t - 1) - before))
+    else:
+      crop.append((0, s * t - k if k >= s else 0))
+  return _TransposePlan(s, tuple(taps), tuple(padding), tuple(crop))
 
 
 def _is_conv_like(op):
@@ -837,10 +863,9 @@ def _conv_problem(node):
   if getattr(op, "quantization_mode", None):
     return f"it is already quantized ({op.quantization_mode})"
   if (type(op) is keras.layers.Conv2DTranspose and  # pylint: disable=unidiomatic-typecheck
-      _transpose_block(op) is None):
-    return ("a Conv2DTranspose runs in int8 only where its kernel is its "
-            "stride, square (non-overlapping blocks), with dilation 1 and "
-            "no output_padding")
+      _transpose_plan(op) is None):
+    return ("a Conv2DTranspose runs in int8 with one stride of at least 2 "
+            "both ways, dilation 1 and no output_padding")
   if not _float_dtype_ok(op):
     return f"dtype policy {op.dtype_policy.name!r} (only float32)"
   return None
@@ -897,12 +922,12 @@ class _Group:
     self.dense = dense
     self.pad_node = None
     op = conv_node.operation
-    # transpose: b for a Conv2DTranspose of kernel = stride = b x b
-    # (_transpose_block), run as a 1x1 convolution to b * b * filters
-    # channels and a depth-to-space.
-    self.transpose = _transpose_block(op)
+    # transpose: a Conv2DTranspose's _TransposePlan: a convolution to
+    # s * s * filters channels, a depth-to-space and a crop.
+    self.transpose = _transpose_plan(op)
     plain = bn_only or avg_pool or dense or add_only or self.transpose
-    self.padding = "valid" if plain else op.padding
+    self.padding = ("valid" if plain and not self.transpose else
+                    self.transpose.padding if self.transpose else op.padding)
     self.strides = (1 if bn_only or dense or add_only or self.transpose else
                     avg_pool[1] if avg_pool else op.strides)
     self.dilation_rate = 1 if plain else op.dilation_rate
@@ -2207,13 +2232,25 @@ def _group_weights(group):
   bias = weights[1] if conv.use_bias else None
   tiles = 1
   if group.transpose:
-    # Conv2DTranspose [b, b, Co, Ci] -> 1x1 [1, 1, Ci, b * b * Co]: output
-    # channel (a * b + c) * Co + co is the weight of output pixel (a, c) of
-    # the block, which depth-to-space puts at (b * i + a, b * j + c); the
-    # per-channel bias and BN repeat per block position.
-    blk, co, ci = group.transpose, kernel.shape[2], kernel.shape[3]
-    kernel = kernel.transpose(3, 0, 1, 2).reshape(1, 1, ci, blk * blk * co)
-    tiles = blk * blk
+    # Conv2DTranspose [kh, kw, Co, Ci] -> [th, tw, Ci, s * s * Co]
+    # (_transpose_plan): output channel (r_h * s + r_w) * Co + co of tap
+    # (u, v) is W[s (th - 1 - u) + r_h, s (tw - 1 - v) + r_w, co, :], zero
+    # past the kernel; depth-to-space puts phase (r_h, r_w) of pixel (q_h,
+    # q_w) at (s q_h + r_h, s q_w + r_w). The per-channel bias and BN repeat
+    # per phase.
+    s = group.transpose.stride
+    th, tw = group.transpose.taps
+    kh, kw, co, ci = kernel.shape
+    sub = np.zeros([th, tw, ci, s, s, co])
+    for u in range(th):
+      for v in range(tw):
+        for rh in range(s):
+          for rw in range(s):
+            a, c = s * (th - 1 - u) + rh, s * (tw - 1 - v) + rw
+            if a < kh and c < kw:
+              sub[u, v, :, rh, rw, :] = kernel[a, c].T
+    kernel = sub.reshape(th, tw, ci, s * s * co)
+    tiles = s * s
     bias = None if bias is None else np.tile(np.asarray(bias, np.float64), tiles)
     groups = 1
   elif _is_depthwise(conv):
@@ -2426,8 +2463,10 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         y = Int8Reshape((int(y.shape[-1]),),
                         name=names(f"{base}_reshape"))(y)
       if group.transpose:
-        y = Int8DepthToSpace(group.transpose,
+        y = Int8DepthToSpace(group.transpose.stride,
                              name=names(f"{base}_depth_to_space"))(y)
+        if any(group.transpose.crop[0] + group.transpose.crop[1]):
+          y = Int8Cropping2D(group.transpose.crop, name=names(f"{base}_crop"))(y)
       int8_of[id(group.tail)] = y
       counts["conv"] += 1
       counts["depthwise"] += (_is_depthwise(conv) or group.bn_only or
