@@ -926,8 +926,10 @@ class _Group:
     # s * s * filters channels, a depth-to-space and a crop.
     self.transpose = _transpose_plan(op)
     plain = bn_only or avg_pool or dense or add_only or self.transpose
-    self.padding = ("valid" if plain and not self.transpose else
-                    self.transpose.padding if self.transpose else op.padding)
+    if self.transpose:
+      self.padding = self.transpose.padding  # explicit: taps - 1 each side
+    else:
+      self.padding = "valid" if plain else op.padding
     self.strides = (1 if bn_only or dense or add_only or self.transpose else
                     avg_pool[1] if avg_pool else op.strides)
     self.dilation_rate = 1 if plain else op.dilation_rate
@@ -1141,9 +1143,9 @@ class Int8UpSampling2D(_EagerCall, _KeepsInputDtype, keras.layers.UpSampling2D):
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Int8DepthToSpace(_EagerCall, keras.layers.Layer):
   """Depth-to-space of block ``block_size`` of an int8 NHWC tensor (a copy):
-  after the 1x1 convolution that a Conv2DTranspose of kernel = stride
-  becomes in quantize_model, it puts each input pixel's block * block *
-  filters channels at its block of output pixels."""
+  after the convolution that quantize_model makes of a Conv2DTranspose
+  (the sub-pixel form, _transpose_plan), it puts each pixel's block * block
+  phases of `filters` channels at their output pixels."""
 
   def __init__(self, block_size, **kwargs):
     super().__init__(**kwargs)
