@@ -14,6 +14,7 @@ import platform
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -197,3 +198,15 @@ def test_usage_errors():
   assert r.returncode != 0 and "no peer is selected" in r.stderr, r.stderr
   r = _run_cli(*QUICK, "--peer_isa=sse", "--peers=litert")
   assert r.returncode != 0 and "peer_isa" in r.stderr
+
+
+def test_peer_env_keeps_what_the_environment_preloads_first(monkeypatch):
+  """The mask library goes after LD_PRELOAD's entries: a sanitizer runtime
+  (tools/asan_check.sh preloads libasan and libubsan) must stay first, or
+  the peer's worker aborts at start."""
+  monkeypatch.setattr(cli, "FLAGS", types.SimpleNamespace(peer_isa="avx2"))
+  env = cli.peer_env({"LD_PRELOAD": "/x/libasan.so /x/libubsan.so", "A": "1"}, "/w/mask.so")
+  assert env["LD_PRELOAD"] == "/x/libasan.so /x/libubsan.so:/w/mask.so"
+  assert env["A"] == "1" and env["TF_FUSED_INT8_CPUID_MASK"] == "avx2"
+  assert cli.peer_env({}, "/w/mask.so")["LD_PRELOAD"] == "/w/mask.so"
+  assert cli.peer_env({"LD_PRELOAD": "a.so:b.so"}, "/w/m.so")["LD_PRELOAD"] == "a.so:b.so:/w/m.so"

@@ -310,7 +310,11 @@ def cpuid_mask_library(work_dir):
 
 def peer_env(env, library):
   """env for a peer worker whose CPUID is limited to --peer_isa."""
-  preload = [library] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+  # After what the environment preloads: a sanitizer runtime must come
+  # first (tools/asan_check.sh preloads libasan, which otherwise aborts the
+  # worker at start); the mask only has to be in before the peer's own
+  # libraries, which Python loads later.
+  preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p] + [library]
   return dict(env, LD_PRELOAD=":".join(preload),
               TF_FUSED_INT8_CPUID_MASK=FLAGS.peer_isa)
 
