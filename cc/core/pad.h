@@ -15,6 +15,13 @@
 
 namespace tf_fused_int8 {
 
+// Whether one padding amount is in FusedInt8Pad2D's range, |p| < 2^40: far
+// beyond any tensor, and small enough that a size plus two amounts never
+// overflows int64 (the op's shape function and kernel both check it).
+inline bool PadAmountInRange(int64_t p) {
+  return p > -(int64_t{1} << 40) && p < (int64_t{1} << 40);
+}
+
 // in: [batch, h, w, c]; pads[4] = {top, bottom, left, right}, each a number
 // of zero rows / columns added on that side, or, negative, removed from it.
 // out: [batch, h + top + bottom, w + left + right, c], both sizes >= 0 (the

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/pad.h"
 #include "cc/core/pool.h"
 #include "cc/tf/conv_validation.h"
 #include "cc/tf/pool_attrs.h"
@@ -743,10 +744,10 @@ REGISTER_OP("FusedInt8Pad2D")
             "FusedInt8Pad2D: paddings must have 4 entries [top, bottom, left, right], got " +
             std::to_string(pads.size()));
       }
-      // The kernel's range (pad_kernel.cc): beyond it the sums below could
-      // overflow before the kernel refuses the attr.
+      // The kernel's range: beyond it the sums below could overflow before
+      // the kernel refuses the attr.
       for (size_t i = 0; i < pads.size(); ++i) {
-        if (pads[i] <= -(int64_t{1} << 40) || pads[i] >= (int64_t{1} << 40)) {
+        if (!PadAmountInRange(pads[i])) {
           return absl::InvalidArgumentError("FusedInt8Pad2D: paddings[" + std::to_string(i) +
                                             "] out of range: " + std::to_string(pads[i]));
         }

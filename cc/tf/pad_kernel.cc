@@ -26,7 +26,7 @@ class FusedInt8Pad2DCpuOp : public tensorflow::OpKernel {
                     "FusedInt8Pad2D: paddings must have 4 entries [top, bottom, left, right], "
                     "got " + std::to_string(pads.size())));
     for (int i = 0; i < 4; ++i) {
-      OP_REQUIRES(ctx, pads[i] > -(int64_t{1} << 40) && pads[i] < (int64_t{1} << 40),
+      OP_REQUIRES(ctx, PadAmountInRange(pads[i]),
                   absl::InvalidArgumentError("FusedInt8Pad2D: paddings[" + std::to_string(i) +
                                              "] out of range: " + std::to_string(pads[i])));
       pads_[i] = pads[i];
