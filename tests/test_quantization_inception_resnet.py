@@ -122,12 +122,7 @@ def test_scaled_residuals_that_cannot_fold_stay_float(case):
   assert any("'scaled' (CustomScaleLayer)" in m for m in messages), messages
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert "CustomScaleLayer" in kinds, kinds
-  want, got = model(xs), qmodel(xs)
-  for key in ("features", "logits"):
-    w = np.asarray(want[key]).reshape(len(xs), -1)
-    g = np.asarray(got[key]).reshape(len(xs), -1)
-    cosine = np.sum(w * g, 1) / np.linalg.norm(w, axis=1) / np.linalg.norm(g, axis=1)
-    assert cosine.min() > 0.99, (key, cosine)
+  layer_helpers.assert_outputs_close(model, qmodel, xs, min_cosine=0.99)
 
 
 def test_keras_applications_inception_resnet_v2_is_one_region():
