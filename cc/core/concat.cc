@@ -6,42 +6,10 @@
 #include <cstring>
 #include <vector>
 
+#include "cc/core/copy_piece.h"
+
 namespace tf_fused_int8 {
 namespace {
-
-// Pieces longer than this go to memcpy (libc's wide moves); shorter ones to
-// the fixed-size moves of CopyPiece.
-constexpr int64_t kMemcpyFrom = 256;
-
-// Copies n bytes, sizeof(T) <= n <= 2 * sizeof(T), as two T moves: the first
-// sizeof(T) bytes and the last (they may overlap: the same bytes again).
-template <class T>
-inline void CopyEnds(int8_t* dst, const int8_t* src, int64_t n) {
-  T a, b;
-  std::memcpy(&a, src, sizeof(T));
-  std::memcpy(&b, src + n - sizeof(T), sizeof(T));
-  std::memcpy(dst, &a, sizeof(T));
-  std::memcpy(dst + n - sizeof(T), &b, sizeof(T));
-}
-
-// Copies n bytes, 0 <= n <= kMemcpyFrom, from src to dst (distinct buffers)
-// with fixed-size moves only: 16-byte chunks and one more ending at n (it
-// may overlap the one before: the same bytes again) from 16 bytes on; two
-// 8- or 4-byte moves, the second ending at n, below. Every move stays
-// within [src, src + n) and [dst, dst + n).
-inline void CopyPiece(int8_t* dst, const int8_t* src, int64_t n) {
-  if (n >= 16) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) std::memcpy(dst + i, src + i, 16);
-    if (i < n) std::memcpy(dst + n - 16, src + n - 16, 16);
-  } else if (n >= 8) {
-    CopyEnds<uint64_t>(dst, src, n);
-  } else if (n >= 4) {
-    CopyEnds<uint32_t>(dst, src, n);
-  } else {
-    for (int64_t j = 0; j < n; ++j) dst[j] = src[j];
-  }
-}
 
 // Rows [r0, r1) of piece i: its own rows are contiguous, the output's
 // `total` bytes apart.
@@ -49,7 +17,7 @@ void CopyRows(const int8_t* src, int64_t width, int64_t r0, int64_t r1, int8_t* 
               int64_t total) {
   src += r0 * width;
   dst += r0 * total;
-  if (width > kMemcpyFrom) {
+  if (width > kCopyPieceMemcpyFrom) {
     for (int64_t r = r0; r < r1; ++r, src += width, dst += total) {
       std::memcpy(dst, src, static_cast<size_t>(width));
     }
