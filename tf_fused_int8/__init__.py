@@ -16,6 +16,7 @@ from tf_fused_int8.ops import fused_conv2d_bias_activation
 from tf_fused_int8.ops import hwio_to_oihw_vect_i
 from tf_fused_int8.ops import avg_pool2d_int8
 from tf_fused_int8.ops import concat_int8
+from tf_fused_int8.ops import depth_to_space_int8
 from tf_fused_int8.ops import layer_norm_int8
 from tf_fused_int8.ops import max_pool2d_int8
 from tf_fused_int8.ops import nchw_vect_c_to_nhwc
@@ -54,6 +55,7 @@ __all__ = [
     "load_ops",
     "avg_pool2d_int8",
     "concat_int8",
+    "depth_to_space_int8",
     "layer_norm_int8",
     "max_pool2d_int8",
     "nchw_vect_c_to_nhwc",

@@ -1145,7 +1145,9 @@ class Int8DepthToSpace(_EagerCall, keras.layers.Layer):
   """Depth-to-space of block ``block_size`` of an int8 NHWC tensor (a copy):
   after the convolution that quantize_model makes of a Conv2DTranspose
   (the sub-pixel form, _transpose_plan), it puts each pixel's block * block
-  phases of `filters` channels at their output pixels."""
+  phases of `filters` channels at their output pixels. Runs
+  ops.depth_to_space_int8 (FusedInt8DepthToSpace), TF's DepthToSpace for
+  any other dtype."""
 
   def __init__(self, block_size, **kwargs):
     super().__init__(**kwargs)
@@ -1154,6 +1156,8 @@ class Int8DepthToSpace(_EagerCall, keras.layers.Layer):
       raise ValueError(f"block_size must be at least 2, got {block_size!r}")
 
   def call(self, inputs):
+    if inputs.dtype == tf.int8:
+      return ops.depth_to_space_int8(inputs, self.block_size)
     return tf.nn.depth_to_space(inputs, self.block_size)
 
   def compute_output_spec(self, inputs):

@@ -3,9 +3,11 @@
 // Registration of the FusedInt8Conv2DBiasActivation op and its shape
 // function, and of FusedInt8Quantize (a model's float input to int8). The op name is our own: TensorFlow special-cases
 // FusedConv2DBiasActivation in grappler, so that name is not reused.
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "cc/core/depth_to_space.h"
 #include "cc/core/pad.h"
 #include "cc/core/pool.h"
 #include "cc/tf/conv_validation.h"
@@ -730,6 +732,58 @@ Concatenation of int8 tensors along their last dimension (a quantized
 model's Concatenate of tensors that share one scale: a copy of bytes, exact).
 Every input has the same rank (at least 1) and the same dimensions but the
 last; the output's last dimension is the sum of theirs. CPU.
+)doc");
+
+REGISTER_OP("FusedInt8DepthToSpace")
+    .Input("input: int8")
+    .Output("output: int8")
+    .Attr("block_size: int >= 2")
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t block = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("block_size", &block));
+      if (!DepthToSpaceBlockInRange(block)) {
+        return absl::InvalidArgumentError("FusedInt8DepthToSpace: block_size must be in [2, " +
+                                          std::to_string(kMaxDepthToSpaceBlock) + "], got " +
+                                          std::to_string(block));
+      }
+      ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
+      DimensionHandle hw[2];
+      for (int axis = 0; axis < 2; ++axis) {
+        DimensionHandle d = c->Dim(x, 1 + axis);
+        if (c->ValueKnown(d)) {
+          if (c->Value(d) > std::numeric_limits<int64_t>::max() / block) {
+            return absl::InvalidArgumentError(
+                std::string("FusedInt8DepthToSpace: input ") + (axis == 0 ? "height " : "width ") +
+                std::to_string(c->Value(d)) + " times block_size " + std::to_string(block) +
+                " overflows");
+          }
+          hw[axis] = c->MakeDim(c->Value(d) * block);
+        } else {
+          hw[axis] = c->UnknownDim();
+        }
+      }
+      DimensionHandle depth = c->Dim(x, 3);
+      if (c->ValueKnown(depth)) {
+        const int64_t phases = block * block;
+        if (c->Value(depth) % phases != 0) {
+          return absl::InvalidArgumentError(
+              "FusedInt8DepthToSpace: input channels must be a multiple of block_size^2 = " +
+              std::to_string(phases) + ", got " + std::to_string(c->Value(depth)));
+        }
+        depth = c->MakeDim(c->Value(depth) / phases);
+      } else {
+        depth = c->UnknownDim();
+      }
+      c->set_output(0, c->MakeShape({c->Dim(x, 0), hw[0], hw[1], depth}));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Depth-to-space of an int8 NHWC tensor (TF's DepthToSpace, NHWC, bit for bit):
+[N, H, W, b * b * C] -> [N, H * b, W * b, C], output pixel (y b + i, x b + j)
+channel k = input pixel (y, x) channel (i b + j) C + k, with b = block_size
+(2 to 65536). A copy (after the convolution that quantize_model makes of a
+Conv2DTranspose). CPU.
 )doc");
 
 REGISTER_OP("FusedInt8Pad2D")
