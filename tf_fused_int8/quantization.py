@@ -552,6 +552,243 @@ def _split_layers(model):
   return keras.Model(inputs, outputs, name=model.name)
 
 
+# ------------------------------------------------------- 1-D models as 2-D
+
+# A 1-D layer of [N, L, C] tensors and the 2-D layer(s) that compute it on
+# their [N, 1, L, C] form (kernels and windows 1 x k, strides 1 x s): the
+# convolutions start a lifted stretch; the layers below join it where one of
+# their inputs is lifted already.
+_CONV1D_TYPES = (keras.layers.Conv1D, keras.layers.DepthwiseConv1D,
+                 keras.layers.SeparableConv1D)
+# Layers that work on any rank the same way along the last axis (their copy
+# runs on the lifted tensor as it is).
+_RANK_FREE_TYPES = (keras.layers.ReLU, keras.layers.Activation,
+                    keras.layers.Dropout, keras.layers.Identity,
+                    keras.layers.Dense, keras.layers.Flatten)
+
+
+def _lift_tensor_ok(t):
+  return len(t.shape) == 3 and t.shape[-1] is not None and t.dtype == "float32"
+
+
+def _merge_call_inputs(node):
+  """The input tensors of a merge layer called as op([a, b, ...]) (nothing
+  else given), else None."""
+  args, kwargs = node.arguments.args, node.arguments.kwargs
+  if any(v is not None for v in kwargs.values()) or len(args) != 1:
+    return None
+  values = args[0]
+  if (not isinstance(values, (list, tuple)) or len(values) < 2 or
+      len(values) != len(node.input_tensors) or len(node.outputs) != 1 or
+      any(a is not b for a, b in zip(values, node.input_tensors))):
+    return None
+  return list(values)
+
+
+def _lift_plan(node):
+  """How a node of a 1-D model runs on the [N, 1, L, C] form of its rank-3
+  float inputs: (make, conv) with make(names) -> (layers, set_weights), the
+  2-D layers to call in order and the function that copies the node's
+  weights into them once called; conv says whether the node starts a lifted
+  stretch (a convolution) or only joins one. None where it cannot."""
+  op = node.operation
+  if not isinstance(op, keras.layers.Layer) or not _float_dtype_ok(op):
+    return None
+  if not node.input_tensors or not all(_lift_tensor_ok(t)
+                                       for t in node.input_tensors):
+    return None
+  kind = type(op)
+  merge = kind in (keras.layers.Add, keras.layers.Concatenate)
+  if merge:
+    if _merge_call_inputs(node) is None:
+      return None
+    if kind is keras.layers.Concatenate and op.axis not in (-1, 2):
+      return None
+  elif _single_tensor_call(node) is None:
+    return None
+  if getattr(op, "data_format", "channels_last") != "channels_last":
+    return None
+  dtype = op.dtype_policy
+  expand = lambda w: np.expand_dims(w, 0)  # pylint: disable=unnecessary-lambda-assignment
+
+  if kind is keras.layers.Conv1D:
+    (k,), (s,), (d,) = op.kernel_size, op.strides, op.dilation_rate
+    causal = op.padding == "causal"
+
+    def make_conv(names):
+      layers = []
+      if causal:  # zeros before the sequence, then valid
+        layers.append(keras.layers.ZeroPadding2D(
+            ((0, 0), ((k - 1) * d, 0)), dtype=dtype,
+            name=names(f"{op.name}_causal_padding")))
+      layers.append(keras.layers.Conv2D(
+          op.filters, (1, k), strides=(1, s),
+          padding="valid" if causal else op.padding, dilation_rate=(1, d),
+          groups=op.groups, activation=op.activation, use_bias=op.use_bias,
+          dtype=dtype, name=op.name))
+      return layers, lambda: layers[-1].set_weights(
+          [expand(op.kernel.numpy())] + ([op.bias.numpy()] if op.use_bias else []))
+    return make_conv, True
+
+  if kind is keras.layers.DepthwiseConv1D:
+    (k,), (s,), (d,) = op.kernel_size, op.strides, op.dilation_rate
+
+    def make_depthwise(names):
+      del names
+      layer = keras.layers.DepthwiseConv2D(
+          (1, k), strides=(1, s), padding=op.padding,
+          depth_multiplier=op.depth_multiplier, dilation_rate=(1, d),
+          activation=op.activation, use_bias=op.use_bias, dtype=dtype,
+          name=op.name)
+      return [layer], lambda: layer.set_weights(
+          [expand(op.kernel.numpy())] + ([op.bias.numpy()] if op.use_bias else []))
+    return make_depthwise, True
+
+  if kind is keras.layers.SeparableConv1D:
+    (k,), (s,), (d,) = op.kernel_size, op.strides, op.dilation_rate
+
+    def make_separable(names):
+      del names
+      layer = keras.layers.SeparableConv2D(
+          op.filters, (1, k), strides=(1, s), padding=op.padding,
+          depth_multiplier=op.depth_multiplier, dilation_rate=(1, d),
+          activation=op.activation, use_bias=op.use_bias, dtype=dtype,
+          name=op.name)
+      return [layer], lambda: layer.set_weights(
+          [expand(op.depthwise_kernel.numpy()),
+           expand(op.pointwise_kernel.numpy())] +
+          ([op.bias.numpy()] if op.use_bias else []))
+    return make_separable, True
+
+  def one(layer_fn, weights=False):
+    def make(names):
+      del names
+      layer = layer_fn()
+      return [layer], ((lambda: layer.set_weights(op.get_weights()))
+                       if weights else (lambda: None))
+    return make, False
+
+  if kind is keras.layers.BatchNormalization:
+    if op.axis not in (-1, 2):
+      return None
+    config = op.get_config()
+    config["axis"] = -1
+    return one(lambda: keras.layers.BatchNormalization.from_config(config),
+               weights=True)
+  if kind in (keras.layers.MaxPooling1D, keras.layers.AveragePooling1D):
+    cls = (keras.layers.MaxPooling2D if kind is keras.layers.MaxPooling1D
+           else keras.layers.AveragePooling2D)
+    (p,), (s,) = op.pool_size, op.strides
+    return one(lambda: cls((1, p), strides=(1, s), padding=op.padding,
+                           dtype=dtype, name=op.name))
+  if kind in (keras.layers.GlobalAveragePooling1D,
+              keras.layers.GlobalMaxPooling1D):
+    cls = (keras.layers.GlobalAveragePooling2D
+           if kind is keras.layers.GlobalAveragePooling1D
+           else keras.layers.GlobalMaxPooling2D)
+    return one(lambda: cls(keepdims=op.keepdims, dtype=dtype, name=op.name))
+  if kind is keras.layers.ZeroPadding1D:
+    return one(lambda: keras.layers.ZeroPadding2D(
+        ((0, 0), tuple(op.padding)), dtype=dtype, name=op.name))
+  if kind is keras.layers.Cropping1D:
+    return one(lambda: keras.layers.Cropping2D(
+        ((0, 0), tuple(op.cropping)), dtype=dtype, name=op.name))
+  if kind is keras.layers.UpSampling1D:
+    return one(lambda: keras.layers.UpSampling2D(
+        (1, op.size), dtype=dtype, name=op.name))
+  if kind is keras.layers.SpatialDropout1D:
+    # SpatialDropout2D drops whole channels over H = 1 and W = L: the same.
+    return one(lambda: keras.layers.SpatialDropout2D(
+        op.rate, seed=op.seed, dtype=dtype, name=op.name))
+  if kind is keras.layers.Concatenate:
+    return one(lambda: keras.layers.Concatenate(axis=-1, dtype=dtype,
+                                                name=op.name))
+  if kind is keras.layers.Add or kind in _RANK_FREE_TYPES:
+    return one(lambda: _clone_layer(op), weights=bool(op.weights))
+  return None
+
+
+def _lift_1d(model):
+  """`model` with its 1-D convolutions (Conv1D, DepthwiseConv1D,
+  SeparableConv1D, channels last) run as 2-D ones on [N, 1, L, C] tensors,
+  and the 1-D layers after them on that form too (BatchNormalization, ReLU
+  and other element-wise layers, Dense, Add, Concatenate, pooling, padding,
+  cropping, nearest upsampling, Flatten), so quantize_model plans them as it
+  plans an image model's: a Conv1D with kernel k, stride s and dilation d is
+  a Conv2D with kernel 1 x k, strides 1 x s and dilation 1 x d (its kernel
+  [k, Ci, Co] as [1, k, Ci, Co]); padding "causal" is a ZeroPadding2D of
+  (k - 1) d columns on the left, then "valid". A Reshape to [N, 1, L, C]
+  enters each lifted stretch and one back to [N, L, C] leaves it for any
+  other layer and at the model's outputs. The lifted layers keep their
+  names (calibration keys, messages); the float results equal the
+  original's up to float summation order. The same model when it has no
+  1-D convolution to lift."""
+  nodes = [n for d in sorted(model._nodes_by_depth, reverse=True)  # pylint: disable=protected-access
+           for n in model._nodes_by_depth[d]]  # pylint: disable=protected-access
+  plans = {}
+  lifted_ids = set()  # old tensors whose lifted form exists
+  for node in nodes:
+    if node.is_input:
+      continue
+    plan = _lift_plan(node)
+    if plan is None:
+      continue
+    make, conv = plan
+    if conv or any(id(t) in lifted_ids for t in node.input_tensors):
+      plans[id(node)] = make
+      lifted_ids.update(id(t) for t in node.outputs if len(t.shape) == 3)
+  if not any(type(n.operation) in _CONV1D_TYPES for n in nodes  # pylint: disable=unidiomatic-typecheck
+             if id(n) in plans):
+    return model
+  names = _UniqueNames(l.name for l in model.layers)
+  new_of, clones = {}, {}
+  lifted = {}  # id(old rank-3 tensor) -> its [N, 1, L, C] form
+  unlifted = {}  # id(old rank-3 tensor) -> the Reshape back of lifted
+  inputs = _new_inputs(model, new_of)
+
+  def as_2d(t):
+    if id(t) not in lifted:
+      lifted[id(t)] = keras.layers.Reshape(
+          (1, -1 if t.shape[1] is None else t.shape[1], t.shape[2]),
+          name=names(f"{_layer_key(t)}_as_2d"))(new_of[id(t)])
+    return lifted[id(t)]
+
+  def as_1d(t):
+    if id(t) in new_of:
+      return new_of[id(t)]
+    if id(t) not in unlifted:
+      unlifted[id(t)] = keras.layers.Reshape(
+          (-1 if t.shape[1] is None else t.shape[1], t.shape[2]),
+          name=names(f"{_layer_key(t)}_as_1d"))(lifted[id(t)])
+    return unlifted[id(t)]
+
+  for node in nodes:
+    if node.is_input:
+      continue
+    op = node.operation
+    if id(node) not in plans:
+      _call_float_copy(node, clones, new_of,
+                       {id(t): as_1d(t) for t in node.input_tensors})
+      continue
+    first_call = id(op) not in clones
+    if first_call:
+      clones[id(op)] = plans[id(node)](names)
+    layers, set_weights = clones[id(op)]
+    xs = [as_2d(t) for t in node.input_tensors]
+    y = layers[0](xs) if len(xs) > 1 else layers[0](xs[0])
+    for layer in layers[1:]:
+      y = layer(y)
+    if first_call:
+      set_weights()
+    (out,) = node.outputs
+    if len(out.shape) == 3:
+      lifted[id(out)] = y
+    else:
+      new_of[id(out)] = y
+  outputs = keras.tree.map_structure(as_1d, model.output)
+  return keras.Model(inputs, outputs, name=model.name)
+
+
 def _tensor_key(t):
   """A readable, stable name for a graph tensor: its producer's name."""
   op, node_index, tensor_index = t._keras_history  # pylint: disable=protected-access
@@ -2181,7 +2418,7 @@ def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
   ``model.fit``; only ``x`` is used. `steps` limits the number of batches.
   `dense` as in ``quantize_model`` (the scales of dense=True serve both).
   """
-  graph = _Graph(_split_layers(_functional(model)))
+  graph = _Graph(_split_layers(_lift_1d(_functional(model))))
   plan = _Plan(graph, dense=dense)
   return _calibrate_tensors(graph.model, plan.calibration_tensors(),
                             calibration_data, method, percentile, batch_size,
@@ -2356,7 +2593,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     not a plain float head/glue layer (e.g. a Conv2D with a sigmoid, a
     BatchNormalization that could not be folded, an unknown layer).
   """
-  graph = _Graph(_split_layers(_functional(model)))
+  graph = _Graph(_split_layers(_lift_1d(_functional(model))))
   src = graph.model
   plan = _Plan(graph, dense=dense)
   needed = plan.calibration_tensors()
