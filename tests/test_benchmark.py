@@ -730,3 +730,29 @@ def test_in_graph_rows_are_the_cost_of_more_ops(once, twice, n, want):
 
 if __name__ == "__main__":
   sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_models_suite_1d_builders_and_macs():
+  """The models suite's 1-D models: their input shapes and the MAC count
+  of their Conv1D / Dense layers (the table's GMACs), checked by hand; a
+  DepthwiseConv1D and a SeparableConv1D counted as their 2-D forms are."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from tf_fused_int8.benchmark import models  # pylint: disable=g-import-not-at-top
+  m5 = models.build_float_model("M5Audio", 0)
+  assert tuple(m5.input.shape) == (None, 16000, 1)
+  assert tuple(m5.output.shape) == (None, 35)
+  # 4000 x 128 x 80, 1000 x 128 x 3 x 128, 250 x 256 x 3 x 128,
+  # 62 x 512 x 3 x 256, 512 x 35.
+  want = (4000 * 128 * 80 + 1000 * 128 * 384 + 250 * 256 * 384 +
+          62 * 512 * 768 + 512 * 35)
+  assert models.conv_macs(m5) == want
+  tcn = models.build_float_model("TCN", 0)
+  assert tuple(tcn.input.shape) == (None, 1024, 32)
+  assert models.conv_macs(tcn) == (1024 * 128 * 32 + 12 * 1024 * 128 * 384 +
+                                   128 * 10)
+  inp = keras.Input((20, 6))
+  h = keras.layers.DepthwiseConv1D(3, depth_multiplier=2, padding="same")(inp)
+  h = keras.layers.SeparableConv1D(6, 3)(h)
+  h = keras.layers.Conv1D(4, 3, groups=2, padding="same")(h)
+  # 20 x 12 x 3; 18 x 12 x (3 + 6); 18 x 4 x 3 x 3 (3 channels per group).
+  assert models.conv_macs(keras.Model(inp, h)) == 720 + 1944 + 648

@@ -112,7 +112,9 @@ def define_flags():
       "rest and for custom --layers specs. Our avx2 path multiplies inputs "
       "in [0, 127] with exact VPMADDUBSW, faster than on signed ones.")
   flags.DEFINE_list("models", ["ResNet50", "MobileNetV2"],
-                    "--suite=models: keras.applications models.")
+                    "--suite=models: keras.applications models by name "
+                    "(ResNet50, MobileNetV2, ...), or the 1-D models M5Audio "
+                    "(raw audio) and TCN (time series).")
   flags.DEFINE_integer("calibration_images", 8,
                        "--suite=models: random calibration images.")
   flags.DEFINE_integer("repeats", 5, "Timed repeats (best is reported).")

@@ -1,14 +1,16 @@
 """The models suite's preparation (runs in the "ours" worker: TF + Keras).
 
 For each keras.applications model (weights=None: nothing is downloaded;
-classifier_activation=None: logits): random BatchNormalization statistics
-(so that folding matters), then from the same seeded calibration images:
+classifier_activation=None: logits) or 1-D model of BUILDERS (M5Audio, TCN:
+random initial weights): random BatchNormalization statistics (so that
+folding matters), then from the same seeded calibration inputs (random
+values in [-1, 1] of the model's input shape):
   * the int8 model of tf_fused_int8.quantization.quantize_model, its conv
     runs fused by fuse_conv_sequences (.keras);
   * the float model (.keras, for tf_fp32, and a SavedModel export for
     OpenVINO's TF frontend);
   * TF's full-integer TFLite conversion (int8 in/out, per-channel weights).
-The timing input is another set of random images. Returned per model: the
+The timing input is another set of random inputs. Returned per model: the
 file paths and facts for the table (conv/dense MACs per image, the number of
 int8 regions, the cosine of the float and int8 logits on the timing images).
 """
@@ -18,17 +20,59 @@ import warnings
 
 import numpy as np
 
-# --models: keras.applications builders (weights=None, 224x224, logits).
-# The default runs the first two; the rest are the families
+IMAGE_SHAPE = (224, 224, 3)
+
+
+def _m5_audio():
+  """A raw-waveform audio classifier (the M5 of Dai et al., 2017: 1 s of
+  16 kHz audio, 35 keyword logits): Conv1D 128 x 80 / 4, then Conv1D 3
+  blocks of 128, 256, 512 channels, each + BN + ReLU and a max pool of 4,
+  global average pooling, Dense."""
+  import keras  # pylint: disable=g-import-not-at-top
+  layers = keras.layers
+  x = inp = keras.Input((16000, 1), name="waveform")
+  for i, (filters, k, s) in enumerate(((128, 80, 4), (128, 3, 1), (256, 3, 1),
+                                       (512, 3, 1))):
+    x = layers.Conv1D(filters, k, strides=s, padding="same", name=f"conv{i}")(x)
+    x = layers.ReLU(name=f"relu{i}")(layers.BatchNormalization(name=f"bn{i}")(x))
+    x = layers.MaxPooling1D(4, name=f"pool{i}")(x)
+  x = layers.GlobalAveragePooling1D(name="gap")(x)
+  return keras.Model(inp, layers.Dense(35, name="logits")(x), name="M5Audio")
+
+
+def _tcn():
+  """A temporal convolutional network (Bai et al., 2018) on 1024 steps of
+  32 features: a 1x1 Conv1D to 128 channels, six residual blocks of two
+  causal Conv1D 3 (dilations 1 to 32) + BN, ReLUs, global average pooling,
+  Dense to 10 logits."""
+  import keras  # pylint: disable=g-import-not-at-top
+  layers = keras.layers
+  inp = keras.Input((1024, 32), name="series")
+  x = layers.Conv1D(128, 1, name="proj")(inp)
+  for i in range(6):
+    d = 2 ** i
+    h = layers.Conv1D(128, 3, padding="causal", dilation_rate=d, name=f"b{i}_c1")(x)
+    h = layers.ReLU(name=f"b{i}_r1")(layers.BatchNormalization(name=f"b{i}_bn1")(h))
+    h = layers.Conv1D(128, 3, padding="causal", dilation_rate=d, name=f"b{i}_c2")(h)
+    h = layers.BatchNormalization(name=f"b{i}_bn2")(h)
+    x = layers.ReLU(name=f"b{i}_out")(layers.Add(name=f"b{i}_add")([x, h]))
+  x = layers.GlobalAveragePooling1D(name="gap")(x)
+  return keras.Model(inp, layers.Dense(10, name="logits")(x), name="TCN")
+
+
+# --models: keras.applications builders (weights=None, 224x224, logits) by
+# name, and two 1-D models (quantize_model runs their Conv1D layers as 1 x k
+# Conv2D ones). The default runs the first two; the rest are the families
 # quantize_model covers (docs/quantization.md's table).
 BUILDERS = {
-    name: name for name in (
+    **{name: name for name in (
         "ResNet50", "MobileNetV2", "ResNet50V2", "VGG16", "InceptionV3",
         "DenseNet121", "Xception", "EfficientNetB0", "MobileNetV3Small",
         "ConvNeXtTiny", "MobileNet", "MobileNetV3Large", "EfficientNetV2B0",
-        "NASNetMobile", "InceptionResNetV2")
+        "NASNetMobile", "InceptionResNetV2")},
+    "M5Audio": _m5_audio,
+    "TCN": _tcn,
 }
-IMAGE_SHAPE = (224, 224, 3)
 
 
 def _randomize_batch_norm(model, rng):
@@ -71,6 +115,17 @@ def conv_macs(model):
       kh, kw = layer.kernel_size
       ci = layer.input.shape[-1] // layer.groups
       total += h * w * co * kh * kw * ci
+    elif isinstance(layer, keras.layers.SeparableConv1D):
+      _, length, co = layer.output.shape
+      mid = layer.input.shape[-1] * layer.depth_multiplier
+      total += length * mid * (layer.kernel_size[0] + co)
+    elif isinstance(layer, keras.layers.DepthwiseConv1D):
+      _, length, c = layer.output.shape
+      total += length * c * layer.kernel_size[0]
+    elif isinstance(layer, keras.layers.Conv1D):
+      _, length, co = layer.output.shape
+      ci = layer.input.shape[-1] // layer.groups
+      total += length * co * layer.kernel_size[0] * ci
     elif isinstance(layer, keras.layers.Dense):  # per row of its input
       rows = int(np.prod([d for d in layer.input.shape[1:-1]]))
       total += rows * layer.input.shape[-1] * layer.units
@@ -80,9 +135,12 @@ def conv_macs(model):
 def build_float_model(name, seed):
   import keras  # pylint: disable=g-import-not-at-top
   keras.utils.set_random_seed(seed)
-  builder = getattr(keras.applications, BUILDERS[name])
-  model = builder(weights=None, input_shape=IMAGE_SHAPE,
-                  classifier_activation=None)
+  if callable(BUILDERS[name]):
+    model = BUILDERS[name]()
+  else:
+    builder = getattr(keras.applications, BUILDERS[name])
+    model = builder(weights=None, input_shape=IMAGE_SHAPE,
+                    classifier_activation=None)
   _randomize_batch_norm(model, np.random.default_rng(seed))
   return model
 
@@ -102,19 +160,32 @@ def _tflite(model, calibration):
 def prepare(names, out_dir, calibration_images, seed):
   """Builds, quantizes, converts and saves each model; returns their info."""
   from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(seed)
-  calibration = rng.uniform(-1, 1, (calibration_images,) + IMAGE_SHAPE).astype(
-      np.float32)
-  images = rng.uniform(-1, 1, (8,) + IMAGE_SHAPE).astype(np.float32)
-  calib_path = os.path.join(out_dir, "calibration.npy")
-  input_path = os.path.join(out_dir, "input.npy")
-  np.save(calib_path, calibration)
-  np.save(input_path, images)
+  data = {}  # input shape -> (calibration, images, their paths)
+
+  def inputs_of(shape):
+    # Random values in [-1, 1] per input shape: the images' files keep
+    # their names, other shapes (the 1-D models) get the shape in theirs.
+    if shape not in data:
+      rng = np.random.default_rng(
+          seed if shape == IMAGE_SHAPE else [seed] + list(shape))
+      calibration = rng.uniform(-1, 1, (calibration_images,) + shape).astype(
+          np.float32)
+      images = rng.uniform(-1, 1, (8,) + shape).astype(np.float32)
+      tag = "" if shape == IMAGE_SHAPE else "_" + "x".join(map(str, shape))
+      paths = (os.path.join(out_dir, f"calibration{tag}.npy"),
+               os.path.join(out_dir, f"input{tag}.npy"))
+      np.save(paths[0], calibration)
+      np.save(paths[1], images)
+      data[shape] = (calibration, images) + paths
+    return data[shape]
+
   info = {}
   for name in names:
     if name not in BUILDERS:
       raise ValueError(f"unknown model {name!r}; known: {sorted(BUILDERS)}")
     model = build_float_model(name, seed)
+    calibration, images, calib_path, input_path = inputs_of(
+        tuple(model.input.shape[1:]))
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always", quantization.QuantizationWarning)
       int8_model = quantization.quantize_model(model, calibration, verbose=0)
