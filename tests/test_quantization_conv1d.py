@@ -210,3 +210,32 @@ def test_models_without_1d_convolutions_are_left_alone():
   inp = keras.Input((4, 20))
   model = keras.Model(inp, L.Conv1D(3, 3, data_format="channels_first")(inp))
   assert quantization._lift_1d(model) is model  # pylint: disable=protected-access
+
+
+def test_text_cnn_and_sequential():
+  """A text CNN (Embedding -> three Conv1D branches -> GlobalMaxPooling1D
+  -> Concatenate -> Dense, unknown length) and a Sequential Conv1D model:
+  every convolution int8, the outputs close to the float model's."""
+  rng = np.random.default_rng(5)
+  inp = keras.Input((None,), dtype="int32")
+  e = L.Embedding(500, 24)(inp)
+  branches = [L.GlobalMaxPooling1D()(L.Conv1D(12, k, activation="relu")(e))
+              for k in (3, 4, 5)]
+  model = keras.Model(inp, L.Dense(2)(L.Concatenate()(branches)))
+  x = rng.integers(0, 500, (8, 40)).astype(np.int32)
+  seq = keras.Sequential([
+      keras.Input((60, 3)), L.Conv1D(8, 5, activation="relu"),
+      L.MaxPooling1D(), L.Conv1D(8, 3, padding="causal"), L.Flatten(),
+      L.Dense(4)])
+  xs = rng.normal(size=(8, 60, 3)).astype(np.float32)
+  for m, data, convs in ((model, x, 3), (seq, xs, 2)):
+    qmodel = quantization.quantize_model(m, data, verbose=0)
+    kinds = [type(l).__name__ for l in qmodel.layers]
+    assert kinds.count("QuantizedFusedConv2D") == convs, kinds
+    assert "Conv1D" not in kinds
+    got, want = qmodel(data).numpy(), m(data).numpy()
+    cos = (got.ravel() @ want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want)
+    assert cos > 0.99
+  # Another length than the calibration's.
+  qtext = quantization.quantize_model(model, x, verbose=0)
+  assert qtext(x[:3, :17]).shape == (3, 2)
