@@ -29,6 +29,9 @@ def _randomize(model, rng):
   for layer in model.layers:
     if isinstance(layer, L.BatchNormalization):
       layer_helpers.set_bn(layer, rng)
+    elif isinstance(layer, L.LayerNormalization):
+      layer.set_weights([rng.uniform(0.5, 1.5, w.shape).astype(np.float32)
+                         for w in layer.get_weights()])
     elif layer.weights:
       layer.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
                          for w in layer.get_weights()])
@@ -90,6 +93,7 @@ def test_other_1d_layers_lift_equal_float():
     c = L.Conv1D(8, 3, padding="same", name="c")(h)
     h = L.Concatenate(name="cat")([h, c])
     h = L.Dense(10, activation="relu", name="dense")(h)
+    h = L.LayerNormalization(axis=2 if length else -1, name="ln")(h)
     gap = L.GlobalAveragePooling1D(name="gap")(h)
     gmp = L.GlobalMaxPooling1D(keepdims=True, name="gmp")(h)
     seq = L.Conv1D(4, 1, name="seq")(h)
@@ -99,6 +103,7 @@ def test_other_1d_layers_lift_equal_float():
     lifted = _assert_lift_matches(model, x)
     assert isinstance(lifted.get_layer("up"), L.UpSampling2D)
     assert isinstance(lifted.get_layer("sep"), L.SeparableConv2D)
+    assert list(lifted.get_layer("ln").axis) in ([-1], [3])
   # Flatten of the lifted [N, 1, L, C] keeps the [N, L, C] order.
   inp = keras.Input((9, 5))
   out = L.Dense(3, name="head")(L.Flatten(name="flat")(

@@ -675,6 +675,13 @@ def _lift_plan(node):
     config["axis"] = -1
     return one(lambda: keras.layers.BatchNormalization.from_config(config),
                weights=True)
+  if kind is keras.layers.LayerNormalization:
+    if list(op.axis) not in ([-1], [2]):
+      return None
+    config = op.get_config()
+    config["axis"] = -1
+    return one(lambda: keras.layers.LayerNormalization.from_config(config),
+               weights=True)
   if kind in (keras.layers.MaxPooling1D, keras.layers.AveragePooling1D):
     cls = (keras.layers.MaxPooling2D if kind is keras.layers.MaxPooling1D
            else keras.layers.AveragePooling2D)
@@ -711,9 +718,10 @@ def _lift_plan(node):
 def _lift_1d(model):
   """`model` with its 1-D convolutions (Conv1D, DepthwiseConv1D,
   SeparableConv1D, channels last) run as 2-D ones on [N, 1, L, C] tensors,
-  and the 1-D layers after them on that form too (BatchNormalization, ReLU
-  and other element-wise layers, Dense, Add, Concatenate, pooling, padding,
-  cropping, nearest upsampling, Flatten), so quantize_model plans them as it
+  and the 1-D layers after them on that form too (BatchNormalization,
+  LayerNormalization over the channels, ReLU and other element-wise layers,
+  Dense, Add, Concatenate, pooling, padding, cropping, nearest upsampling,
+  Flatten), so quantize_model plans them as it
   plans an image model's: a Conv1D with kernel k, stride s and dilation d is
   a Conv2D with kernel 1 x k, strides 1 x s and dilation 1 x d (its kernel
   [k, Ci, Co] as [1, k, Ci, Co]); padding "causal" is a ZeroPadding2D of
