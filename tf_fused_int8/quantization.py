@@ -609,11 +609,25 @@ def _lift_plan(node):
   if getattr(op, "data_format", "channels_last") != "channels_last":
     return None
   dtype = op.dtype_policy
-  expand = lambda w: np.expand_dims(w, 0)  # pylint: disable=unnecessary-lambda-assignment
 
-  if kind is keras.layers.Conv1D:
+  if kind in _CONV1D_TYPES:
     (k,), (s,), (d,) = op.kernel_size, op.strides, op.dilation_rate
-    causal = op.padding == "causal"
+    causal = op.padding == "causal"  # Conv1D only
+    common = dict(strides=(1, s), padding="valid" if causal else op.padding,
+                  dilation_rate=(1, d), activation=op.activation,
+                  use_bias=op.use_bias, dtype=dtype, name=op.name)
+    if kind is keras.layers.Conv1D:
+      conv = lambda: keras.layers.Conv2D(op.filters, (1, k), groups=op.groups,  # pylint: disable=unnecessary-lambda-assignment
+                                         **common)
+      kernels = [op.kernel]
+    elif kind is keras.layers.DepthwiseConv1D:
+      conv = lambda: keras.layers.DepthwiseConv2D(  # pylint: disable=unnecessary-lambda-assignment
+          (1, k), depth_multiplier=op.depth_multiplier, **common)
+      kernels = [op.kernel]
+    else:
+      conv = lambda: keras.layers.SeparableConv2D(  # pylint: disable=unnecessary-lambda-assignment
+          op.filters, (1, k), depth_multiplier=op.depth_multiplier, **common)
+      kernels = [op.depthwise_kernel, op.pointwise_kernel]
 
     def make_conv(names):
       layers = []
@@ -621,44 +635,12 @@ def _lift_plan(node):
         layers.append(keras.layers.ZeroPadding2D(
             ((0, 0), ((k - 1) * d, 0)), dtype=dtype,
             name=names(f"{op.name}_causal_padding")))
-      layers.append(keras.layers.Conv2D(
-          op.filters, (1, k), strides=(1, s),
-          padding="valid" if causal else op.padding, dilation_rate=(1, d),
-          groups=op.groups, activation=op.activation, use_bias=op.use_bias,
-          dtype=dtype, name=op.name))
+      layers.append(conv())
+      # Each kernel [k, ...] as [1, k, ...]; the bias as it is.
       return layers, lambda: layers[-1].set_weights(
-          [expand(op.kernel.numpy())] + ([op.bias.numpy()] if op.use_bias else []))
-    return make_conv, True
-
-  if kind is keras.layers.DepthwiseConv1D:
-    (k,), (s,), (d,) = op.kernel_size, op.strides, op.dilation_rate
-
-    def make_depthwise(names):
-      del names
-      layer = keras.layers.DepthwiseConv2D(
-          (1, k), strides=(1, s), padding=op.padding,
-          depth_multiplier=op.depth_multiplier, dilation_rate=(1, d),
-          activation=op.activation, use_bias=op.use_bias, dtype=dtype,
-          name=op.name)
-      return [layer], lambda: layer.set_weights(
-          [expand(op.kernel.numpy())] + ([op.bias.numpy()] if op.use_bias else []))
-    return make_depthwise, True
-
-  if kind is keras.layers.SeparableConv1D:
-    (k,), (s,), (d,) = op.kernel_size, op.strides, op.dilation_rate
-
-    def make_separable(names):
-      del names
-      layer = keras.layers.SeparableConv2D(
-          op.filters, (1, k), strides=(1, s), padding=op.padding,
-          depth_multiplier=op.depth_multiplier, dilation_rate=(1, d),
-          activation=op.activation, use_bias=op.use_bias, dtype=dtype,
-          name=op.name)
-      return [layer], lambda: layer.set_weights(
-          [expand(op.depthwise_kernel.numpy()),
-           expand(op.pointwise_kernel.numpy())] +
+          [np.expand_dims(w.numpy(), 0) for w in kernels] +
           ([op.bias.numpy()] if op.use_bias else []))
-    return make_separable, True
+    return make_conv, True
 
   def one(layer_fn, weights=False):
     def make(names):
