@@ -17,18 +17,19 @@ from tf_fused_int8 import _loader
 
 
 def _numpy_depth_to_space(x, b):
+  bh, bw = (b, b) if isinstance(b, int) else b
   n, h, w, depth = x.shape
-  c = depth // (b * b)
-  # [N, H, W, b(i), b(j), C] -> [N, H, b(i), W, b(j), C]
-  return (x.reshape(n, h, w, b, b, c).transpose(0, 1, 3, 2, 4, 5)
-          .reshape(n, h * b, w * b, c))
+  c = depth // (bh * bw)
+  # [N, H, W, bh(i), bw(j), C] -> [N, H, bh(i), W, bw(j), C]
+  return (x.reshape(n, h, w, bh, bw, c).transpose(0, 1, 3, 2, 4, 5)
+          .reshape(n, h * bh, w * bw, c))
 
 
 def _random(rng, shape):
   return rng.integers(-128, 128, size=shape, dtype=np.int8)
 
 
-@pytest.mark.parametrize("block", [2, 3, 4, 5])
+@pytest.mark.parametrize("block", [2, 3, 4, 5, 1])
 def test_matches_numpy_and_tf(block):
   rng = np.random.default_rng(block)
   # Per-pixel pieces of block * c bytes: 2 .. 1290, across CopyPiece's
@@ -39,8 +40,27 @@ def test_matches_numpy_and_tf(block):
       got = tf_fused_int8.depth_to_space_int8(x, block).numpy()
       want = _numpy_depth_to_space(x, block)
       np.testing.assert_array_equal(got, want, f"c={c} {n}x{h}x{w}")
+      if block > 1:  # TF's needs a block of at least 2
+        np.testing.assert_array_equal(
+            got, tf.nn.depth_to_space(x, block).numpy(), f"c={c} {n}x{h}x{w}")
+
+
+@pytest.mark.parametrize("block", [(2, 1), (1, 2), (3, 2), (2, 3), (1, 4),
+                                   (4, 3), (1, 1)])
+def test_non_square_blocks(block):
+  """bh x bw blocks (a Conv2DTranspose with unequal strides, a lifted
+  Conv1DTranspose's 1 x s), against the numpy definition."""
+  rng = np.random.default_rng(sum(block))
+  bh, bw = block
+  for c in (1, 3, 8, 17, 64, 130):
+    for n, h, w in ((1, 1, 1), (2, 3, 5), (1, 6, 2)):
+      x = _random(rng, (n, h, w, bh * bw * c))
       np.testing.assert_array_equal(
-          got, tf.nn.depth_to_space(x, block).numpy(), f"c={c} {n}x{h}x{w}")
+          tf_fused_int8.depth_to_space_int8(x, block).numpy(),
+          _numpy_depth_to_space(x, block), f"c={c} {n}x{h}x{w}")
+  f = tf.function(lambda x: tf_fused_int8.depth_to_space_int8(x, list(block)))
+  x = _random(rng, (2, 3, 4, bh * bw * 5))
+  np.testing.assert_array_equal(f(x).numpy(), _numpy_depth_to_space(x, block))
 
 
 def test_large_parallel():
@@ -75,7 +95,8 @@ def test_graph_unknown_sizes_and_shape_fn():
     assert d2s(ph((None, 3, None, 18)), 3).shape.as_list() == [None, 9, None, 2]
     assert d2s(ph((2, 3, 4, None)), 2).shape.as_list() == [2, 6, 8, None]
     assert d2s(ph(None), 2).shape.rank == 4
-    with pytest.raises(ValueError, match="multiple of block_size"):
+    assert d2s(ph((2, 3, 4, 12)), (2, 3)).shape.as_list() == [2, 6, 12, 2]
+    with pytest.raises(ValueError, match="multiple of block_height"):
       d2s(ph((2, 3, 4, 12)), 3)
     with pytest.raises(ValueError, match="rank"):
       d2s(ph((2, 3, 4)), 2)
@@ -85,7 +106,8 @@ def test_graph_unknown_sizes_and_shape_fn():
 
 def test_python_errors():
   x = np.zeros((1, 2, 2, 4), np.int8)
-  for bad in (1, 0, -2, 65537, 2.0, True, "2"):
+  for bad in (0, -2, 65537, 2.0, True, "2", (2,), (2, 0), (2, 3, 1),
+              (2.0, 2)):
     with pytest.raises(ValueError, match="block_size"):
       tf_fused_int8.depth_to_space_int8(x, bad)
   with pytest.raises(TypeError, match="int8"):
@@ -95,17 +117,16 @@ def test_python_errors():
 def test_kernel_errors():
   # The raw op, eagerly: the kernel's own checks.
   raw = _loader.load_ops().fused_int8_depth_to_space
-  with pytest.raises(tf.errors.InvalidArgumentError, match="multiple of block_size"):
-    raw(input=np.zeros((1, 2, 2, 6), np.int8), block_size=2)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="multiple of block_height"):
+    raw(input=np.zeros((1, 2, 2, 6), np.int8), block_height=2, block_width=2)
   with pytest.raises(tf.errors.InvalidArgumentError, match="rank 4"):
-    raw(input=np.zeros((2, 2, 4), np.int8), block_size=2)
-  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
-                     match="block_size"):
-    raw(input=np.zeros((1, 2, 2, 4), np.int8), block_size=1)
-  with pytest.raises(tf.errors.InvalidArgumentError, match="block_size"):
-    raw(input=np.zeros((1, 2, 2, 4), np.int8), block_size=65537)
+    raw(input=np.zeros((2, 2, 4), np.int8), block_height=2, block_width=2)
+  for bh, bw, which in ((0, 2, "block_height"), (2, -1, "block_width"),
+                        (65537, 2, "block_height"), (2, 2**40, "block_width")):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=which):
+      raw(input=np.zeros((1, 2, 2, 4), np.int8), block_height=bh, block_width=bw)
   with pytest.raises(tf.errors.InvalidArgumentError, match="overflows"):
-    raw(input=np.zeros((1, 2**62, 1, 0), np.int8), block_size=4)
+    raw(input=np.zeros((1, 2**62, 1, 0), np.int8), block_height=4, block_width=1)
 
 
 def test_int8_depth_to_space_layer_runs_the_op():

@@ -834,31 +834,44 @@ def depth_to_space_int8(x, block_size, name=None):
   """Depth-to-space of an int8 NHWC tensor, in one op.
 
   ``tf.nn.depth_to_space(x, block_size)`` for an int8 ``x`` [N, H, W,
-  b * b * C], bit for bit: [N, H * b, W * b, C], output pixel (y b + i,
-  x b + j) holding input pixel (y, x)'s channels (i b + j) C .. + C - 1 (the
-  op FusedInt8DepthToSpace, CPU kernel). What
-  ``tf_fused_int8.quantization``'s ``Int8DepthToSpace`` runs after the
-  convolution it makes of a ``Conv2DTranspose``. A copy on the fused
-  convolutions' threads; TF's DepthToSpace moved int8 tensors several times
-  slower and shards over the intra-op pool (see concat_int8).
+  bh * bw * C], bit for bit, and its non-square form: [N, H * bh, W * bw,
+  C], output pixel (y bh + i, x bw + j) holding input pixel (y, x)'s
+  channels (i bw + j) C .. + C - 1 (the op FusedInt8DepthToSpace, CPU
+  kernel). What ``tf_fused_int8.quantization``'s ``Int8DepthToSpace`` runs
+  after the convolution it makes of a ``Conv2DTranspose``. A copy on the
+  fused convolutions' threads; TF's DepthToSpace moved int8 tensors several
+  times slower and shards over the intra-op pool (see concat_int8).
 
   Args:
     x: an int8 tensor [batch, height, width, channels], channels a multiple
-      of block_size ** 2.
-    block_size: an int, 2 to 65536.
+      of bh * bw.
+    block_size: an int b (bh = bw = b, as TF's) or a pair (bh, bw), each 1
+      to 65536.
     name: optional name scope (graph mode).
 
   Returns:
-    An int8 tensor [batch, height * b, width * b, channels / b ** 2].
+    An int8 tensor [batch, height * bh, width * bw, channels / (bh * bw)].
   """
-  if (not isinstance(block_size, numbers.Integral) or
-      isinstance(block_size, bool) or not 2 <= block_size <= 65536):
-    raise ValueError(f"depth_to_space_int8: block_size must be an int in "
-                     f"[2, 65536], got {block_size!r}")
+  bh, bw = _block_pair(block_size)
   ops = _loader.load_ops()
   with _op_scope(tf.executing_eagerly(), name, "depth_to_space_int8"):
     return ops.fused_int8_depth_to_space(
-        input=_int8_input(x, "depth_to_space_int8"), block_size=int(block_size))
+        input=_int8_input(x, "depth_to_space_int8"), block_height=bh,
+        block_width=bw)
+
+
+def _block_pair(block_size):
+  """(bh, bw) of depth_to_space_int8's block_size; a ValueError naming it
+  unless it is an int or a pair of ints in [1, 65536]."""
+  ok = lambda v: (isinstance(v, numbers.Integral) and  # pylint: disable=unnecessary-lambda-assignment
+                  not isinstance(v, bool) and 1 <= v <= 65536)
+  if ok(block_size):
+    return int(block_size), int(block_size)
+  if (isinstance(block_size, (tuple, list)) and len(block_size) == 2 and
+      all(ok(v) for v in block_size)):
+    return int(block_size[0]), int(block_size[1])
+  raise ValueError(f"depth_to_space_int8: block_size must be an int or a "
+                   f"pair of ints in [1, 65536], got {block_size!r}")
 
 
 def _pad2d_int8(x, paddings, name=None):

@@ -1,12 +1,12 @@
 // Copyright tf-fused-int8 authors. Apache 2.0.
 //
-// Depth-to-space of an int8 NHWC tensor (TF's DepthToSpace, NHWC): the
-// copy after the convolution that quantize_model makes of a
-// Conv2DTranspose (the sub-pixel form), which puts each pixel's
-// block * block phases at their output pixels. For output row y = h b + i,
-// the b * c bytes of input pixel (h, w) from channel i b c on are output
-// pixels (y, w b) .. (y, w b + b - 1): one contiguous piece each way, so the
-// op is W pieces of b * c bytes per output row.
+// Depth-to-space of an int8 NHWC tensor (TF's DepthToSpace, NHWC, and its
+// non-square blocks bh x bw): the copy after the convolution that
+// quantize_model makes of a Conv2DTranspose (the sub-pixel form), which
+// puts each pixel's bh * bw phases at their output pixels. For output row
+// y = h bh + i, the bw * c bytes of input pixel (h, w) from channel i bw c
+// on are output pixels (y, w bw) .. (y, w bw + bw - 1): one contiguous piece
+// each way, so the op is W pieces of bw * c bytes per output row.
 //
 // Why not TF's DepthToSpace: it moved int8 tensors at a fraction of a
 // copy's speed (tf.function, Zen 4 VM, one thread: 112x112x64 -> 224x224x16
@@ -22,20 +22,21 @@
 
 namespace tf_fused_int8 {
 
-// FusedInt8DepthToSpace's block_size range (its shape function and kernel
-// both check it): far beyond any model's, and small enough that block^2 and
-// a size times block never overflow int64 in the checks.
+// FusedInt8DepthToSpace's block_height / block_width range (its shape
+// function and kernel both check it): far beyond any model's, and small
+// enough that their product and a size times either never overflow int64
+// in the checks.
 constexpr int64_t kMaxDepthToSpaceBlock = 1 << 16;
 inline bool DepthToSpaceBlockInRange(int64_t block) {
-  return block >= 2 && block <= kMaxDepthToSpaceBlock;
+  return block >= 1 && block <= kMaxDepthToSpaceBlock;
 }
 
-// in: [batch, h, w, block * block * c]; out: [batch, h * block, w * block,
-// c], out[n][y b + i][x b + j][k] = in[n][y][x][(i b + j) c + k] (block >=
+// in: [batch, h, w, bh * bw * c]; out: [batch, h * bh, w * bw, c],
+// out[n][y bh + i][x bw + j][k] = in[n][y][x][(i bw + j) c + k] (bh, bw >=
 // 1, c >= 0; the caller checks the sizes). Reads exactly the input's bytes
 // and writes exactly the output's.
 void DepthToSpaceNhwc(const int8_t* in, int64_t batch, int64_t h, int64_t w, int64_t c,
-                      int64_t block, int8_t* out, const ParallelFor& parallel_for);
+                      int64_t bh, int64_t bw, int8_t* out, const ParallelFor& parallel_for);
 
 }  // namespace tf_fused_int8
 

@@ -737,14 +737,19 @@ last; the output's last dimension is the sum of theirs. CPU.
 REGISTER_OP("FusedInt8DepthToSpace")
     .Input("input: int8")
     .Output("output: int8")
-    .Attr("block_size: int >= 2")
+    .Attr("block_height: int")
+    .Attr("block_width: int")
     .SetShapeFn([](InferenceContext* c) {
-      int64_t block = 0;
-      TF_RETURN_IF_ERROR(c->GetAttr("block_size", &block));
-      if (!DepthToSpaceBlockInRange(block)) {
-        return absl::InvalidArgumentError("FusedInt8DepthToSpace: block_size must be in [2, " +
-                                          std::to_string(kMaxDepthToSpaceBlock) + "], got " +
-                                          std::to_string(block));
+      int64_t block[2] = {0, 0};
+      TF_RETURN_IF_ERROR(c->GetAttr("block_height", &block[0]));
+      TF_RETURN_IF_ERROR(c->GetAttr("block_width", &block[1]));
+      for (int axis = 0; axis < 2; ++axis) {
+        if (!DepthToSpaceBlockInRange(block[axis])) {
+          return absl::InvalidArgumentError(
+              std::string("FusedInt8DepthToSpace: block_") + (axis == 0 ? "height" : "width") +
+              " must be in [1, " + std::to_string(kMaxDepthToSpaceBlock) + "], got " +
+              std::to_string(block[axis]));
+        }
       }
       ShapeHandle x;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
@@ -752,24 +757,25 @@ REGISTER_OP("FusedInt8DepthToSpace")
       for (int axis = 0; axis < 2; ++axis) {
         DimensionHandle d = c->Dim(x, 1 + axis);
         if (c->ValueKnown(d)) {
-          if (c->Value(d) > std::numeric_limits<int64_t>::max() / block) {
+          if (c->Value(d) > std::numeric_limits<int64_t>::max() / block[axis]) {
             return absl::InvalidArgumentError(
                 std::string("FusedInt8DepthToSpace: input ") + (axis == 0 ? "height " : "width ") +
-                std::to_string(c->Value(d)) + " times block_size " + std::to_string(block) +
+                std::to_string(c->Value(d)) + " times block " + std::to_string(block[axis]) +
                 " overflows");
           }
-          hw[axis] = c->MakeDim(c->Value(d) * block);
+          hw[axis] = c->MakeDim(c->Value(d) * block[axis]);
         } else {
           hw[axis] = c->UnknownDim();
         }
       }
       DimensionHandle depth = c->Dim(x, 3);
       if (c->ValueKnown(depth)) {
-        const int64_t phases = block * block;
+        const int64_t phases = block[0] * block[1];
         if (c->Value(depth) % phases != 0) {
           return absl::InvalidArgumentError(
-              "FusedInt8DepthToSpace: input channels must be a multiple of block_size^2 = " +
-              std::to_string(phases) + ", got " + std::to_string(c->Value(depth)));
+              "FusedInt8DepthToSpace: input channels must be a multiple of block_height * "
+              "block_width = " + std::to_string(phases) + ", got " +
+              std::to_string(c->Value(depth)));
         }
         depth = c->MakeDim(c->Value(depth) / phases);
       } else {
@@ -779,11 +785,12 @@ REGISTER_OP("FusedInt8DepthToSpace")
       return absl::OkStatus();
     })
     .Doc(R"doc(
-Depth-to-space of an int8 NHWC tensor (TF's DepthToSpace, NHWC, bit for bit):
-[N, H, W, b * b * C] -> [N, H * b, W * b, C], output pixel (y b + i, x b + j)
-channel k = input pixel (y, x) channel (i b + j) C + k, with b = block_size
-(2 to 65536). A copy (after the convolution that quantize_model makes of a
-Conv2DTranspose). CPU.
+Depth-to-space of an int8 NHWC tensor with a block of bh x bw pixels
+(block_height, block_width: 1 to 65536; TF's DepthToSpace, NHWC, bit for bit
+when they are equal): [N, H, W, bh * bw * C] -> [N, H * bh, W * bw, C],
+output pixel (y bh + i, x bw + j) channel k = input pixel (y, x) channel
+(i bw + j) C + k. A copy (after the convolution that quantize_model makes of
+a Conv2DTranspose). CPU.
 )doc");
 
 REGISTER_OP("FusedInt8Pad2D")

@@ -3901,10 +3901,11 @@ void TestConcat() {
   std::printf("concat: %d cases, %d failures\n", cases, failures);
 }
 
-// DepthToSpaceNhwc against TF's definition as a per-element loop: blocks
-// 2-4, pieces (block * c bytes) across the copy's size classes (a few bytes,
-// 16-byte chunks, memcpy past 256), one to three images, each parallel-for;
-// guard bytes around the output catch a write outside it.
+// DepthToSpaceNhwc against TF's definition (with bh x bw blocks) as a
+// per-element loop: blocks 1-4 each way, pieces (bw * c bytes) across the
+// copy's size classes (a few bytes, 16-byte chunks, memcpy past 256), one
+// to three images, each parallel-for; guard bytes around the output catch
+// a write outside it.
 void TestDepthToSpace() {
   using namespace tf_fused_int8;  // NOLINT
   std::mt19937 rng(17);
@@ -3912,35 +3913,35 @@ void TestDepthToSpace() {
   const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2), OddParallelFor(3)};
   constexpr int64_t kGuard = 64;
   int cases = 0;
-  for (int trial = 0; trial < 240; ++trial) {
-    const int64_t batch = 1 + trial % 3, block = 2 + (trial / 3) % 3;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t batch = 1 + trial % 3, bh = 1 + (trial / 3) % 4, bw = 1 + (trial / 12) % 4;
     const int64_t h = 1 + rng() % 6, w = 1 + rng() % 7;
     const int64_t c = kChannels[rng() % (sizeof(kChannels) / sizeof(kChannels[0]))];
-    const int64_t depth = block * block * c;
+    const int64_t depth = bh * bw * c;
     std::vector<int8_t> in(static_cast<size_t>(batch * h * w * depth));
     for (auto& b : in) b = static_cast<int8_t>(rng());
     std::vector<int8_t> want(in.size());
     for (int64_t n = 0; n < batch; ++n) {
-      for (int64_t y = 0; y < h * block; ++y) {
-        for (int64_t x = 0; x < w * block; ++x) {
+      for (int64_t y = 0; y < h * bh; ++y) {
+        for (int64_t x = 0; x < w * bw; ++x) {
           for (int64_t k = 0; k < c; ++k) {
-            const int64_t src = ((n * h + y / block) * w + x / block) * depth +
-                                ((y % block) * block + x % block) * c + k;
-            want[((n * h * block + y) * w * block + x) * c + k] = in[src];
+            const int64_t src = ((n * h + y / bh) * w + x / bw) * depth +
+                                ((y % bh) * bw + x % bw) * c + k;
+            want[((n * h * bh + y) * w * bw + x) * c + k] = in[src];
           }
         }
       }
     }
     std::vector<int8_t> got(in.size() + 2 * kGuard, int8_t{0x5a});
-    DepthToSpaceNhwc(in.data(), batch, h, w, c, block, got.data() + kGuard, pfs[trial % 3]);
+    DepthToSpaceNhwc(in.data(), batch, h, w, c, bh, bw, got.data() + kGuard, pfs[trial % 3]);
     bool ok = std::memcmp(got.data() + kGuard, want.data(), want.size()) == 0;
     for (int64_t g = 0; g < kGuard; ++g) {
       ok &= got[g] == 0x5a && got[got.size() - 1 - g] == 0x5a;
     }
     ++cases;
-    EXPECT(ok, "depth_to_space %lldx%lldx%lldx%lld block %lld",
+    EXPECT(ok, "depth_to_space %lldx%lldx%lldx%lld block %lldx%lld",
            static_cast<long long>(batch), static_cast<long long>(h), static_cast<long long>(w),
-           static_cast<long long>(depth), static_cast<long long>(block));
+           static_cast<long long>(depth), static_cast<long long>(bh), static_cast<long long>(bw));
   }
   std::printf("depth_to_space: %d cases\n", cases);
 }
