@@ -704,8 +704,8 @@ def test_transposed_conv_with_kernel_equal_to_stride_stays_int8_and_exact(tmp_pa
   writes its own b x b block, so it is a 1x1 convolution to b * b * filters
   channels (BN and ReLU fused per channel) and a depth-to-space
   (Int8DepthToSpace): one int8 region, the reference's chain bit for bit,
-  close to float, a .keras round trip; a Conv2DTranspose with unequal
-  strides stays float with the warning."""
+  close to float, a .keras round trip; a dilated Conv2DTranspose stays
+  float with the warning."""
   # Keras's convention, which the 1x1 kernel follows: out[b*i + a, b*j + c,
   # co] = sum_ci x[i, j, ci] * W[a, c, co, ci] + bias[co].
   rng = np.random.default_rng(15)
@@ -761,31 +761,42 @@ def test_transposed_conv_with_kernel_equal_to_stride_stays_int8_and_exact(tmp_pa
                                                   str(tmp_path / "t.keras"))
   assert isinstance(loaded.get_layer("t1_depth_to_space"), quantization.Int8DepthToSpace)
 
-  # Unequal strides: float, with the reason.
+  # Dilation: float, with the reason.
   inp = keras.Input((8, 6, 3), name="image")
   h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
-  h = L.Conv2DTranspose(4, 3, strides=(2, 1), padding="same", name="t")(h)
+  h = L.Conv2DTranspose(4, 3, dilation_rate=2, padding="same", name="t")(h)
   model = keras.Model(inp, L.Conv2D(2, 1, name="c2")(h))
   with pytest.warns(quantization.QuantizationWarning,
-                    match=r"'t' \(Conv2DTranspose: a Conv2DTranspose runs in int8 with one stride"):
+                    match=r"'t' \(Conv2DTranspose: a Conv2DTranspose runs in int8 with dilation 1"):
     qmodel = quantization.quantize_model(model, x, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
   assert kinds.count("Quantize") == 2 and "Conv2DTranspose" in kinds, kinds
 
 
-@pytest.mark.parametrize("kernel,stride,padding", [
-    (3, 2, "same"), (3, 2, "valid"), (4, 2, "same"), (1, 2, "valid"), (5, 3, "same"),
-    ((3, 2), 2, "same"), ((2, 5), 2, "valid")])
-def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(kernel, stride, padding, tmp_path):
+@pytest.mark.parametrize("kernel,stride,padding,output_padding", [
+    (3, 2, "same", None), (3, 2, "valid", None), (4, 2, "same", None),
+    (1, 2, "valid", None), (5, 3, "same", None), ((3, 2), 2, "same", None),
+    ((2, 5), 2, "valid", None),
+    # Unequal strides (a lifted Conv1DTranspose is 1 x s), stride 1, and
+    # output_padding (bias-only rows past the full correlation: e steps).
+    (3, (2, 1), "same", None), ((1, 4), (1, 2), "valid", None),
+    ((3, 5), (3, 2), "same", None), (3, 1, "same", None), (2, 1, "valid", None),
+    (3, 2, "same", 1), (3, 2, "valid", 1), (4, 2, "valid", (1, 0)),
+    (4, 2, "same", 1), (5, 3, "same", (2, 1)), ((1, 3), (1, 2), "same", (0, 1)),
+    (1, 3, "valid", 2)])
+def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(
+    kernel, stride, padding, output_padding, tmp_path):
   """A Conv2DTranspose whose blocks overlap (or leave gaps: kernel 1,
   stride 2): a convolution with ceil(k / s) taps per phase, padded by
-  taps - 1, to s * s * filters channels, a depth-to-space and a crop to
-  Keras's output (same: from (k - s) // 2; valid: from 0): one int8
+  taps - 1 (and past the end far enough for output_padding), to s_h * s_w *
+  filters channels, a depth-to-space of s_h x s_w and a crop to Keras's
+  output (same: from TF's padding for that size; valid: from 0): one int8
   region, the reference's chain bit for bit, close to float (so the
   rearranged kernel and the crop are Keras's convolution)."""
   inp = keras.Input((7, 6, 3), name="image")
   h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
-  t = L.Conv2DTranspose(5, kernel, strides=stride, padding=padding, name="t")(h)
+  t = L.Conv2DTranspose(5, kernel, strides=stride, padding=padding,
+                        output_padding=output_padding, name="t")(h)
   out = L.Conv2D(3, 1, name="c2")(L.ReLU(name="relu")(L.BatchNormalization(name="bn")(t)))
   model = keras.Model(inp, out)
   rng = np.random.default_rng(17)
@@ -796,9 +807,11 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(kernel, stride, padd
   x = images(4, seed=7, shape=(7, 6, 3))
   qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
   kinds = [type(l).__name__ for l in qmodel.layers]
-  assert kinds.count("Quantize") == 1 and "Int8DepthToSpace" in kinds, kinds
+  assert kinds.count("Quantize") == 1, kinds
   kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
-  th, tw = -(-kh // stride), -(-kw // stride)
+  sh, sw = (stride, stride) if isinstance(stride, int) else stride
+  assert ("Int8DepthToSpace" in kinds) == ((sh, sw) != (1, 1)), kinds
+  th, tw = -(-kh // sh), -(-kw // sw)
 
   def conv(name, v, **kw):
     k, b, s = qmodel.get_layer(name).get_weights()
@@ -807,16 +820,25 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(kernel, stride, padd
   s_in = qmodel.get_layer("image_quantize").scale
   xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
   h1 = conv("c1", xq, padding="SAME", activation="Relu")
-  assert qmodel.get_layer("t").get_weights()[0].shape == (th, tw, 8, stride * stride * 5)
-  z = conv("t", np.pad(h1, ((0, 0), (th - 1, th - 1), (tw - 1, tw - 1), (0, 0))),
+  assert qmodel.get_layer("t").get_weights()[0].shape == (th, tw, 8, sh * sw * 5)
+  # The full correlation from row 0, then a step of bias-only rows (zero
+  # input) more than any output_padding reaches.
+  z = conv("t", np.pad(h1, ((0, 0), (th - 1, th), (tw - 1, tw), (0, 0))),
            padding="VALID", activation="Relu")
   n, zh, zw, _ = z.shape
-  full = (z.reshape(n, zh, zw, stride, stride, 5).transpose(0, 1, 3, 2, 4, 5)
-          .reshape(n, zh * stride, zw * stride, 5))
+  full = (z.reshape(n, zh, zw, sh, sw, 5).transpose(0, 1, 3, 2, 4, 5)
+          .reshape(n, zh * sh, zw * sw, 5))
   want_shape = model.get_layer("t").output.shape[1:3]
-  top = [max(k - stride, 0) // 2 if padding == "same" else 0 for k in (kh, kw)]
+  # Keras's output starts where TF's conv2d_transpose pads the forward
+  # convolution from the output's size: half of max((L - 1) s + k - out, 0).
+  top = [max((l - 1) * s_ + k - o, 0) // 2 if padding == "same" else 0
+         for l, s_, k, o in zip((7, 6), (sh, sw), (kh, kw), want_shape)]
   up = full[:, top[0]:top[0] + want_shape[0], top[1]:top[1] + want_shape[1]]
   assert up.shape[1:3] == tuple(want_shape)
   want = conv("c2", up, padding="VALID", activation="None")
   assert len(np.unique(up)) > 10
+  # Close to Keras's float output per image (a crop one row off is not).
+  got, want_float = qmodel(x).numpy(), model(x).numpy()
+  for g, f in zip(got, want_float):
+    assert g.ravel() @ f.ravel() > 0.99 * np.linalg.norm(g) * np.linalg.norm(f)
   layer_helpers.assert_int8_output_exact(model, qmodel, x, want, str(tmp_path / "t.keras"))

@@ -42,7 +42,7 @@ def _assert_lift_matches(model, x):
   assert lifted is not model
   kinds = [type(l) for l in lifted.layers]
   assert not any(k in kinds for k in (L.Conv1D, L.DepthwiseConv1D,
-                                      L.SeparableConv1D)), kinds
+                                      L.SeparableConv1D, L.Conv1DTranspose)), kinds
   want = model(x)
   got = lifted(x)
   for g, w in zip(np.atleast_1d(got) if not isinstance(got, list) else got,
@@ -244,3 +244,44 @@ def test_text_cnn_and_sequential():
   # Another length than the calibration's.
   qtext = quantization.quantize_model(model, x, verbose=0)
   assert qtext(x[:3, :17]).shape == (3, 2)
+
+
+@pytest.mark.parametrize("kernel,stride,padding,output_padding", [
+    (2, 2, "same", None), (3, 2, "same", None), (3, 2, "valid", 1),
+    (4, 2, "same", 1), (5, 3, "valid", None), (3, 1, "same", None)])
+def test_conv1d_transpose_decoder(kernel, stride, padding, output_padding,
+                                  tmp_path):
+  """A 1-D encoder-decoder (Conv1D stride 2, Conv1DTranspose back, skip
+  concatenation): the transposed convolution lifted to a Conv2DTranspose
+  with strides 1 x s, then the sub-pixel form (a convolution, an
+  Int8DepthToSpace of 1 x s, a crop): one int8 region, no warning, close
+  to float per sample; the lifted float model equals the original; a
+  .keras round trip keeps the bits."""
+  rng = np.random.default_rng(6)
+  inp = keras.Input((24, 4), name="signal")
+  e = L.Conv1D(8, 3, padding="same", activation="relu", name="enc")(inp)
+  d = L.Conv1D(16, 3, strides=2, padding="same", activation="relu", name="down")(e)
+  u = L.Conv1DTranspose(8, kernel, strides=stride, padding=padding,
+                        output_padding=output_padding, name="up")(d)
+  u = L.ReLU(name="up_relu")(L.BatchNormalization(name="up_bn")(u))
+  if u.shape[1] != 24:
+    u = L.Conv1D(8, 1, name="fit")(u)  # lengths differ: no skip
+    h = u
+  else:
+    h = L.Concatenate(name="cat")([u, e])
+  out = L.Conv1D(3, 3, padding="same", name="head")(h)
+  model = keras.Model(inp, out)
+  _randomize(model, rng)
+  x = rng.normal(size=(6, 24, 4)).astype(np.float32)
+  _assert_lift_matches(model, x)
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 1, kinds
+  assert ("Int8DepthToSpace" in kinds) == (stride > 1), kinds
+  got, want = qmodel(x).numpy(), model(x).numpy()
+  assert got.shape == want.shape
+  for g, f in zip(got, want):
+    assert g.ravel() @ f.ravel() > 0.99 * np.linalg.norm(g) * np.linalg.norm(f)
+  path = str(tmp_path / "t1d.keras")
+  qmodel.save(path)
+  np.testing.assert_array_equal(keras.models.load_model(path)(x).numpy(), got)

@@ -559,7 +559,7 @@ def _split_layers(model):
 # convolutions start a lifted stretch; the layers below join it where one of
 # their inputs is lifted already.
 _CONV1D_TYPES = (keras.layers.Conv1D, keras.layers.DepthwiseConv1D,
-                 keras.layers.SeparableConv1D)
+                 keras.layers.SeparableConv1D, keras.layers.Conv1DTranspose)
 # Layers that work on any rank the same way along the last axis (their copy
 # runs on the lifted tensor as it is).
 _RANK_FREE_TYPES = (keras.layers.ReLU, keras.layers.Activation,
@@ -624,10 +624,16 @@ def _lift_plan(node):
       conv = lambda: keras.layers.DepthwiseConv2D(  # pylint: disable=unnecessary-lambda-assignment
           (1, k), depth_multiplier=op.depth_multiplier, **common)
       kernels = [op.kernel]
-    else:
+    elif kind is keras.layers.SeparableConv1D:
       conv = lambda: keras.layers.SeparableConv2D(  # pylint: disable=unnecessary-lambda-assignment
           op.filters, (1, k), depth_multiplier=op.depth_multiplier, **common)
       kernels = [op.depthwise_kernel, op.pointwise_kernel]
+    else:  # Conv1DTranspose: its kernel [k, Co, Ci] as [1, k, Co, Ci]
+      conv = lambda: keras.layers.Conv2DTranspose(  # pylint: disable=unnecessary-lambda-assignment
+          op.filters, (1, k), output_padding=(
+              None if op.output_padding is None else (0, op.output_padding[0])),
+          **common)
+      kernels = [op.kernel]
 
     def make_conv(names):
       layers = []
@@ -699,14 +705,16 @@ def _lift_plan(node):
 
 def _lift_1d(model):
   """`model` with its 1-D convolutions (Conv1D, DepthwiseConv1D,
-  SeparableConv1D, channels last) run as 2-D ones on [N, 1, L, C] tensors,
+  SeparableConv1D, Conv1DTranspose, channels last) run as 2-D ones on [N,
+  1, L, C] tensors,
   and the 1-D layers after them on that form too (BatchNormalization,
   LayerNormalization over the channels, ReLU and other element-wise layers,
   Dense, Add, Concatenate, pooling, padding, cropping, nearest upsampling,
   Flatten), so quantize_model plans them as it
   plans an image model's: a Conv1D with kernel k, stride s and dilation d is
   a Conv2D with kernel 1 x k, strides 1 x s and dilation 1 x d (its kernel
-  [k, Ci, Co] as [1, k, Ci, Co]); padding "causal" is a ZeroPadding2D of
+  [k, Ci, Co] as [1, k, Ci, Co]; a Conv1DTranspose a Conv2DTranspose with
+  strides 1 x s, output_padding (0, p)); padding "causal" is a ZeroPadding2D of
   (k - 1) d columns on the left, then "valid". A Reshape to [N, 1, L, C]
   enters each lifted stretch and one back to [N, L, C] leaves it for any
   other layer and at the model's outputs. The lifted layers keep their
@@ -1016,42 +1024,53 @@ def _is_conv(op):
 
 
 _TransposePlan = collections.namedtuple(
-    "_TransposePlan", ["stride", "taps", "padding", "crop"])
+    "_TransposePlan", ["strides", "taps", "padding", "crop"])
 
 
 def _transpose_plan(op):
-  """How a Conv2DTranspose with one stride s >= 2 both ways, dilation 1, no
-  output_padding, 'same' or 'valid', runs in int8 (sub-pixel form, exact):
-  output pixel f = s q + r (per axis) is the sum over t of x[q - t] *
-  W[s t + r], a plain convolution of x with taps[axis] = ceil(k / s) taps
-  per phase r. So: one convolution of x padded by taps - 1 on every side
-  (`padding`) to s * s * filters channels (phase (r_h, r_w), then the
-  filter, W's taps reversed, zero past k), a depth-to-space of block s,
-  and a crop of the result (`crop`, ((top, bottom), (left, right))) to
-  Keras's output: 'same' L s pixels from (k - s) // 2 (the padding of the
-  forward convolution, as TF's conv2d_transpose), 'valid' L s + max(k - s,
-  0) from 0. A kernel equal to the stride is a 1x1 convolution and a
-  depth-to-space (each input pixel writes its own block). None for any
-  other layer."""
+  """How a Conv2DTranspose (any strides s_h, s_w >= 1, dilation 1, 'same'
+  or 'valid', with or without output_padding) runs in int8 (sub-pixel form,
+  exact): output pixel f = s q + r (per axis) is the sum over t of x[q - t]
+  * W[s t + r], a plain convolution of x with taps[axis] = ceil(k / s) taps
+  per phase r. So: one convolution of x padded by taps - 1 before and taps
+  - 1 + e after (`padding`) to s_h * s_w * filters channels (phase (r_h,
+  r_w), then the filter, W's taps reversed, zero past k), a depth-to-space of
+  block s_h x s_w (none for strides 1 x 1), and a crop of the result
+  (`crop`, ((top, bottom), (left, right))) to Keras's output. The
+  convolution's s (L + taps - 1 + e) rows hold the full correlation's
+  (L - 1) s + k from row 0, then bias-only rows (zero input). Keras's output
+  is L s + extra rows, extra = max(k - s, 0) ('valid'), 0 ('same'), or with
+  output_padding p: k - s - 2 pad + p (pad = k // 2 for 'same', else 0);
+  it starts at the padding TF's conv2d_transpose takes from that size, half
+  of max((L - 1) s + k - out, 0) = max(k - s, 0) or max(2 pad - p, 0)
+  ('same'; 0 for 'valid'), independent of L. e is the whole steps of s that
+  the output reaches past the grid without it (only with output_padding). A
+  kernel equal to the stride is a 1x1 convolution and a depth-to-space
+  (each input pixel writes its own block). None for any other layer."""
   if type(op) is not keras.layers.Conv2DTranspose:  # pylint: disable=unidiomatic-typecheck
     return None
-  sh, sw = op.strides
-  if (sh != sw or sh < 2 or tuple(op.dilation_rate) != (1, 1) or
-      op.output_padding is not None or op.padding not in ("same", "valid")):
+  strides = tuple(int(v) for v in op.strides)
+  if (min(strides) < 1 or tuple(op.dilation_rate) != (1, 1) or
+      op.padding not in ("same", "valid")):
     return None
-  s = int(sh)
+  same = op.padding == "same"
   taps, padding, crop = [], [], []
-  for k in op.kernel_size:
-    t = -(-int(k) // s)
-    taps.append(t)
-    padding.append((t - 1, t - 1))
-    # The convolution gives s (L + t - 1) rows, the full output's first at 0.
-    if op.padding == "same":
-      before = max(k - s, 0) // 2
-      crop.append((before, s * (t - 1) - before))
+  for axis, (k, s) in enumerate(zip(op.kernel_size, strides)):
+    k = int(k)
+    t = -(-k // s)
+    if op.output_padding is None:
+      extra = 0 if same else max(k - s, 0)
+      start = max(k - s, 0) // 2 if same else 0
     else:
-      crop.append((0, s * t - k if k >= s else 0))
-  return _TransposePlan(s, tuple(taps), tuple(padding), tuple(crop))
+      p = int(op.output_padding[axis])
+      pad = k // 2 if same else 0
+      extra = k - s - 2 * pad + p
+      start = max(2 * pad - p, 0) // 2 if same else 0
+    e = max(0, -(-(start + extra - s * (t - 1)) // s))
+    taps.append(t)
+    padding.append((t - 1, t - 1 + e))
+    crop.append((start, s * (t - 1 + e) - start - extra))
+  return _TransposePlan(strides, tuple(taps), tuple(padding), tuple(crop))
 
 
 def _is_conv_like(op):
@@ -1091,8 +1110,7 @@ def _conv_problem(node):
     return f"it is already quantized ({op.quantization_mode})"
   if (type(op) is keras.layers.Conv2DTranspose and  # pylint: disable=unidiomatic-typecheck
       _transpose_plan(op) is None):
-    return ("a Conv2DTranspose runs in int8 with one stride of at least 2 "
-            "both ways, dilation 1 and no output_padding")
+    return "a Conv2DTranspose runs in int8 with dilation 1"
   if not _float_dtype_ok(op):
     return f"dtype policy {op.dtype_policy.name!r} (only float32)"
   return None
@@ -1154,7 +1172,7 @@ class _Group:
     self.transpose = _transpose_plan(op)
     plain = bn_only or avg_pool or dense or add_only or self.transpose
     if self.transpose:
-      self.padding = self.transpose.padding  # explicit: taps - 1 each side
+      self.padding = self.transpose.padding  # explicit (_transpose_plan)
     else:
       self.padding = "valid" if plain else op.padding
     self.strides = (1 if bn_only or dense or add_only or self.transpose else
@@ -1369,34 +1387,48 @@ class Int8UpSampling2D(_EagerCall, _KeepsInputDtype, keras.layers.UpSampling2D):
 
 @keras.saving.register_keras_serializable(package="tf_fused_int8")
 class Int8DepthToSpace(_EagerCall, keras.layers.Layer):
-  """Depth-to-space of block ``block_size`` of an int8 NHWC tensor (a copy):
+  """Depth-to-space of an int8 NHWC tensor (a copy) with a block of
+  ``block_size`` pixels, an int b (b x b, as TF's) or a pair (bh, bw):
   after the convolution that quantize_model makes of a Conv2DTranspose
-  (the sub-pixel form, _transpose_plan), it puts each pixel's block * block
+  (the sub-pixel form, _transpose_plan), it puts each pixel's bh * bw
   phases of `filters` channels at their output pixels. Runs
-  ops.depth_to_space_int8 (FusedInt8DepthToSpace), TF's DepthToSpace for
-  any other dtype."""
+  ops.depth_to_space_int8 (FusedInt8DepthToSpace); TF's DepthToSpace for
+  any other dtype (square blocks)."""
 
   def __init__(self, block_size, **kwargs):
     super().__init__(**kwargs)
-    self.block_size = int(block_size)
-    if self.block_size < 2:
-      raise ValueError(f"block_size must be at least 2, got {block_size!r}")
+    if isinstance(block_size, (tuple, list)):
+      block_size = tuple(int(b) for b in block_size)
+      if block_size[0] == block_size[1]:
+        block_size = block_size[0]
+    else:
+      block_size = int(block_size)
+    self.block_size = block_size
+    bh, bw = self._pair()
+    if bh < 1 or bw < 1 or bh * bw < 2:
+      raise ValueError(f"block_size must be at least 2 pixels, got "
+                       f"{block_size!r}")
+
+  def _pair(self):
+    b = self.block_size
+    return (b, b) if isinstance(b, int) else b
 
   def call(self, inputs):
     if inputs.dtype == tf.int8:
-      return ops.depth_to_space_int8(inputs, self.block_size)
+      return ops.depth_to_space_int8(inputs, self._pair())
     return tf.nn.depth_to_space(inputs, self.block_size)
 
   def compute_output_spec(self, inputs):
     n, h, w, c = inputs.shape
-    b = self.block_size
+    bh, bw = self._pair()
     return keras.KerasTensor(
-        (n, None if h is None else h * b, None if w is None else w * b,
-         None if c is None else c // (b * b)), dtype=inputs.dtype)
+        (n, None if h is None else h * bh, None if w is None else w * bw,
+         None if c is None else c // (bh * bw)), dtype=inputs.dtype)
 
   def get_config(self):
     config = super().get_config()
-    config["block_size"] = self.block_size
+    config["block_size"] = (self.block_size if isinstance(self.block_size, int)
+                            else list(self.block_size))
     return config
 
 
@@ -2465,25 +2497,25 @@ def _group_weights(group):
   bias = weights[1] if conv.use_bias else None
   tiles = 1
   if group.transpose:
-    # Conv2DTranspose [kh, kw, Co, Ci] -> [th, tw, Ci, s * s * Co]
-    # (_transpose_plan): output channel (r_h * s + r_w) * Co + co of tap
-    # (u, v) is W[s (th - 1 - u) + r_h, s (tw - 1 - v) + r_w, co, :], zero
-    # past the kernel; depth-to-space puts phase (r_h, r_w) of pixel (q_h,
-    # q_w) at (s q_h + r_h, s q_w + r_w). The per-channel bias and BN repeat
-    # per phase.
-    s = group.transpose.stride
+    # Conv2DTranspose [kh, kw, Co, Ci] -> [th, tw, Ci, s_h * s_w * Co]
+    # (_transpose_plan): output channel (r_h * s_w + r_w) * Co + co of tap
+    # (u, v) is W[s_h (th - 1 - u) + r_h, s_w (tw - 1 - v) + r_w, co, :],
+    # zero past the kernel; depth-to-space puts phase (r_h, r_w) of pixel
+    # (q_h, q_w) at (s_h q_h + r_h, s_w q_w + r_w). The per-channel bias
+    # and BN repeat per phase.
+    sh, sw = group.transpose.strides
     th, tw = group.transpose.taps
     kh, kw, co, ci = kernel.shape
-    sub = np.zeros([th, tw, ci, s, s, co])
+    sub = np.zeros([th, tw, ci, sh, sw, co])
     for u in range(th):
       for v in range(tw):
-        for rh in range(s):
-          for rw in range(s):
-            a, c = s * (th - 1 - u) + rh, s * (tw - 1 - v) + rw
+        for rh in range(sh):
+          for rw in range(sw):
+            a, c = sh * (th - 1 - u) + rh, sw * (tw - 1 - v) + rw
             if a < kh and c < kw:
               sub[u, v, :, rh, rw, :] = kernel[a, c].T
-    kernel = sub.reshape(th, tw, ci, s * s * co)
-    tiles = s * s
+    kernel = sub.reshape(th, tw, ci, sh * sw * co)
+    tiles = sh * sw
     bias = None if bias is None else np.tile(np.asarray(bias, np.float64), tiles)
     groups = 1
   elif _is_depthwise(conv):
@@ -2696,8 +2728,9 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
         y = Int8Reshape((int(y.shape[-1]),),
                         name=names(f"{base}_reshape"))(y)
       if group.transpose:
-        y = Int8DepthToSpace(group.transpose.stride,
-                             name=names(f"{base}_depth_to_space"))(y)
+        if group.transpose.strides != (1, 1):
+          y = Int8DepthToSpace(group.transpose.strides,
+                               name=names(f"{base}_depth_to_space"))(y)
         if any(group.transpose.crop[0] + group.transpose.crop[1]):
           y = Int8Cropping2D(group.transpose.crop, name=names(f"{base}_crop"))(y)
       int8_of[id(group.tail)] = y
