@@ -222,6 +222,40 @@ def test_unpadded_average_pooling_runs_in_int8():
     assert np.abs(g - w).max() < 0.06 * np.abs(w).max()
 
 
+def test_pooled_features_concatenate_in_int8():
+  """A classifier head that joins pooled branches (a text CNN's, or two
+  global poolings): the [N, C] concatenation runs in int8 as well, so the
+  Dense after it is a QuantizedDense and the model dequantizes once, at
+  its logits; every fused op bit for bit, the concatenation the bytes of
+  its inputs."""
+  inp = keras.Input((8, 8, 3), name="image")
+  a = L.Conv2D(6, 3, padding="same", activation="relu", name="a")(inp)
+  b = L.Conv2D(5, 3, padding="same", activation="relu", name="b")(a)
+  pa = L.GlobalMaxPooling2D(name="pa")(a)
+  pb = L.GlobalMaxPooling2D(name="pb")(b)
+  joined = L.Concatenate(name="joined")([pa, pb])
+  logits = L.Dense(4, name="head")(joined)
+  model = keras.Model(inp, logits)
+  randomize(model, np.random.default_rng(9))
+  x = images(12, seed=7, shape=(8, 8, 3))
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Dequantize") == 1 and kinds.count("Quantize") == 1, kinds
+  joined_q = qmodel.get_layer("joined")
+  assert isinstance(joined_q, quantization.Int8Concatenate)
+  assert joined_q.output.dtype == "int8" and joined_q.output.shape[-1] == 11
+  assert isinstance(qmodel.get_layer("head"), tf_fused_int8.QuantizedDense)
+  assert check_layers_against_reference(qmodel, x[:4], min_unique=3) == 3
+  probe = keras.Model(qmodel.input, [qmodel.get_layer("pa").output,
+                                     qmodel.get_layer("pb").output,
+                                     joined_q.output])
+  qa, qb, qj = (v.numpy() for v in probe(x[:4]))
+  assert qa.dtype == qb.dtype == np.int8 and qa.shape == (4, 6)
+  np.testing.assert_array_equal(qj, np.concatenate([qa, qb], axis=-1))
+  w, g = model(x).numpy(), qmodel(x).numpy()
+  assert np.abs(g - w).max() < 0.06 * np.abs(w).max()
+
+
 def test_concatenate_edge_cases(tmp_path):
   """The same tensor twice, the model input beside an int8 tensor, a
   concatenation that is a model output and feeds a conv, and a shared

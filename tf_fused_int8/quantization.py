@@ -1777,10 +1777,12 @@ def _gate_multiply_inputs(node):
 
 
 def _concat_inputs(node):
-  """The input tensors of a channel-axis Concatenate of NHWC tensors called
-  on one list (at least two), else None."""
+  """The input tensors of a last-axis Concatenate called on one list (at
+  least two) of tensors of one rank >= 2 with known last dimensions (NHWC
+  channels; a classifier's pooled [N, C] features, as a text CNN's
+  branches), else None."""
   op = node.operation
-  if type(op) is not keras.layers.Concatenate or op.axis not in (-1, 3):  # pylint: disable=unidiomatic-typecheck
+  if type(op) is not keras.layers.Concatenate:  # pylint: disable=unidiomatic-typecheck
     return None
   args, kwargs = node.arguments.args, node.arguments.kwargs
   if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
@@ -1789,7 +1791,11 @@ def _concat_inputs(node):
   ins = list(node.input_tensors)
   if len(ins) != len(args[0]) or len(node.outputs) != 1:
     return None
-  if not all(_rank4_channels(t) and t.dtype == ins[0].dtype for t in ins):
+  rank = len(ins[0].shape)
+  if rank < 2 or op.axis not in (-1, rank - 1):
+    return None
+  if not all(len(t.shape) == rank and t.shape[-1] is not None and
+             t.dtype == ins[0].dtype for t in ins):
     return None
   return ins
 
