@@ -145,3 +145,22 @@ def test_int8_depth_to_space_layer_runs_the_op():
   np.testing.assert_array_equal(layer(x).numpy(), _numpy_depth_to_space(x, 2))
   xf = x.astype(np.float32)
   np.testing.assert_array_equal(layer(xf).numpy(), _numpy_depth_to_space(xf, 2))
+
+
+def test_int8_depth_to_space_layer_blocks():
+  """Int8DepthToSpace's block: a pair (bh, bw) (a pair of equal sizes is
+  stored as the int), through get_config / from_config; bad blocks are a
+  ValueError."""
+  from tf_fused_int8 import quantization  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(12)
+  x = _random(rng, (2, 3, 4, 18))
+  for block, stored in (((2, 3), [2, 3]), ((3, 3), 3), ([1, 2], [1, 2]), (3, 3)):
+    layer = quantization.Int8DepthToSpace(block)
+    assert layer.get_config()["block_size"] == stored
+    again = quantization.Int8DepthToSpace.from_config(layer.get_config())
+    want = _numpy_depth_to_space(  # 18 channels: every block divides them
+        x, tuple(block) if isinstance(block, (tuple, list)) else block)
+    np.testing.assert_array_equal(again(x).numpy(), want)
+  for bad in (1, (1, 1), (0, 2), (2, 2, 2), (2,)):
+    with pytest.raises(ValueError, match="block_size"):
+      quantization.Int8DepthToSpace(bad)

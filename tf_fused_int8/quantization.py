@@ -705,16 +705,15 @@ def _lift_plan(node):
 
 def _lift_1d(model):
   """`model` with its 1-D convolutions (Conv1D, DepthwiseConv1D,
-  SeparableConv1D, Conv1DTranspose, channels last) run as 2-D ones on [N,
-  1, L, C] tensors,
-  and the 1-D layers after them on that form too (BatchNormalization,
-  LayerNormalization over the channels, ReLU and other element-wise layers,
-  Dense, Add, Concatenate, pooling, padding, cropping, nearest upsampling,
-  Flatten), so quantize_model plans them as it
-  plans an image model's: a Conv1D with kernel k, stride s and dilation d is
-  a Conv2D with kernel 1 x k, strides 1 x s and dilation 1 x d (its kernel
-  [k, Ci, Co] as [1, k, Ci, Co]; a Conv1DTranspose a Conv2DTranspose with
-  strides 1 x s, output_padding (0, p)); padding "causal" is a ZeroPadding2D of
+  SeparableConv1D, Conv1DTranspose, channels last) run as 2-D ones on
+  [N, 1, L, C] tensors, and the 1-D layers after them on that form too
+  (BatchNormalization, LayerNormalization over the channels, ReLU and other
+  element-wise layers, Dense, Add, Concatenate, pooling, padding, cropping,
+  nearest upsampling, Flatten), so quantize_model plans them as it plans an
+  image model's: a Conv1D with kernel k, stride s and dilation d is a Conv2D
+  with kernel 1 x k, strides 1 x s and dilation 1 x d (its kernel [k, Ci,
+  Co] as [1, k, Ci, Co]; a Conv1DTranspose a Conv2DTranspose with strides
+  1 x s and output_padding (0, p)); padding "causal" is a ZeroPadding2D of
   (k - 1) d columns on the left, then "valid". A Reshape to [N, 1, L, C]
   enters each lifted stretch and one back to [N, L, C] leaves it for any
   other layer and at the model's outputs. The lifted layers keep their
@@ -1398,6 +1397,9 @@ class Int8DepthToSpace(_EagerCall, keras.layers.Layer):
   def __init__(self, block_size, **kwargs):
     super().__init__(**kwargs)
     if isinstance(block_size, (tuple, list)):
+      if len(block_size) != 2:
+        raise ValueError(f"block_size must be an int or a pair, got "
+                         f"{block_size!r}")
       block_size = tuple(int(b) for b in block_size)
       if block_size[0] == block_size[1]:
         block_size = block_size[0]
