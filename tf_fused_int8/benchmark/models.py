@@ -25,9 +25,9 @@ IMAGE_SHAPE = (224, 224, 3)
 
 def _m5_audio():
   """A raw-waveform audio classifier (the M5 of Dai et al., 2017: 1 s of
-  16 kHz audio, 35 keyword logits): Conv1D 128 x 80 / 4, then Conv1D 3
-  blocks of 128, 256, 512 channels, each + BN + ReLU and a max pool of 4,
-  global average pooling, Dense."""
+  16 kHz audio, 35 keyword logits): a Conv1D of 128 filters of 80 taps,
+  stride 4, then 3-tap Conv1D layers to 128, 256 and 512 channels, each
+  with BN + ReLU and a max pool of 4; global average pooling, Dense."""
   import keras  # pylint: disable=g-import-not-at-top
   layers = keras.layers
   x = inp = keras.Input((16000, 1), name="waveform")
