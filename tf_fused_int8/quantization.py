@@ -39,13 +39,16 @@ rewrites every convolution stack it can into one ``QuantizedFusedConv2D``:
   ``CustomScaleLayer``, ``x + r * scale``) where ``r`` is a linear conv
   stack read by that layer alone: ``x`` is the side input and the scale is
   folded into the stack's kernel and bias (in float64, before quantizing);
-* a ``Conv2DTranspose`` with one stride s >= 2 both ways (dilation 1, no
-  output_padding) is a convolution with ceil(k / s) taps per phase to
-  s * s * filters channels (bias, BN and activation per channel) followed
-  by an ``Int8DepthToSpace`` of block s and, where the blocks overlap, an
+* a ``Conv2DTranspose`` (any strides s_h, s_w, output_padding, dilation 1)
+  is a convolution with ceil(k / s) taps per phase to s_h * s_w * filters
+  channels (bias, BN and activation per channel) followed by an
+  ``Int8DepthToSpace`` of block s_h x s_w and, where the blocks overlap, an
   ``Int8Cropping2D`` to Keras's output (the sub-pixel form: exact); a
   kernel equal to the stride (a U-Net decoder's 2x2 / 2) is a 1x1
-  convolution.
+  convolution;
+* 1-D models: ``Conv1D``, ``DepthwiseConv1D``, ``SeparableConv1D`` and
+  ``Conv1DTranspose``, and the 1-D layers after them, run as the 2-D layers
+  above on [N, 1, L, C] tensors (_lift_1d).
 
 So ResNet blocks and MobileNetV2 inverted-residual blocks (1x1 expand +
 ReLU6, depthwise + ReLU6, linear 1x1 project, residual ``Add``) quantize end
@@ -569,20 +572,6 @@ _RANK_FREE_TYPES = (keras.layers.ReLU, keras.layers.Activation,
 
 def _lift_tensor_ok(t):
   return len(t.shape) == 3 and t.shape[-1] is not None and t.dtype == "float32"
-
-
-def _merge_call_inputs(node):
-  """The input tensors of a merge layer called as op([a, b, ...]) (nothing
-  else given), else None."""
-  args, kwargs = node.arguments.args, node.arguments.kwargs
-  if any(v is not None for v in kwargs.values()) or len(args) != 1:
-    return None
-  values = args[0]
-  if (not isinstance(values, (list, tuple)) or len(values) < 2 or
-      len(values) != len(node.input_tensors) or len(node.outputs) != 1 or
-      any(a is not b for a, b in zip(values, node.input_tensors))):
-    return None
-  return list(values)
 
 
 def _lift_plan(node):
@@ -1167,7 +1156,7 @@ class _Group:
     self.pad_node = None
     op = conv_node.operation
     # transpose: a Conv2DTranspose's _TransposePlan: a convolution to
-    # s * s * filters channels, a depth-to-space and a crop.
+    # s_h * s_w * filters channels, a depth-to-space and a crop.
     self.transpose = _transpose_plan(op)
     plain = bn_only or avg_pool or dense or add_only or self.transpose
     if self.transpose:
@@ -1688,18 +1677,30 @@ def _scaled_add(node):
   return ins, float(scale)
 
 
+def _merge_call_inputs(node):
+  """The input tensors of a merge layer (Add, Concatenate) called as
+  op([a, b, ...]) on two or more tensors, nothing else given, one output,
+  else None."""
+  args, kwargs = node.arguments.args, node.arguments.kwargs
+  if any(v is not None for v in kwargs.values()) or len(args) != 1:
+    return None
+  values = args[0]
+  if (not isinstance(values, (list, tuple)) or len(values) < 2 or
+      len(values) != len(node.input_tensors) or len(node.outputs) != 1 or
+      any(a is not b for a, b in zip(values, node.input_tensors))):
+    return None
+  return list(values)
+
+
 def _two_tensor_call(node, cls):
   """The two input tensors of a `cls` layer (exact type) called on a list of
   two distinct tensors (no other arguments), else None."""
   if type(node.operation) is not cls:  # pylint: disable=unidiomatic-typecheck
     return None
-  args, kwargs = node.arguments.args, node.arguments.kwargs
-  ins = node.input_tensors
-  if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
-      not isinstance(args[0], (list, tuple)) or len(args[0]) != 2 or
-      len(ins) != 2 or ins[0] is ins[1]):
+  ins = _merge_call_inputs(node)
+  if ins is None or len(ins) != 2 or ins[0] is ins[1]:
     return None
-  return list(ins)
+  return ins
 
 
 # Layers whose inference-time output is their input.
@@ -1786,12 +1787,8 @@ def _concat_inputs(node):
   op = node.operation
   if type(op) is not keras.layers.Concatenate:  # pylint: disable=unidiomatic-typecheck
     return None
-  args, kwargs = node.arguments.args, node.arguments.kwargs
-  if (any(v is not None for v in kwargs.values()) or len(args) != 1 or
-      not isinstance(args[0], (list, tuple)) or len(args[0]) < 2):
-    return None
-  ins = list(node.input_tensors)
-  if len(ins) != len(args[0]) or len(node.outputs) != 1:
+  ins = _merge_call_inputs(node)
+  if ins is None:
     return None
   rank = len(ins[0].shape)
   if rank < 2 or op.axis not in (-1, rank - 1):
