@@ -340,3 +340,16 @@ def fused_conv2d_reference(conv_input, filter, bias, side_input=None,
     table = np.asarray(output_lut)
     assert table.shape == (256,) and table.min() >= -128 and table.max() <= 127
     return table.astype(np.int8)[out.astype(np.int64) + 128]
+
+
+def depth_to_space(x, block):
+    """Depth-to-space of an NHWC array with a block of bh x bw pixels
+    (`block` an int b for b x b, as TF's, or a pair): [N, H, W, bh * bw * C]
+    -> [N, H * bh, W * bw, C], output pixel (y bh + i, x bw + j) the input
+    pixel (y, x)'s channels (i bw + j) C .. + C - 1."""
+    bh, bw = (block, block) if isinstance(block, int) else block
+    n, h, w, depth = x.shape
+    c = depth // (bh * bw)
+    # [N, H, W, bh(i), bw(j), C] -> [N, H, bh(i), W, bw(j), C]
+    return (x.reshape(n, h, w, bh, bw, c).transpose(0, 1, 3, 2, 4, 5)
+            .reshape(n, h * bh, w * bw, c))

@@ -12,17 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import reference
 import tf_fused_int8
 from tf_fused_int8 import _loader
-
-
-def _numpy_depth_to_space(x, b):
-  bh, bw = (b, b) if isinstance(b, int) else b
-  n, h, w, depth = x.shape
-  c = depth // (bh * bw)
-  # [N, H, W, bh(i), bw(j), C] -> [N, H, bh(i), W, bw(j), C]
-  return (x.reshape(n, h, w, bh, bw, c).transpose(0, 1, 3, 2, 4, 5)
-          .reshape(n, h * bh, w * bw, c))
 
 
 def _random(rng, shape):
@@ -38,7 +30,7 @@ def test_matches_numpy_and_tf(block):
     for n, h, w in ((1, 1, 1), (1, 3, 5), (2, 4, 3), (3, 7, 2)):
       x = _random(rng, (n, h, w, block * block * c))
       got = tf_fused_int8.depth_to_space_int8(x, block).numpy()
-      want = _numpy_depth_to_space(x, block)
+      want = reference.depth_to_space(x, block)
       np.testing.assert_array_equal(got, want, f"c={c} {n}x{h}x{w}")
       if block > 1:  # TF's needs a block of at least 2
         np.testing.assert_array_equal(
@@ -57,10 +49,10 @@ def test_non_square_blocks(block):
       x = _random(rng, (n, h, w, bh * bw * c))
       np.testing.assert_array_equal(
           tf_fused_int8.depth_to_space_int8(x, block).numpy(),
-          _numpy_depth_to_space(x, block), f"c={c} {n}x{h}x{w}")
+          reference.depth_to_space(x, block), f"c={c} {n}x{h}x{w}")
   f = tf.function(lambda x: tf_fused_int8.depth_to_space_int8(x, list(block)))
   x = _random(rng, (2, 3, 4, bh * bw * 5))
-  np.testing.assert_array_equal(f(x).numpy(), _numpy_depth_to_space(x, block))
+  np.testing.assert_array_equal(f(x).numpy(), reference.depth_to_space(x, block))
 
 
 def test_large_parallel():
@@ -70,14 +62,14 @@ def test_large_parallel():
     x = _random(rng, shape)
     np.testing.assert_array_equal(
         tf_fused_int8.depth_to_space_int8(x, 2).numpy(),
-        _numpy_depth_to_space(x, 2), str(shape))
+        reference.depth_to_space(x, 2), str(shape))
 
 
 def test_empty():
   for shape in ((0, 3, 4, 8), (2, 0, 4, 8), (2, 3, 0, 8), (2, 3, 4, 0)):
     x = np.zeros(shape, np.int8)
     got = tf_fused_int8.depth_to_space_int8(x, 2)
-    assert got.shape.as_list() == list(_numpy_depth_to_space(x, 2).shape)
+    assert got.shape.as_list() == list(reference.depth_to_space(x, 2).shape)
 
 
 def test_graph_unknown_sizes_and_shape_fn():
@@ -87,7 +79,7 @@ def test_graph_unknown_sizes_and_shape_fn():
                                                  tf.int8)])
   for shape in ((1, 2, 3, 9), (2, 5, 1, 45)):
     x = _random(rng, shape)
-    np.testing.assert_array_equal(f(x).numpy(), _numpy_depth_to_space(x, 3))
+    np.testing.assert_array_equal(f(x).numpy(), reference.depth_to_space(x, 3))
   with tf.Graph().as_default():
     ph = lambda shape: tf.compat.v1.placeholder(tf.int8, shape)  # pylint: disable=unnecessary-lambda-assignment
     d2s = tf_fused_int8.depth_to_space_int8
@@ -141,10 +133,10 @@ def test_int8_depth_to_space_layer_runs_the_op():
   types = [op.type for op in cf.graph.get_operations()]
   assert "FusedInt8DepthToSpace" in types and "DepthToSpace" not in types, types
   assert cf.output_shapes.as_list() == [None, 10, 12, 3]
-  np.testing.assert_array_equal(cf(x).numpy(), _numpy_depth_to_space(x, 2))
-  np.testing.assert_array_equal(layer(x).numpy(), _numpy_depth_to_space(x, 2))
+  np.testing.assert_array_equal(cf(x).numpy(), reference.depth_to_space(x, 2))
+  np.testing.assert_array_equal(layer(x).numpy(), reference.depth_to_space(x, 2))
   xf = x.astype(np.float32)
-  np.testing.assert_array_equal(layer(xf).numpy(), _numpy_depth_to_space(xf, 2))
+  np.testing.assert_array_equal(layer(xf).numpy(), reference.depth_to_space(xf, 2))
 
 
 def test_int8_depth_to_space_layer_blocks():
@@ -158,7 +150,7 @@ def test_int8_depth_to_space_layer_blocks():
     layer = quantization.Int8DepthToSpace(block)
     assert layer.get_config()["block_size"] == stored
     again = quantization.Int8DepthToSpace.from_config(layer.get_config())
-    want = _numpy_depth_to_space(  # 18 channels: every block divides them
+    want = reference.depth_to_space(  # 18 channels: every block divides them
         x, tuple(block) if isinstance(block, (tuple, list)) else block)
     np.testing.assert_array_equal(again(x).numpy(), want)
   for bad in (1, (1, 1), (0, 2), (2, 2, 2), (2,)):

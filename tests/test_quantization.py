@@ -50,6 +50,25 @@ def images(n, seed=1, shape=(9, 7, 3)):
       np.float32)
 
 
+def reference_conv(qmodel, name, v, **kw):
+  """The reference's int8 output of qmodel's QuantizedFusedConv2D `name`
+  (no side input) on the int8 input v."""
+  k, b, s = qmodel.get_layer(name).get_weights()
+  return reference.fused_conv2d_reference(v, k, b, conv_input_scale=s, **kw)
+
+
+def assert_stays_float_between_convs(layer, x, match):
+  """Conv2D -> `layer` -> Conv2D on x's images: quantize_model warns
+  (`match`) and leaves the layer float between two int8 regions."""
+  inp = keras.Input(x.shape[1:], name="image")
+  h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
+  model = keras.Model(inp, L.Conv2D(2, 1, name="c2")(layer(h)))
+  with pytest.warns(quantization.QuantizationWarning, match=match):
+    qmodel = quantization.quantize_model(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 2 and type(layer).__name__ in kinds, kinds
+
+
 # ------------------------------------------------------------- BN folding
 
 @pytest.mark.parametrize("use_bias,center,scale", [(True, True, True),
@@ -665,14 +684,9 @@ def test_nearest_upsampling_stays_int8_and_exact(tmp_path):
   assert isinstance(loaded.get_layer("up"), quantization.Int8UpSampling2D)
 
   # Bilinear interpolation averages: it stays float (two int8 regions).
-  inp = keras.Input((8, 6, 3), name="image")
-  h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
-  h = L.UpSampling2D(2, interpolation="bilinear", name="up")(h)
-  model = keras.Model(inp, L.Conv2D(4, 1, name="c2")(h))
-  with pytest.warns(quantization.QuantizationWarning, match=r"'up' \(UpSampling2D\)"):
-    qmodel = quantization.quantize_model(model, x, verbose=0)
-  kinds = [type(l).__name__ for l in qmodel.layers]
-  assert kinds.count("Quantize") == 2 and "UpSampling2D" in kinds, kinds
+  assert_stays_float_between_convs(
+      L.UpSampling2D(2, interpolation="bilinear", name="up"), x,
+      r"'up' \(UpSampling2D\)")
 
 
 @pytest.mark.parametrize("size", [(1, 1), (2, 2), (1, 3), (3, 1), (3, 2)])
@@ -738,14 +752,8 @@ def test_transposed_conv_with_kernel_equal_to_stride_stays_int8_and_exact(tmp_pa
   assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 1, kinds
   assert kinds.count("Int8DepthToSpace") == 2, kinds
 
-  def d2s(v, b):
-    n, h, w_, c = v.shape
-    return (v.reshape(n, h, w_, b, b, c // (b * b)).transpose(0, 1, 3, 2, 4, 5)
-            .reshape(n, h * b, w_ * b, c // (b * b)))
-
-  def conv(name, v, **kw):
-    k, b, s = qmodel.get_layer(name).get_weights()
-    return reference.fused_conv2d_reference(v, k, b, conv_input_scale=s, **kw)
+  d2s = reference.depth_to_space
+  conv = lambda name, v, **kw: reference_conv(qmodel, name, v, **kw)  # pylint: disable=unnecessary-lambda-assignment
 
   s_in = qmodel.get_layer("image_quantize").scale
   xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
@@ -762,15 +770,9 @@ def test_transposed_conv_with_kernel_equal_to_stride_stays_int8_and_exact(tmp_pa
   assert isinstance(loaded.get_layer("t1_depth_to_space"), quantization.Int8DepthToSpace)
 
   # Dilation: float, with the reason.
-  inp = keras.Input((8, 6, 3), name="image")
-  h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
-  h = L.Conv2DTranspose(4, 3, dilation_rate=2, padding="same", name="t")(h)
-  model = keras.Model(inp, L.Conv2D(2, 1, name="c2")(h))
-  with pytest.warns(quantization.QuantizationWarning,
-                    match=r"'t' \(Conv2DTranspose: a Conv2DTranspose runs in int8 with dilation 1"):
-    qmodel = quantization.quantize_model(model, x, verbose=0)
-  kinds = [type(l).__name__ for l in qmodel.layers]
-  assert kinds.count("Quantize") == 2 and "Conv2DTranspose" in kinds, kinds
+  assert_stays_float_between_convs(
+      L.Conv2DTranspose(4, 3, dilation_rate=2, padding="same", name="t"), x,
+      r"'t' \(Conv2DTranspose: a Conv2DTranspose runs in int8 with dilation 1")
 
 
 @pytest.mark.parametrize("kernel,stride,padding,output_padding", [
@@ -813,9 +815,7 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(
   assert ("Int8DepthToSpace" in kinds) == ((sh, sw) != (1, 1)), kinds
   th, tw = -(-kh // sh), -(-kw // sw)
 
-  def conv(name, v, **kw):
-    k, b, s = qmodel.get_layer(name).get_weights()
-    return reference.fused_conv2d_reference(v, k, b, conv_input_scale=s, **kw)
+  conv = lambda name, v, **kw: reference_conv(qmodel, name, v, **kw)  # pylint: disable=unnecessary-lambda-assignment
 
   s_in = qmodel.get_layer("image_quantize").scale
   xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
@@ -825,9 +825,7 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(
   # input) more than any output_padding reaches.
   z = conv("t", np.pad(h1, ((0, 0), (th - 1, th), (tw - 1, tw), (0, 0))),
            padding="VALID", activation="Relu")
-  n, zh, zw, _ = z.shape
-  full = (z.reshape(n, zh, zw, sh, sw, 5).transpose(0, 1, 3, 2, 4, 5)
-          .reshape(n, zh * sh, zw * sw, 5))
+  full = reference.depth_to_space(z, (sh, sw))
   want_shape = model.get_layer("t").output.shape[1:3]
   # Keras's output starts where TF's conv2d_transpose pads the forward
   # convolution from the output's size: half of max((L - 1) s + k - out, 0).
