@@ -38,6 +38,18 @@ inline bool DepthToSpaceBlockInRange(int64_t block) {
 void DepthToSpaceNhwc(const int8_t* in, int64_t batch, int64_t h, int64_t w, int64_t c,
                       int64_t bh, int64_t bw, int8_t* out, const ParallelFor& parallel_for);
 
+// The same with each phase in a tensor of its own, and a crop: phase (i, j)
+// is [batch, h, w, c] at phases + (i bw + j) * phase_stride (bytes);
+// out: [batch, out_h, out_w, c], out[n][y][x][k] = phase (Y % bh, X % bw)
+// at [n][Y / bh][X / bw][k] with Y = y + crop_top, X = x + crop_left (the
+// caller checks crop_top + out_h <= h bh and crop_left + out_w <= w bw).
+// A transposed convolution's phases (transposed_conv.h). Writes exactly
+// the output's bytes.
+void InterleavePhasesNhwc(const int8_t* phases, int64_t phase_stride, int64_t batch,
+                          int64_t h, int64_t w, int64_t c, int64_t bh, int64_t bw,
+                          int64_t crop_top, int64_t crop_left, int64_t out_h,
+                          int64_t out_w, int8_t* out, const ParallelFor& parallel_for);
+
 }  // namespace tf_fused_int8
 
 #endif  // TF_FUSED_INT8_CC_CORE_DEPTH_TO_SPACE_H_

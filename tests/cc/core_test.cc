@@ -25,6 +25,7 @@
 #include <memory>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -49,6 +50,7 @@
 #include "cc/core/layer_norm.h"
 #include "cc/core/pool.h"
 #include "cc/core/quantize.h"
+#include "cc/core/transposed_conv.h"
 
 namespace tf_fused_int8 {
 namespace {
@@ -3994,6 +3996,196 @@ void TestPadCrop() {
   std::printf("pad/crop: %d cases\n", cases);
 }
 
+// RunTransposedConv against the sub-pixel convolution it replaces: the
+// reference kernel on the whole sub-pixel filter (zeros outside each
+// phase's box), then TF's depth-to-space and the crop as per-element
+// loops. Blocks 1-3 each way, 1-3 filter taps, boxes anywhere inside the
+// filter that the padding allows (the plans quantize_model makes, and
+// others), every crop size, scalar and per-channel scales, Relu and bounds,
+// every path under test with three parallel-fors; guard bytes around the
+// output. Then its errors.
+void TestTransposedConv() {
+  using namespace tf_fused_int8;  // NOLINT
+  std::mt19937 rng(31);
+  auto uni = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int64_t kChannels[] = {1, 2, 3, 8, 16, 17, 32, 64};
+  const ParallelFor pfs[] = {ParallelFor(), ThreadParallelFor(2), OddParallelFor(3)};
+  constexpr int64_t kGuard = 64;
+  int cases = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    TransposedConvPhases p;
+    p.block_h = uni(1, 3);
+    p.block_w = uni(1, 3);
+    FusedConvArgs a;
+    ConvGeometry& g = a.geo;
+    g.batch = uni(1, 2);
+    g.in_h = uni(1, 7);
+    g.in_w = uni(1, 7);
+    g.in_c = kChannels[uni(0, 7)];
+    g.filter_h = uni(1, 3);
+    g.filter_w = uni(1, 3);
+    g.out_c = p.Phases() * kChannels[uni(0, 5)];
+    g.pad_top = g.filter_h - 1 + uni(0, 1);
+    g.pad_bottom = g.filter_h - 1 + uni(0, 2);
+    g.pad_left = g.filter_w - 1 + uni(0, 1);
+    g.pad_right = g.filter_w - 1 + uni(0, 2);
+    std::string err = ComputeGeometry(Padding::kExplicit, &g);
+    EXPECT(err.empty(), "%s", err.c_str());
+    // Boxes: a suffix of the taps (quantize_model's plans) or any box.
+    for (int64_t r = 0; r < p.block_h; ++r) {
+      const int64_t n = uni(1, g.filter_h);
+      p.row_taps.push_back(n);
+      p.row_start.push_back(trial % 2 ? g.filter_h - n : uni(0, g.filter_h - n));
+    }
+    for (int64_t r = 0; r < p.block_w; ++r) {
+      const int64_t n = uni(1, g.filter_w);
+      p.col_taps.push_back(n);
+      p.col_start.push_back(trial % 2 ? g.filter_w - n : uni(0, g.filter_w - n));
+    }
+    const int64_t full_h = g.out_h * p.block_h, full_w = g.out_w * p.block_w;
+    p.crop_top = uni(0, std::min<int64_t>(2, full_h));
+    p.crop_bottom = uni(0, std::min<int64_t>(2, full_h - p.crop_top));
+    p.crop_left = uni(0, std::min<int64_t>(2, full_w));
+    p.crop_right = uni(0, std::min<int64_t>(2, full_w - p.crop_left));
+    err = CheckTransposedConvPhases(g, p);
+    EXPECT(err.empty(), "%s", err.c_str());
+    const int64_t co = g.out_c / p.Phases();
+    // The sub-pixel filter (zeros outside the boxes) and the phase filters.
+    std::vector<int8_t> full(static_cast<size_t>(g.FilterElements()), 0);
+    std::vector<int8_t> phases(static_cast<size_t>(TransposedConvFilterBytes(g.in_c, g.out_c, p)),
+                               0);
+    int64_t offset = 0;
+    for (int64_t rh = 0; rh < p.block_h; ++rh) {
+      for (int64_t rw = 0; rw < p.block_w; ++rw) {
+        offset = (offset + 63) / 64 * 64;
+        for (int64_t u = 0; u < p.row_taps[rh]; ++u) {
+          for (int64_t v = 0; v < p.col_taps[rw]; ++v) {
+            for (int64_t i = 0; i < g.in_c; ++i) {
+              for (int64_t k = 0; k < co; ++k) {
+                const int8_t x = static_cast<int8_t>(trial % 7 == 3 ? -128 : uni(-128, 127));
+                phases[offset++] = x;
+                full[(((p.row_start[rh] + u) * g.filter_w + p.col_start[rw] + v) * g.in_c + i) *
+                         g.out_c +
+                     (rh * p.block_w + rw) * co + k] = x;
+              }
+            }
+          }
+        }
+      }
+    }
+    EXPECT(offset == static_cast<int64_t>(phases.size()), "phase filter bytes %lld of %zu",
+           static_cast<long long>(offset), phases.size());
+    std::vector<int8_t> input(static_cast<size_t>(g.InputElements()));
+    for (auto& x : input) x = static_cast<int8_t>(trial % 7 == 3 ? -128 : uni(-128, 127));
+    std::vector<float> bias(static_cast<size_t>(g.out_c)), scale;
+    for (auto& b : bias) b = uni(-40, 40) * 0.5f;
+    a.per_channel_scale = trial % 3 != 0;
+    scale.resize(a.per_channel_scale ? g.out_c : 1);
+    for (auto& s : scale) s = 0.002f + uni(0, 100) * 0.0003f;
+    a.input = input.data();
+    a.bias = bias.data();
+    a.conv_input_scale = scale.data();
+    a.activation = trial % 2 ? Activation::kRelu : Activation::kNone;
+    if (trial % 5 == 4) {
+      a.output_min = -20;
+      a.output_max = 90;
+    }
+    // The sub-pixel convolution, depth-to-space and crop.
+    std::vector<int8_t> sub(static_cast<size_t>(g.OutputElements()));
+    a.filter = full.data();
+    a.output = sub.data();
+    RunReference(a);
+    int64_t oh, ow, oc;
+    TransposedConvOutputShape(g, p, &oh, &ow, &oc);
+    std::vector<int8_t> want(static_cast<size_t>(g.batch * oh * ow * oc));
+    for (int64_t n = 0; n < g.batch; ++n) {
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t x = 0; x < ow; ++x) {
+          const int64_t yy = y + p.crop_top, xx = x + p.crop_left;
+          for (int64_t k = 0; k < oc; ++k) {
+            want[((n * oh + y) * ow + x) * oc + k] =
+                sub[((n * g.out_h + yy / p.block_h) * g.out_w + xx / p.block_w) * g.out_c +
+                    ((yy % p.block_h) * p.block_w + xx % p.block_w) * oc + k];
+          }
+        }
+      }
+    }
+    a.filter = phases.data();
+    std::vector<int8_t> scratch(static_cast<size_t>(TransposedConvScratchBytes(g)));
+    for (KernelPath path : g_paths) {
+      std::vector<int8_t> got(want.size() + 2 * kGuard, int8_t{0x5a});
+      a.output = got.data() + kGuard;
+      err = RunTransposedConv(a, p, scratch.data(), RunAs(path), pfs[trial % 3]);
+      EXPECT(err.empty(), "%s", err.c_str());
+      bool ok = want.empty() || std::memcmp(got.data() + kGuard, want.data(), want.size()) == 0;
+      for (int64_t i = 0; i < kGuard; ++i) {
+        ok &= got[i] == 0x5a && got[got.size() - 1 - i] == 0x5a;
+      }
+      ++cases;
+      EXPECT(ok, "transposed conv path %s: %lldx%lldx%lldx%lld filter %lldx%lld -> %lld "
+             "blocks %lldx%lld crop %lld %lld %lld %lld", KernelPathName(path),
+             static_cast<long long>(g.batch), static_cast<long long>(g.in_h),
+             static_cast<long long>(g.in_w), static_cast<long long>(g.in_c),
+             static_cast<long long>(g.filter_h), static_cast<long long>(g.filter_w),
+             static_cast<long long>(g.out_c), static_cast<long long>(p.block_h),
+             static_cast<long long>(p.block_w), static_cast<long long>(p.crop_top),
+             static_cast<long long>(p.crop_bottom), static_cast<long long>(p.crop_left),
+             static_cast<long long>(p.crop_right));
+    }
+  }
+  // Errors: each names what is wrong, nothing aborts.
+  ConvGeometry g;
+  g.batch = 1;
+  g.in_h = g.in_w = 5;
+  g.in_c = 4;
+  g.filter_h = g.filter_w = 2;
+  g.out_c = 8;
+  g.pad_top = g.pad_left = 1;
+  g.pad_bottom = g.pad_right = 1;
+  EXPECT(ComputeGeometry(Padding::kExplicit, &g).empty(), "geometry");
+  TransposedConvPhases good;
+  good.block_h = good.block_w = 2;
+  good.row_start = {0, 1};
+  good.row_taps = {2, 1};
+  good.col_start = {0, 1};
+  good.col_taps = {2, 1};
+  EXPECT(CheckTransposedConvPhases(g, good).empty(), "good phases refused");
+  EXPECT(TransposedConvFilterBytes(4, 8, good) == 64 + 64 + 64 + 4 * 2, "filter bytes %lld",
+         static_cast<long long>(TransposedConvFilterBytes(4, 8, good)));
+  struct Bad {
+    const char* want;
+    std::function<void(ConvGeometry*, TransposedConvPhases*)> change;
+  };
+  const Bad bad[] = {
+      {"at least one tap", [](ConvGeometry*, TransposedConvPhases* p) { p->row_taps[1] = 0; }},
+      {"all inside", [](ConvGeometry*, TransposedConvPhases* p) { p->col_start[1] = 2; }},
+      {"all inside", [](ConvGeometry*, TransposedConvPhases* p) { p->row_taps[0] = 3; }},
+      {"negative padding", [](ConvGeometry* g, TransposedConvPhases*) { g->pad_top = 0; }},
+      {"negative padding", [](ConvGeometry* g, TransposedConvPhases* p) { g->pad_right = 0; p->col_taps[0] = 1; }},
+      {"multiple of the 4 phases", [](ConvGeometry* g, TransposedConvPhases*) { g->out_c = 6; }},
+      {"one (start, taps)", [](ConvGeometry*, TransposedConvPhases* p) { p->col_taps.pop_back(); }},
+      {"in [1, 65536]", [](ConvGeometry*, TransposedConvPhases* p) { p->block_w = 0; }},
+      {"strides, dilations and groups", [](ConvGeometry* g, TransposedConvPhases*) { g->stride_h = 2; }},
+      {"strides, dilations and groups", [](ConvGeometry* g, TransposedConvPhases*) { g->groups = 2; }},
+      {"crop", [](ConvGeometry*, TransposedConvPhases* p) { p->crop_left = -1; }},
+      {"crop", [](ConvGeometry*, TransposedConvPhases* p) { p->crop_top = 7; p->crop_bottom = 6; }},
+  };
+  for (const Bad& b : bad) {
+    ConvGeometry gb = g;
+    TransposedConvPhases pb = good;
+    b.change(&gb, &pb);
+    const std::string err = CheckTransposedConvPhases(gb, pb);
+    EXPECT(err.find(b.want) != std::string::npos, "want '%s' in '%s'", b.want, err.c_str());
+  }
+  TransposedConvPhases odd = good;
+  odd.col_taps.pop_back();
+  EXPECT(TransposedConvFilterBytes(4, 8, odd) == -1, "filter bytes of mismatched boxes");
+  EXPECT(TransposedConvFilterBytes(4, 6, good) == -1, "filter bytes of 6 channels / 4 phases");
+  std::printf("transposed conv: %d runs checked\n", cases);
+}
+
 int main() {
   using namespace tf_fused_int8;  // NOLINT
   std::printf("best CPU kernel: %s\n", KernelPathName(BestKernelPath()));
@@ -4050,6 +4242,7 @@ int main() {
   TestPinnedEntriesOutsideBounds();
   TestPaddedInput();
   TestInPlaceRows();
+  TestTransposedConv();
   TestConcurrentCalls();
   if (testing::ExpectFailures()) {
     std::printf("%d failures\n", testing::ExpectFailures());
