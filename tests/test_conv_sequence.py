@@ -1130,8 +1130,10 @@ def test_channel_scale_steps_are_checked():
   seq.build(x.shape)
   kinds = seq._op_attrs["step_kinds"]  # pylint: disable=protected-access
   assert kinds == [0, 0, 0, 1, 0, 1]
-  _bad(seq, x, r"step_kinds\[3\] must be 0 \(a convolution\) or 1",
-       step_kinds=kinds[:3] + [2] + kinds[4:])
+  _bad(seq, x, r"step_kinds\[3\] must be 0 \(a convolution\), 1 \(a channel scale\) "
+       r"or 2 \(a transposed convolution\), got 3", step_kinds=kinds[:3] + [3] + kinds[4:])
+  _bad(seq, x, r"step 3: a transposed convolution step \(step_kinds 2\) needs a "
+       r"transpose_steps record", step_kinds=kinds[:3] + [2] + kinds[4:])
   _bad(seq, x, "step_kinds must have 1 entry per step", step_kinds=kinds[:5])
   _bad(seq, x, r"step 2: a channel scale step \(step_kinds 1\) needs its gate",
        step_kinds=[0, 0, 1, 1, 0, 1])

@@ -42,6 +42,7 @@
 #include "cc/core/channel_scale.h"
 #include "cc/core/conv_params.h"
 #include "cc/core/fused_conv.h"
+#include "cc/core/transposed_conv.h"
 #include "cc/tf/conv_validation.h"
 #include "cc/tf/cpu_conv.h"
 #include "cc/tf/pool_parallel_for.h"
@@ -189,6 +190,9 @@ Tensor View(const Tensor& blob, int64_t offset, int64_t n, const TensorShape& sh
 // quantize_model's Dequantize and Int8ChannelMultiply compute it).
 constexpr int64_t kConvStep = 0;
 constexpr int64_t kChannelScaleStep = 1;
+// A transposed convolution (cc/core/transposed_conv.h): the step's attrs
+// are its sub-pixel convolution's, its phases a transpose_steps record.
+constexpr int64_t kTransposeStep = 2;
 
 // The channel scale's operands: x int8 [N, H, W, C], gate int8 [N, 1, 1, C].
 absl::Status CheckChannelScale(const Tensor& x, const Tensor& gate, int64_t c,
@@ -239,7 +243,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   explicit FusedInt8ConvSequenceCpuOp(OpKernelConstruction* ctx)
       : OpKernel(ctx) {
     std::vector<int64_t> strides, dilations, pads, mins, maxes, lut_steps, luts;
-    std::vector<int64_t> kinds;
+    std::vector<int64_t> kinds, transpose_records;
     std::vector<std::string> paddings, activations;
     std::vector<bool> per_channel;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("steps", &steps_));
@@ -257,6 +261,7 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("lut_steps", &lut_steps));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_luts", &luts));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("step_kinds", &kinds));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_steps", &transpose_records));
     OP_REQUIRES(ctx, steps_ >= 1,
                 absl::InvalidArgumentError(std::string(kOp) + ": steps must be >= 1"));
     OP_REQUIRES_OK(ctx, CheckLength("input_sources", input_sources_, steps_, 1));
@@ -290,12 +295,34 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     }
     kinds_.assign(steps_, kConvStep);
     for (int64_t i = 0; i < static_cast<int64_t>(kinds.size()); ++i) {
-      OP_REQUIRES(ctx, kinds[i] == kConvStep || kinds[i] == kChannelScaleStep,
+      OP_REQUIRES(ctx, kinds[i] >= kConvStep && kinds[i] <= kTransposeStep,
                   absl::InvalidArgumentError(
                       Step(i) + ": step_kinds[" + std::to_string(i) +
-                      "] must be 0 (a convolution) or 1 (a channel scale), got " +
-                      std::to_string(kinds[i])));
+                      "] must be 0 (a convolution), 1 (a channel scale) or 2 (a "
+                      "transposed convolution), got " + std::to_string(kinds[i])));
       kinds_[i] = kinds[i];
+    }
+    // Each transposed convolution step has one transpose_steps record and
+    // each record's step is one.
+    std::vector<std::pair<int64_t, TransposedConvPhases>> records;
+    const std::string parse = ParseTransposedConvRecords(transpose_records, steps_, &records);
+    OP_REQUIRES(ctx, parse.empty(), absl::InvalidArgumentError(std::string(kOp) + ": " + parse));
+    phases_.resize(steps_);
+    std::vector<bool> has_record(steps_, false);
+    for (auto& [step, phases] : records) {
+      OP_REQUIRES(ctx, kinds_[step] == kTransposeStep,
+                  absl::InvalidArgumentError(
+                      Step(step) + ": has a transpose_steps record but step_kinds[" +
+                      std::to_string(step) + "] is " + std::to_string(kinds_[step]) +
+                      ", not 2 (a transposed convolution)"));
+      has_record[step] = true;
+      phases_[step] = std::move(phases);
+    }
+    for (int64_t i = 0; i < steps_; ++i) {
+      OP_REQUIRES(ctx, kinds_[i] != kTransposeStep || has_record[i],
+                  absl::InvalidArgumentError(
+                      Step(i) + ": a transposed convolution step (step_kinds 2) needs a "
+                      "transpose_steps record"));
     }
     // last_reader_[k]: the last step reading source k (-1: none).
     last_reader_.assign(steps_ + 1, -1);
@@ -332,6 +359,16 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         size *= f[d];
         OP_REQUIRES(ctx, size <= (int64_t{1} << 40),
                     absl::InvalidArgumentError(Step(i) + ": the filter is too large"));
+      }
+      if (kinds_[i] == kTransposeStep) {
+        // The phase filters instead of the sub-pixel filter (op doc).
+        size = TransposedConvFilterBytes(f[2], f[3], phases_[i]);
+        OP_REQUIRES(ctx, size >= 1,
+                    absl::InvalidArgumentError(
+                        Step(i) + ": a transposed convolution step needs filter_shapes' Co "
+                        "(" + std::to_string(f[3]) + ") to be a multiple of its " +
+                        std::to_string(phases_[i].Phases()) +
+                        " phases and each phase's taps in [1, 2^24]"));
       }
       StepLayout& l = layout_[i];
       l.filter = RoundUp64(filter_end);
@@ -397,6 +434,15 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                 "side_sources[" + std::to_string(i) + "], filter_shapes (1, 1, 1, C), "
                 "a scalar scale, strides and dilations 1, padding VALID, activation "
                 "None, output bounds -128 and 127 and no output_lut"));
+      }
+      if (kinds_[i] == kTransposeStep) {
+        OP_REQUIRES(ctx,
+                    side < 0 && strides[2 * i] == 1 && strides[2 * i + 1] == 1 &&
+                        dilations[2 * i] == 1 && dilations[2 * i + 1] == 1,
+                    absl::InvalidArgumentError(
+                        Step(i) + ": a transposed convolution step (step_kinds 2) is its "
+                        "sub-pixel convolution: no side input (side_sources -1), strides "
+                        "and dilations 1"));
       }
     }
     // A step whose input is an earlier step's output that Relu or
@@ -650,6 +696,10 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         TF_RETURN_IF_ERROR(InStep(i, RunChannelScaleCpu(ctx, epilogue, sources, i, options,
                                                         last ? out : &sources[i + 1])));
         v.output_shape = input_shape;
+      } else if (kinds_[i] == kTransposeStep) {
+        TF_RETURN_IF_ERROR(InStep(i, RunTransposeCpu(ctx, filters, epilogue, pin, sources, i,
+                                                     options, last ? out : &sources[i + 1],
+                                                     &v)));
       } else {
         const Tensor filter =
             View(filters, l.filter, l.filter_size, TensorShape({f[0], f[1], f[2], f[3]}));
@@ -722,6 +772,85 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                         x.dim_size(1) * x.dim_size(2), c,
                         reinterpret_cast<int8_t*>(const_cast<char*>(temp->tensor_data().data())),
                         StepsParallelFor(ctx, options));
+    return absl::OkStatus();
+  }
+
+  // Transposed convolution step i on its input, checked, into a new
+  // tensor: the op's output 0 when `temp` is null, else *temp. *v: its
+  // sub-pixel geometry and output shape.
+  absl::Status RunTransposeCpu(OpKernelContext* ctx, const Tensor& filters,
+                               const Tensor& epilogue, const WeightPins& pin,
+                               const std::vector<Tensor>& sources, int64_t i,
+                               const CpuConvOptions& options, Tensor* temp,
+                               ValidatedConv* v) const {
+    const Tensor& x = sources[input_sources_[i]];
+    const int64_t* f = &filter_shapes_[4 * i];
+    if (x.dtype() != tensorflow::DT_INT8 || x.dims() != 4 || x.dim_size(3) != f[2]) {
+      return absl::InvalidArgumentError(
+          "transposed convolution: its input (source " + std::to_string(input_sources_[i]) +
+          ") must be int8 [N, H, W, " + std::to_string(f[2]) + "], got " +
+          tensorflow::DataTypeString(x.dtype()) + " " + x.shape().DebugString());
+    }
+    ConvGeometry& g = v->geo;
+    g = ConvGeometry();
+    g.batch = x.dim_size(0);
+    g.in_h = x.dim_size(1);
+    g.in_w = x.dim_size(2);
+    g.in_c = x.dim_size(3);
+    g.filter_h = f[0];
+    g.filter_w = f[1];
+    g.out_c = f[3];
+    std::string err = ComputeGeometryWithAttrs(attrs_[i], &g);
+    if (err.empty()) err = CheckTransposedConvPhases(g, phases_[i]);
+    if (!err.empty()) return absl::InvalidArgumentError("transposed convolution: " + err);
+    int64_t h, w, c;
+    TransposedConvOutputShape(g, phases_[i], &h, &w, &c);
+    v->output_shape = TensorShape({g.batch, h, w, c});
+    if (temp == nullptr) {
+      TF_RETURN_IF_ERROR(ctx->allocate_output(0, v->output_shape, &temp));
+    } else {
+      TF_RETURN_IF_ERROR(
+          AllocateTemp(ctx, options, x.dtype(), v->output_shape, "output", temp));
+    }
+    return RunTransposeStep(
+        ctx, g, i, reinterpret_cast<const int8_t*>(x.tensor_data().data()),
+        reinterpret_cast<const int8_t*>(filters.tensor_data().data()),
+        reinterpret_cast<const float*>(epilogue.tensor_data().data()), pin, options,
+        reinterpret_cast<int8_t*>(const_cast<char*>(temp->tensor_data().data())));
+  }
+
+  // The core call of transposed convolution step i (its sub-pixel geometry
+  // g checked), with a scratch tensor for the phases.
+  absl::Status RunTransposeStep(OpKernelContext* ctx, const ConvGeometry& g, int64_t i,
+                                const int8_t* input, const int8_t* filter_data,
+                                const float* epilogue_data, const WeightPins& pin,
+                                const CpuConvOptions& options, int8_t* output) const {
+    if (g.OutputElements() == 0) return absl::OkStatus();
+    Tensor scratch;
+    TF_RETURN_IF_ERROR(AllocateTemp(ctx, options, tensorflow::DT_INT8,
+                                    TensorShape({TransposedConvScratchBytes(g)}),
+                                    "buffer of the phases", &scratch));
+    const StepLayout& l = layout_[i];
+    const ConvAttrs& attrs = attrs_[i];
+    FusedConvArgs args;
+    args.geo = g;
+    args.input = input;
+    args.filter = filter_data + l.filter;
+    args.bias = epilogue_data + l.bias;
+    args.conv_input_scale = epilogue_data + l.scale;
+    args.per_channel_scale = l.scale_size != 1;
+    args.activation = attrs.activation;
+    args.output_min = attrs.output_min;
+    args.output_max = attrs.output_max;
+    args.output_lut = attrs.output_lut.empty() ? nullptr : attrs.output_lut.data();
+    args.input_non_negative = input_non_negative_[i];
+    args.filter_pin = pin.filter;
+    args.epilogue_pin = pin.epilogue;
+    args.output = output;
+    const std::string err = RunTransposedConv(
+        args, phases_[i], reinterpret_cast<int8_t*>(const_cast<char*>(scratch.tensor_data().data())),
+        KernelPath::kAuto, StepsParallelFor(ctx, options));
+    if (!err.empty()) return absl::InvalidArgumentError(err);
     return absl::OkStatus();
   }
 
@@ -951,6 +1080,10 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                             epilogue_data[l.scale], epilogue_data[l.side_scale],
                             x.dim_size(0), x.dim_size(1) * x.dim_size(2), x.dim_size(3),
                             output, parallel_for);
+      } else if (kinds_[i] == kTransposeStep) {
+        TF_RETURN_IF_ERROR(InStep(i, RunTransposeStep(ctx, p.geo, i, data[input_sources_[i]],
+                                                      filter_data, epilogue_data, pin,
+                                                      options, output)));
       } else {
         FusedConvArgs args;
         args.geo = p.geo;
@@ -1022,6 +1155,8 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     std::vector<std::array<int64_t, 3>> hwc(steps_ + 1);
     hwc[0] = {input.dim_size(1), input.dim_size(2), input.dim_size(3)};
     for (int64_t i = 0; i < steps_ - 1; ++i) {
+      // Not measured image by image: the prefix ends before one.
+      if (kinds_[i] == kTransposeStep) return i;
       const std::array<int64_t, 3>& in = hwc[input_sources_[i]];
       const int64_t* f = &filter_shapes_[4 * i];
       ConvGeometry g;
@@ -1072,6 +1207,10 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
       s += " g" + std::to_string(input.dim_size(3) / f[2]);
     }
     if (side_sources_[i] >= 0) s += " +side";
+    if (kinds_[i] == kTransposeStep) {
+      s += " transposed " + std::to_string(phases_[i].block_h) + "x" +
+           std::to_string(phases_[i].block_w);
+    }
     return s;
   }
 
@@ -1086,7 +1225,9 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
   std::vector<int64_t> last_reader_;
   std::vector<StepLayout> layout_;
   std::vector<ConvAttrs> attrs_;
-  std::vector<int64_t> kinds_;  // kConvStep or kChannelScaleStep per step
+  std::vector<int64_t> kinds_;  // kConvStep, kChannelScaleStep or kTransposeStep
+  // A transposed convolution step's phases (empty for the other steps).
+  std::vector<TransposedConvPhases> phases_;
   // Whether step i's input is known to be in [0, 127] (see the constructor).
   std::vector<bool> input_non_negative_;
   Tensor no_side_, zero_scale_;

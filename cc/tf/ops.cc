@@ -10,6 +10,7 @@
 #include "cc/core/depth_to_space.h"
 #include "cc/core/pad.h"
 #include "cc/core/pool.h"
+#include "cc/core/transposed_conv.h"
 #include "cc/tf/conv_validation.h"
 #include "cc/tf/pool_attrs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -354,6 +355,14 @@ absl::Status ConvSequenceShape(InferenceContext* c) {
   TF_RETURN_IF_ERROR(c->GetAttr("dilations", &dilations));
   TF_RETURN_IF_ERROR(c->GetAttr("paddings", &paddings));
   TF_RETURN_IF_ERROR(c->GetAttr("explicit_paddings", &pads));
+  std::vector<int64_t> records;
+  TF_RETURN_IF_ERROR(c->GetAttr("transpose_steps", &records));
+  std::vector<std::pair<int64_t, TransposedConvPhases>> transposed;
+  const std::string parse = ParseTransposedConvRecords(records, steps, &transposed);
+  if (!parse.empty()) {
+    return absl::InvalidArgumentError("FusedInt8ConvSequence: " + parse);
+  }
+  size_t next_transposed = 0;
   if (static_cast<int64_t>(sources.size()) != steps ||
       static_cast<int64_t>(filter_shapes.size()) != 4 * steps ||
       static_cast<int64_t>(strides.size()) != 2 * steps ||
@@ -401,6 +410,23 @@ absl::Status ConvSequenceShape(InferenceContext* c) {
               &out_w));
     }
     DimensionHandle out_c = f[3] >= 0 ? c->MakeDim(f[3]) : c->UnknownDim();
+    if (next_transposed < transposed.size() && transposed[next_transposed].first == i) {
+      // A transposed convolution: its sub-pixel convolution's output
+      // interleaved (block_h x block_w) and cropped (the kernel checks the
+      // rest).
+      const TransposedConvPhases& p = transposed[next_transposed++].second;
+      if (f[3] % p.Phases() != 0) {
+        return absl::InvalidArgumentError(
+            "FusedInt8ConvSequence: step " + std::to_string(i) + "'s " +
+            std::to_string(f[3]) + " channels are not a multiple of its " +
+            std::to_string(p.Phases()) + " phases");
+      }
+      out_c = c->MakeDim(f[3] / p.Phases());
+      TF_RETURN_IF_ERROR(c->Multiply(out_h, p.block_h, &out_h));
+      TF_RETURN_IF_ERROR(c->Multiply(out_w, p.block_w, &out_w));
+      TF_RETURN_IF_ERROR(c->Subtract(out_h, p.crop_top + p.crop_bottom, &out_h));
+      TF_RETURN_IF_ERROR(c->Subtract(out_w, p.crop_left + p.crop_right, &out_w));
+    }
     shapes.push_back(c->MakeShape({c->Dim(x, 0), out_h, out_w, out_c}));
   }
   c->set_output(0, shapes.back());
@@ -494,6 +520,7 @@ CPU only. What the Keras layers run when their variables live on the CPU.
       .Attr("lut_steps: list(int) = []")              \
       .Attr("output_luts: list(int) = []")            \
       .Attr("step_kinds: list(int) = []")             \
+      .Attr("transpose_steps: list(int) = []")        \
       .SetShapeFn(ConvSequenceShape)
 
 REGISTER_OP("ResourceFusedInt8ConvSequence")
@@ -524,6 +551,24 @@ step that changes nothing (filter_shapes (1, 1, 1, C), strides and
 dilations 1, VALID, None, -128 / 127, a scalar scale); gate_scale is its
 conv_input_scale slot and ratio its side_input_scale slot in `epilogue`
 (its filter and bias slots are not read).
+
+step_kinds 2 marks a transposed convolution (a Conv2DTranspose in
+quantize_model's sub-pixel form, dilation 1): its attrs are those of its
+sub-pixel convolution (filter_shapes (Th, Tw, Ci, P * Co), strides and
+dilations 1, groups 1, no side input), whose output channel (r_h * s_w +
+r_w) * Co + c is phase (r_h, r_w) of channel c; its output is that
+convolution's output put through a depth-to-space of block s_h x s_w and
+cropped, [N, Hq * s_h - top - bottom, Wq * s_w - left - right, Co], each
+phase computed from only the taps it reads. Each such step has one record
+in transpose_steps, in step order: [step, s_h, s_w, top, bottom, left,
+right, then (start, taps) per phase row r_h (the sub-pixel filter rows
+[start, start + taps) that phase reads), then the same per phase column].
+Its filters slot holds the phases' filters instead of the sub-pixel
+filter, in phase order, each HWIO [row taps, column taps, Ci, Co] from a
+multiple of 64 bytes (zeros between); its epilogue slots are the sub-pixel
+convolution's (bias [P * Co], conv_input_scale [1] or [P * Co]). The
+result is the sub-pixel convolution's bits wherever that filter is zero
+outside the phases' taps.
 
 The weights are two resource variables: `filters`, int8 [F], every step's
 HWIO filter of filter_shapes[4i..4i+3] = (Kh, Kw, Ci / groups, Co) in step
