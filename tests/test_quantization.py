@@ -840,3 +840,21 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(
   for g, f in zip(got, want_float):
     assert g.ravel() @ f.ravel() > 0.99 * np.linalg.norm(g) * np.linalg.norm(f)
   layer_helpers.assert_int8_output_exact(model, qmodel, x, want, str(tmp_path / "t.keras"))
+
+  # fuse_conv_sequences: the whole model one sequence; where a phase reads
+  # fewer taps than the sub-pixel convolution has (k > s and k % s != 0 on
+  # an axis), the transposed convolution is one step running only those
+  # taps (step_kinds 2), with the depth-to-space and the crop inside; the
+  # same bits eagerly, in a graph (twice: the step plan) and after a .keras
+  # round trip.
+  fused = quantization.fuse_conv_sequences(qmodel)
+  seqs = [l for l in fused.layers if type(l).__name__ == "QuantizedConvSequence"]
+  assert len(seqs) == 1, [type(l).__name__ for l in fused.layers]
+  saves = any(k > s_ and k % s_ for k, s_ in ((kh, sh), (kw, sw)))
+  kinds = seqs[0]._op_attrs.get("step_kinds", [])  # pylint: disable=protected-access
+  assert (2 in kinds) == saves, kinds
+  np.testing.assert_array_equal(fused(x).numpy(), got)
+  fn = tf.function(fused)
+  for _ in range(2):
+    np.testing.assert_array_equal(fn(tf.constant(x)).numpy(), got)
+  layer_helpers.assert_keras_round_trip_exact(fused, x, str(tmp_path / "f.keras"))

@@ -1043,7 +1043,76 @@ def _channel_scale_shape(name, k, channels, x_shape, gate_shape):
   return x_shape[:3] + (channels,)
 
 
-def conv_sequence_layout(filter_shapes, per_channel_scales, side_flags):
+def _is_transposed(conv):
+  """Whether a QuantizedConvSequence step is a transposed convolution:
+  {"transposed": {"conv": its sub-pixel QuantizedFusedConv2D (a layer or
+  its config), "block": (s_h, s_w), "crop": (top, bottom, left, right),
+  "rows": ((start, taps) per phase row), "cols": ((start, taps) per phase
+  column)}} (cc/core/transposed_conv.h; fuse_conv_sequences makes them of
+  quantize_model's Conv2DTranspose layers)."""
+  return isinstance(conv, dict) and set(conv) == {"transposed"}
+
+
+def _transposed_step(conv, k):
+  """(the sub-pixel conv as given, its checked phases dict) of a transposed
+  step."""
+  step = conv["transposed"]
+  try:
+    block = tuple(int(v) for v in step["block"])
+    crop = tuple(int(v) for v in step["crop"])
+    rows = tuple((int(a), int(n)) for a, n in step["rows"])
+    cols = tuple((int(a), int(n)) for a, n in step["cols"])
+    sub = step["conv"]
+  except (KeyError, TypeError, ValueError):
+    raise ValueError(
+        f"QuantizedConvSequence: convs[{k}] must be a transposed convolution "
+        f'{{"transposed": {{"conv": ..., "block": (s_h, s_w), "crop": (top, '
+        f'bottom, left, right), "rows": ((start, taps), ...), "cols": '
+        f'((start, taps), ...)}}}}, got {conv!r}') from None
+  if (len(block) != 2 or min(block) < 1 or len(crop) != 4 or min(crop) < 0 or
+      len(rows) != block[0] or len(cols) != block[1] or
+      min(n for _, n in rows + cols) < 1 or min(a for a, _ in rows + cols) < 0):
+    raise ValueError(
+        f"QuantizedConvSequence: convs[{k}] (a transposed convolution) needs "
+        f"blocks >= 1, crops >= 0, and one (start >= 0, taps >= 1) per phase "
+        f"row and column, got block {block}, crop {crop}, rows {rows}, cols "
+        f"{cols}")
+  return sub, dict(block=block, crop=crop, rows=rows, cols=cols)
+
+
+def _conv_config(config):
+  """The QuantizedFusedConv2D config of a conv or transposed step's config."""
+  return config["transposed"]["conv"] if _is_transposed(config) else config
+
+
+def _transposed_filter_size(shape, phases):
+  """Elements of a transposed step's phase filters (TransposedConvFilterBytes,
+  cc/core/transposed_conv.h): in phase order, each [row taps, column taps,
+  Ci, Co / phases] from a multiple of 64."""
+  bh, bw = phases["block"]
+  co = shape[3] // (bh * bw)
+  total = 0
+  for _, n in phases["rows"]:
+    for _, m in phases["cols"]:
+      total = -(-total // 64) * 64 + n * m * shape[2] * co
+  return total
+
+
+def _transposed_phase_boxes(shape, phases):
+  """[(phase, rows slice, cols slice, channels slice)] of a sub-pixel
+  kernel of `shape` (phase order)."""
+  bh, bw = phases["block"]
+  co = shape[3] // (bh * bw)
+  out = []
+  for rh, (a, n) in enumerate(phases["rows"]):
+    for rw, (b, m) in enumerate(phases["cols"]):
+      p = rh * bw + rw
+      out.append((p, slice(a, a + n), slice(b, b + m), slice(p * co, (p + 1) * co)))
+  return out
+
+
+def conv_sequence_layout(filter_shapes, per_channel_scales, side_flags,
+                         filter_sizes=None):
   """Where ResourceFusedInt8ConvSequence finds each step's weights.
 
   Returns (steps, filter_total, epilogue_total), steps a list of dicts of
@@ -1051,15 +1120,19 @@ def conv_sequence_layout(filter_shapes, per_channel_scales, side_flags):
   multiple of 64), "bias", "scale" (length Co or 1) and "side_scale" (None
   without a side input) into the float32 one, each at a multiple of 16; in
   step order, zeros between (the op's doc; the kernel computes the same).
+  filter_sizes: per step, its filter slot's elements where that is not the
+  product of its shape (a transposed step's phase filters), else None.
   """
   def up(x, m):
     return -(-x // m) * m
 
   steps, f_end, e_end = [], 0, 0
-  for shape, per_channel, side in zip(filter_shapes, per_channel_scales,
-                                      side_flags):
+  if filter_sizes is None:
+    filter_sizes = [None] * len(filter_shapes)
+  for shape, per_channel, side, size in zip(filter_shapes, per_channel_scales,
+                                            side_flags, filter_sizes):
     f_off = up(f_end, 64)
-    f_end = f_off + int(np.prod(shape))
+    f_end = f_off + (int(np.prod(shape)) if size is None else int(size))
     co = int(shape[3])
     bias = up(e_end, 16)
     scale = up(bias + co, 16)
@@ -1108,6 +1181,19 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
       channel, rounded and clipped, with the int8 gate [N, 1, 1, C] as its
       side source (what a Dequantize of the gate and an
       ``Int8ChannelMultiply`` compute; ``fuse_conv_sequences`` makes them).
+      An entry ``{"transposed": {"conv": c, "block": (s_h, s_w), "crop":
+      (top, bottom, left, right), "rows": ((start, taps), ...), "cols":
+      ((start, taps), ...)}}`` is a transposed convolution: the sub-pixel
+      QuantizedFusedConv2D ``c`` (stride, dilation and groups 1, explicit
+      padding, no side input, ``s_h * s_w * Co`` filters, phase (r_h, r_w)
+      in channels ``(r_h * s_w + r_w) * Co ..``), its output put through a
+      depth-to-space of ``s_h x s_w`` and cropped, each phase computed
+      from the kernel rows ``rows[r_h]`` and columns ``cols[r_w]`` only
+      (its kernel must be zero outside them; ``conv_weights`` gives the
+      sub-pixel kernel). What quantize_model's ``Conv2DTranspose`` layers
+      (``c``, an ``Int8DepthToSpace`` and an ``Int8Cropping2D``) compute,
+      with only the taps each phase reads multiplied (a 3x3 stride-2 kernel:
+      9 of the sub-pixel form's 16; ``fuse_conv_sequences`` makes them).
     input_sources: per layer, 0 (the sequence's input) or k >= 1 (the output
       of ``convs[k - 1]``, an earlier layer).
     side_sources: per layer, -1 (no side input; the layer must have
@@ -1141,6 +1227,9 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
         pending.append([np.zeros((1, 1, 1, c), np.int8), np.zeros(c, np.float32),
                         np.float32(step["gate_scale"]), np.float32(step["ratio"])])
         continue
+      phases = None
+      if _is_transposed(conv):
+        conv, phases = _transposed_step(conv, k)
       if isinstance(conv, dict):
         conv = QuantizedFusedConv2D.from_config(conv)
       if type(conv) is not QuantizedFusedConv2D:  # pylint: disable=unidiomatic-typecheck
@@ -1161,7 +1250,21 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
             f"QuantizedConvSequence: side_sources[{k}] is {side} but "
             f"convs[{k}] ('{conv.name}') has use_side_input="
             f"{conv.use_side_input}")
-      configs.append(conv.get_config())
+      if phases is not None:
+        bh, bw = phases["block"]
+        if (side >= 0 or conv.strides != (1, 1) or conv.dilation_rate != (1, 1) or
+            conv.groups != 1 or isinstance(conv.padding, str) or
+            conv.filters % (bh * bw)):
+          raise ValueError(
+              f"QuantizedConvSequence: convs[{k}] is a transposed convolution: "
+              f"its sub-pixel conv needs no side input, strides, dilation_rate "
+              f"and groups 1, explicit padding and filters a multiple of the "
+              f"{bh * bw} phases, got side source {side}, strides "
+              f"{conv.strides}, dilation_rate {conv.dilation_rate}, groups "
+              f"{conv.groups}, padding {conv.padding!r}, filters {conv.filters}")
+        configs.append({"transposed": dict(conv=conv.get_config(), **phases)})
+      else:
+        configs.append(conv.get_config())
       pending.append(conv.get_weights() if conv.built else None)
     self.conv_configs = configs
     self.input_sources = input_sources
@@ -1181,7 +1284,7 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
         out.append(QuantizedFusedConv2D(n, 1, groups=n, use_side_input=True,
                                         per_channel_scale=False))
       else:
-        out.append(QuantizedFusedConv2D.from_config(c))
+        out.append(QuantizedFusedConv2D.from_config(_conv_config(c)))
     return out
 
   def _shapes(self, input_shape, templates):
@@ -1194,6 +1297,16 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
                                            shapes[src], shapes[side]))
         continue
       out = conv.compute_output_shape(shapes[src])
+      if _is_transposed(self.conv_configs[k]):
+        t = self.conv_configs[k]["transposed"]
+        (bh, bw), (top, bottom, left, right) = t["block"], t["crop"]
+        h = None if out[1] is None else out[1] * bh - top - bottom
+        w = None if out[2] is None else out[2] * bw - left - right
+        if (h is not None and h < 0) or (w is not None and w < 0):
+          raise ValueError(
+              f"QuantizedConvSequence '{self.name}': step {k}'s crop {t['crop']} "
+              f"is larger than its {out[1] * bh} x {out[2] * bw} phases")
+        out = (out[0], h, w, out[3] // (bh * bw))
       if side >= 0:
         out = conv._side_shape(out, shapes[side])  # pylint: disable=protected-access
       shapes.append(tuple(out))
@@ -1212,15 +1325,31 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
             f"{conv.groups}, got input shape {shapes[src]}")
       kh, kw = conv.kernel_size
       filter_shapes.append((kh, kw, ci // conv.groups, conv.filters))
+      config = self.conv_configs[k]
+      if _is_transposed(config):
+        t = config["transposed"]
+        if any(a + n > kh for a, n in t["rows"]) or any(
+            a + n > kw for a, n in t["cols"]):
+          raise ValueError(
+              f"QuantizedConvSequence '{self.name}': step {k}'s phases read "
+              f"rows {t['rows']} and columns {t['cols']} (start, taps) of a "
+              f"{kh} x {kw} kernel: each must lie inside it")
     self.filter_shapes = filter_shapes
+    phases = [c["transposed"] if _is_transposed(c) else None
+              for c in self.conv_configs]
     self._layout, f_total, e_total = conv_sequence_layout(
         filter_shapes, [t.per_channel_scale for t in templates],
-        [side >= 0 for side in self.side_sources])
+        [side >= 0 for side in self.side_sources],
+        [None if t is None else _transposed_filter_size(shape, t)
+         for shape, t in zip(filter_shapes, phases)])
     # Each step's attrs, and the op's (flattened) attrs: once, not per call.
     self._steps = [
         dict(self._step_attrs(t), input_source=src, side_source=side,
              filter_shape=shape, per_channel_scale=t.per_channel_scale,
-             kind=1 if _is_channel_scale(config) else 0)
+             kind=(1 if _is_channel_scale(config) else
+                   2 if _is_transposed(config) else 0),
+             transpose=(config["transposed"] if _is_transposed(config)
+                        else None))
         for t, src, side, shape, config in zip(
             templates, self.input_sources, self.side_sources, filter_shapes,
             self.conv_configs)]
@@ -1263,7 +1392,26 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
       raise ValueError(
           f"QuantizedConvSequence '{self.name}': convs[{k}]'s kernel must "
           f"have shape {shape}, got {kernel.shape}")
-    f[l["filter"]:l["filter"] + kernel.size] = kernel.reshape(-1)
+    config = self.conv_configs[k]
+    if _is_transposed(config):
+      # The phase filters, each from a multiple of 64 (zeros between); every
+      # tap outside them must be zero (what the phases leave out).
+      left = np.array(kernel, copy=True)
+      at = l["filter"]
+      for _, rows, cols, chans in _transposed_phase_boxes(shape, config["transposed"]):
+        box = kernel[rows, cols, :, chans]
+        at = -(-(at - l["filter"]) // 64) * 64 + l["filter"]
+        f[at:at + box.size] = box.reshape(-1)
+        at += box.size
+        left[rows, cols, :, chans] = 0
+      if left.any():
+        raise ValueError(
+            f"QuantizedConvSequence '{self.name}': convs[{k}] is a transposed "
+            f"convolution whose phases read rows {config['transposed']['rows']} "
+            f"and columns {config['transposed']['cols']} of its kernel, but the "
+            f"kernel is not zero outside them")
+    else:
+      f[l["filter"]:l["filter"] + kernel.size] = kernel.reshape(-1)
     co = shape[3]
     e[l["bias"]:l["bias"] + co] = np.asarray(w[1], np.float32).reshape(co)
     e[l["scale"]:l["scale"] + l["scale_size"]] = np.asarray(
@@ -1287,9 +1435,20 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
     f, e = self.filters.numpy(), self.epilogue.numpy()
     co = shape[3]
     scale = e[l["scale"]:l["scale"] + l["scale_size"]].copy()
-    out = [f[l["filter"]:l["filter"] + int(np.prod(shape))].reshape(shape),
-           e[l["bias"]:l["bias"] + co].copy(),
-           scale if self.conv_configs[k]["per_channel_scale"] else
+    config = self.conv_configs[k]
+    if _is_transposed(config):
+      # The sub-pixel kernel: the phase filters in their boxes, zeros around.
+      kernel = np.zeros(shape, np.int8)
+      at = l["filter"]
+      for _, rows, cols, chans in _transposed_phase_boxes(shape, config["transposed"]):
+        box = kernel[rows, cols, :, chans]
+        at = -(-(at - l["filter"]) // 64) * 64 + l["filter"]
+        kernel[rows, cols, :, chans] = f[at:at + box.size].reshape(box.shape)
+        at += box.size
+    else:
+      kernel = f[l["filter"]:l["filter"] + int(np.prod(shape))].reshape(shape)
+    out = [kernel, e[l["bias"]:l["bias"] + co].copy(),
+           scale if _conv_config(config)["per_channel_scale"] else
            scale.reshape(())]
     if l["side_scale"] is not None:
       out.append(e[l["side_scale"]].copy())
@@ -1343,6 +1502,9 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
                                                gate * e[l["side_scale"]]))
         continue
       shape = step["filter_shape"]
+      if step["kind"] == 2:
+        outs.append(self._transposed_ops(outs[step["input_source"]], step, l, f, e))
+        continue
       size = int(np.prod(shape))
       co = shape[3]
       side = step["side_source"]
@@ -1361,6 +1523,39 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
           dilations=step["dilations"], output_min=step["output_min"],
           output_max=step["output_max"], output_lut=step["output_lut"]))
     return outs[-1]
+
+  @staticmethod
+  def _transposed_ops(x, step, l, f, e):
+    """A transposed step as single ops (the fallback of call): each phase's
+    convolution on its slice of the filter vector, with the padding its box
+    leaves, then their depth-to-space and the crop (the same bits)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    t, shape = step["transpose"], step["filter_shape"]
+    (bh, bw), (top, bottom, left, right) = t["block"], t["crop"]
+    co = shape[3] // (bh * bw)
+    pt, pb, pl, pr = step["explicit_pads"]
+    scale = e[l["scale"]:l["scale"] + l["scale_size"]]
+    phases, at = [], 0
+    for p, rows, cols, _ in _transposed_phase_boxes(shape, t):
+      n, m = rows.stop - rows.start, cols.stop - cols.start
+      at = -(-at // 64) * 64
+      size = n * m * shape[2] * co
+      phases.append(ops_lib.fused_conv2d_bias_activation(
+          x, tf.reshape(f[l["filter"] + at:l["filter"] + at + size],
+                        (n, m, shape[2], co)),
+          e[l["bias"] + p * co:l["bias"] + (p + 1) * co],
+          strides=(1, 1), padding="EXPLICIT",
+          explicit_paddings=[0, 0, pt - rows.start, pb - (shape[0] - rows.stop),
+                             pl - cols.start, pr - (shape[1] - cols.stop), 0, 0],
+          conv_input_scale=(scale[p * co:(p + 1) * co] if l["scale_size"] != 1
+                            else scale),
+          activation_mode=step["activation_mode"],
+          output_min=step["output_min"], output_max=step["output_max"],
+          output_lut=step["output_lut"]))
+      at += size
+    y = ops_lib.depth_to_space_int8(tf.concat(phases, axis=-1), (bh, bw))
+    h, w = tf.shape(y)[1], tf.shape(y)[2]
+    return y[:, top:h - bottom, left:w - right, :]
 
   def get_config(self):
     config = super().get_config()

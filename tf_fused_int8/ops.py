@@ -443,12 +443,23 @@ def _conv_sequence_attrs(steps):
   strides and dilations (height, width), padding ("SAME", "VALID" or
   "EXPLICIT"), explicit_pads (top, bottom, left, right), activation_mode,
   output_min, output_max, and optionally output_lut (None or 256 int8
-  values) and kind (1: a channel scale; the op's step_kinds). Computed once
-  per layer (``layers.QuantizedConvSequence.build``), not per call."""
+  values), kind (1: a channel scale, 2: a transposed convolution; the op's
+  step_kinds) and, for kind 2, transpose: its phases, a dict of block (s_h,
+  s_w), crop (top, bottom, left, right), rows and cols ((start, taps) per
+  phase row / column; the op's transpose_steps record). Computed once per
+  layer (``layers.QuantizedConvSequence.build``), not per call."""
   luts = [(k, s["output_lut"]) for k, s in enumerate(steps)
           if s.get("output_lut") is not None]
   kinds = [int(s.get("kind", 0)) for s in steps]
   extra = dict(step_kinds=kinds) if any(kinds) else {}
+  records = []
+  for k, s in enumerate(steps):
+    t = s.get("transpose")
+    if t is not None:
+      records += [k, *t["block"], *t["crop"]]
+      records += [int(v) for box in t["rows"] + t["cols"] for v in box]
+  if records:
+    extra["transpose_steps"] = [int(v) for v in records]
   return dict(
       steps=len(steps),
       input_sources=[int(s["input_source"]) for s in steps],
