@@ -135,3 +135,51 @@ def test_activation_before_a_residual_add_stays_apart():
   assert b_layer.use_side_input and b_layer.output_lut is not None
   assert qmodel.get_layer("a").output_lut is not None
   check_layers_against_reference(qmodel, x[:2])
+
+
+def test_leaky_relu_elu_and_transposed_tanh_are_tables(tmp_path):
+  """A GAN generator's activations: LeakyReLU layers (Keras's layer default
+  slope 0.3, and 0.2), an ELU layer (alpha 0.5), a ReLU with a negative
+  slope (a leaky ReLU) and a Conv2DTranspose's own tanh run as output
+  tables of the convolutions before them: one int8 region with no warning,
+  each table activation_lut of the function (written out here) between the
+  calibrated scales, every int8 layer bit for bit against the reference,
+  close to float, the same bits fused into sequences and after a .keras
+  round trip."""
+  inp = keras.Input((6, 5, 4), name="image")
+  x = L.LeakyReLU(name="lr")(L.BatchNormalization(name="bn1")(
+      L.Conv2D(16, 3, padding="same", name="c1")(inp)))
+  x = L.LeakyReLU(0.2, name="lr2")(
+      L.Conv2DTranspose(12, 3, strides=2, padding="same", name="t1")(x))
+  x = L.ELU(0.5, name="elu")(L.Conv2D(12, 3, padding="same", name="c2")(x))
+  x = L.ReLU(negative_slope=0.1, name="leaky")(L.Conv2D(8, 1, name="c3")(x))
+  out = L.Conv2DTranspose(3, 5, strides=2, padding="same", activation="tanh",
+                          name="t2")(x)
+  model = keras.Model(inp, out)
+  randomize(model, np.random.default_rng(8), weight_std=0.3)
+  x = test_quantization.images(24, 3, (6, 5, 4))
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
+  scales = quantization.calibrate(model, x, verbose=0)
+  kinds = [type(l).__name__ for l in qmodel.layers]
+  assert kinds.count("Quantize") == 1 and kinds.count("Dequantize") == 1, kinds
+  for kind in ("LeakyReLU", "ELU", "ReLU", "Activation", "BatchNormalization"):
+    assert kind not in kinds, kinds
+  leaky = lambda a: lambda v: np.where(v >= 0, v, a * v)  # pylint: disable=unnecessary-lambda-assignment
+  tables = {  # layer: (function, its input's key, its output's key)
+      "c1": (leaky(0.3), "bn1", "lr"), "t1": (leaky(0.2), "t1", "lr2"),
+      "c2": (lambda v: np.where(v > 0, v, 0.5 * np.expm1(np.minimum(v, 0))),
+             "c2", "elu"),
+      "c3": (leaky(0.1), "c3", "leaky"), "t2": (np.tanh, "t2", "t2_activation")}
+  for name, (fn, pre, post) in tables.items():
+    want = tf_fused_int8.activation_lut(fn, scales[pre], scales[post])
+    np.testing.assert_array_equal(
+        np.asarray(qmodel.get_layer(name).output_lut, np.int8), want, err_msg=name)
+    assert np.sum(want != np.arange(-128, 128)) > 32, name
+  assert check_layers_against_reference(qmodel, x[:3]) == 5
+  got, want_float = qmodel(x).numpy(), model(x).numpy()
+  for g, f in zip(got, want_float):
+    assert g.ravel() @ f.ravel() > 0.99 * np.linalg.norm(g) * np.linalg.norm(f)
+  fused = quantization.fuse_conv_sequences(qmodel)
+  assert [type(l).__name__ for l in fused.layers].count("QuantizedConvSequence") == 1
+  np.testing.assert_array_equal(fused(x).numpy(), got)
+  layer_helpers.assert_keras_round_trip_exact(fused, x, str(tmp_path / "g.keras"))

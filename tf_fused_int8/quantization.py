@@ -431,11 +431,12 @@ def _separable_ok(node):
 
 
 def _own_lut_activation(op):
-  """The name of a Conv2D / DepthwiseConv2D / Dense layer's own activation
-  when it is one of _LUT_ACTIVATIONS (SiLU, sigmoid, hard-swish, GELU, ...),
-  else None."""
+  """The name of a Conv2D / DepthwiseConv2D / Conv2DTranspose / Dense layer's
+  own activation when it is one of _LUT_ACTIVATIONS (SiLU, sigmoid,
+  hard-swish, GELU, tanh: a GAN generator's last layer, ...), else None."""
   if type(op) not in (keras.layers.Conv2D, keras.layers.DepthwiseConv2D,  # pylint: disable=unidiomatic-typecheck
-                      keras.layers.Dense, keras.layers.SeparableConv2D):
+                      keras.layers.Dense, keras.layers.SeparableConv2D,
+                      keras.layers.Conv2DTranspose):
     return None
   return _table_activation_name(op.activation)
 
@@ -964,15 +965,47 @@ def _table_activation_name(fn):
   return name if isinstance(name, str) and name in _LUT_ACTIVATIONS else None
 
 
+def _leaky_relu_table(slope):
+  """Keras's leaky_relu of `slope` (x, or slope * x below 0) as a table
+  function: its LUT_ACTIVATIONS name for Keras's default slope 0.2."""
+  if slope == 0.2:
+    return "leaky_relu"
+  return lambda x: np.where(x >= 0, x, slope * x)
+
+
+def _elu_table(alpha):
+  """Keras's elu of `alpha` (x above 0, else alpha (e^x - 1)) as a table
+  function: its LUT_ACTIVATIONS name for alpha 1."""
+  if alpha == 1.0:
+    return "elu"
+  return lambda x: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0)))
+
+
 def _lut_activation(node):
-  """The activation's name when the node is an Activation layer computing
-  one of _LUT_ACTIVATIONS (SiLU / swish, sigmoid, hard-swish, GELU, ...)
-  on one tensor, else None."""
+  """The activation's table function (ops.activation_lut's argument: a name
+  of _LUT_ACTIVATIONS, or a function of a float64 array) when the node,
+  called on one tensor, is an Activation layer computing one of
+  _LUT_ACTIVATIONS (SiLU / swish, sigmoid, hard-swish, GELU, ...), a
+  LeakyReLU or ELU layer (any finite slope / alpha: a GAN's generator and
+  discriminator), or a ReLU layer with a negative slope and neither a
+  threshold nor a maximum (a leaky ReLU); else None."""
   op = node.operation
-  if (_single_tensor_call(node) is None or
-      type(op) is not keras.layers.Activation):  # pylint: disable=unidiomatic-typecheck
+  if _single_tensor_call(node) is None:
     return None
-  return _table_activation_name(op.activation)
+  kind = type(op)
+  if kind is keras.layers.Activation:
+    return _table_activation_name(op.activation)
+  if kind is keras.layers.LeakyReLU:
+    slope = float(op.negative_slope)
+    return _leaky_relu_table(slope) if math.isfinite(slope) else None
+  if kind is keras.layers.ELU:
+    alpha = float(op.alpha)
+    return _elu_table(alpha) if math.isfinite(alpha) else None
+  if (kind is keras.layers.ReLU and float(op.threshold) == 0.0 and
+      op.max_value is None and float(op.negative_slope) != 0.0 and
+      math.isfinite(float(op.negative_slope))):
+    return _leaky_relu_table(float(op.negative_slope))
+  return None
 
 
 def _conv_relu_max(op):
@@ -1034,7 +1067,9 @@ def _transpose_plan(op):
   ('same'; 0 for 'valid'), independent of L. e is the whole steps of s that
   the output reaches past the grid without it (only with output_padding). A
   kernel equal to the stride is a 1x1 convolution and a depth-to-space
-  (each input pixel writes its own block). None for any other layer."""
+  (each input pixel writes its own block). On an axis of stride 1 the crop
+  is taken off the padding instead (the same outputs, none computed to be
+  dropped). None for any other layer."""
   if type(op) is not keras.layers.Conv2DTranspose:  # pylint: disable=unidiomatic-typecheck
     return None
   strides = tuple(int(v) for v in op.strides)
@@ -1055,9 +1090,16 @@ def _transpose_plan(op):
       extra = k - s - 2 * pad + p
       start = max(2 * pad - p, 0) // 2 if same else 0
     e = max(0, -(-(start + extra - s * (t - 1)) // s))
+    before, after = t - 1, t - 1 + e
+    crop_before, crop_after = start, s * (t - 1 + e) - start - extra
+    if s == 1 and crop_before <= before and crop_after <= after:
+      # Stride 1: the crop is that much less padding (a 'same' k x k one is
+      # a plain 'same' convolution, no rows computed to be dropped).
+      before, after = before - crop_before, after - crop_after
+      crop_before = crop_after = 0
     taps.append(t)
-    padding.append((t - 1, t - 1 + e))
-    crop.append((start, s * (t - 1 + e) - start - extra))
+    padding.append((before, after))
+    crop.append((crop_before, crop_after))
   return _TransposePlan(strides, tuple(taps), tuple(padding), tuple(crop))
 
 
