@@ -756,3 +756,24 @@ def test_models_suite_1d_builders_and_macs():
   h = keras.layers.Conv1D(4, 3, groups=2, padding="same")(h)
   # 20 x 12 x 3; 18 x 12 x (3 + 6); 18 x 4 x 3 x 3 (3 channels per group).
   assert models.conv_macs(keras.Model(inp, h)) == 720 + 1944 + 648
+
+
+def test_models_suite_transposed_builders_and_macs():
+  """The models suite's DCGAN generator and ConvAutoencoder: shapes, and
+  MACs with a Conv2DTranspose counted as each input pixel times its whole
+  kernel, checked by hand."""
+  from tf_fused_int8.benchmark import models  # pylint: disable=g-import-not-at-top
+  gan = models.build_float_model("DCGAN", 0)
+  assert tuple(gan.input.shape) == (None, 100)
+  assert tuple(gan.output.shape) == (None, 28, 28, 1)
+  # 100 x 12544; 7 x 7 x 256 x 25 x 128; 7 x 7 x 128 x 25 x 64; 14 x 14 x
+  # 64 x 25 x 1.
+  assert models.conv_macs(gan) == (100 * 12544 + 49 * 256 * 25 * 128 +
+                                   49 * 128 * 25 * 64 + 196 * 64 * 25)
+  ae = models.build_float_model("ConvAutoencoder", 0)
+  assert tuple(ae.output.shape) == (None, 224, 224, 3)
+  # 224^2 x 32 x 27; 112^2 x 32 x 288; transposed: 56^2 x 32 x 9 x 32 and
+  # 112^2 x 32 x 9 x 32; 224^2 x 3 x 288.
+  assert models.conv_macs(ae) == (224 ** 2 * 32 * 27 + 112 ** 2 * 32 * 288 +
+                                  56 ** 2 * 32 * 288 + 112 ** 2 * 32 * 288 +
+                                  224 ** 2 * 3 * 288)

@@ -113,8 +113,11 @@ def define_flags():
       "in [0, 127] with exact VPMADDUBSW, faster than on signed ones.")
   flags.DEFINE_list("models", ["ResNet50", "MobileNetV2"],
                     "--suite=models: keras.applications models by name "
-                    "(ResNet50, MobileNetV2, ...), or the 1-D models M5Audio "
-                    "(raw audio) and TCN (time series).")
+                    "(ResNet50, MobileNetV2, ...), the 1-D models M5Audio "
+                    "(raw audio) and TCN (time series), or the transposed-"
+                    "convolution models DCGAN (TF's DCGAN tutorial's "
+                    "generator) and ConvAutoencoder (Keras's denoising "
+                    "example at 224 x 224).")
   flags.DEFINE_integer("calibration_images", 8,
                        "--suite=models: random calibration images.")
   flags.DEFINE_integer("repeats", 5, "Timed repeats (best is reported).")

@@ -60,9 +60,50 @@ def _tcn():
   return keras.Model(inp, layers.Dense(10, name="logits")(x), name="TCN")
 
 
+def _dcgan():
+  """The generator of TensorFlow's DCGAN tutorial (MNIST, 28 x 28 x 1 from
+  100 noise values): Dense to 7 x 7 x 256 + BN + LeakyReLU, then
+  Conv2DTranspose 5 x 5 to 128 (stride 1), 64 (stride 2) and 1 (stride 2,
+  tanh) channels, each but the last with BN + LeakyReLU."""
+  import keras  # pylint: disable=g-import-not-at-top
+  layers = keras.layers
+  inp = keras.Input((100,), name="noise")
+  x = layers.Dense(7 * 7 * 256, use_bias=False, name="project")(inp)
+  x = layers.LeakyReLU(name="project_lrelu")(
+      layers.BatchNormalization(name="project_bn")(x))
+  x = layers.Reshape((7, 7, 256), name="reshape")(x)
+  for i, (filters, stride) in enumerate(((128, 1), (64, 2))):
+    x = layers.Conv2DTranspose(filters, 5, strides=stride, padding="same",
+                               use_bias=False, name=f"up{i}")(x)
+    x = layers.LeakyReLU(name=f"up{i}_lrelu")(
+        layers.BatchNormalization(name=f"up{i}_bn")(x))
+  x = layers.Conv2DTranspose(1, 5, strides=2, padding="same",
+                             activation="tanh", name="image")(x)
+  return keras.Model(inp, x, name="DCGAN")
+
+
+def _conv_autoencoder():
+  """The convolutional autoencoder of Keras's image denoising example on
+  224 x 224 x 3 images: Conv2D 3 x 3 to 32 + ReLU and a max pool of 2,
+  twice; Conv2DTranspose 3 x 3 stride 2 to 32 + ReLU, twice; Conv2D 3 x 3
+  to 3 + sigmoid."""
+  import keras  # pylint: disable=g-import-not-at-top
+  layers = keras.layers
+  x = inp = keras.Input(IMAGE_SHAPE, name="image")
+  for i in range(2):
+    x = layers.Conv2D(32, 3, activation="relu", padding="same", name=f"enc{i}")(x)
+    x = layers.MaxPooling2D(2, padding="same", name=f"pool{i}")(x)
+  for i in range(2):
+    x = layers.Conv2DTranspose(32, 3, strides=2, activation="relu",
+                               padding="same", name=f"dec{i}")(x)
+  x = layers.Conv2D(3, 3, activation="sigmoid", padding="same", name="out")(x)
+  return keras.Model(inp, x, name="ConvAutoencoder")
+
+
 # --models: keras.applications builders (weights=None, 224x224, logits) by
-# name, and two 1-D models (quantize_model runs their Conv1D layers as 1 x k
-# Conv2D ones). The default runs the first two; the rest are the families
+# name, two 1-D models (quantize_model runs their Conv1D layers as 1 x k
+# Conv2D ones) and two of transposed convolutions (a GAN generator, an
+# autoencoder). The default runs the first two; the rest are the families
 # quantize_model covers (docs/quantization.md's table).
 BUILDERS = {
     **{name: name for name in (
@@ -72,6 +113,8 @@ BUILDERS = {
         "NASNetMobile", "InceptionResNetV2")},
     "M5Audio": _m5_audio,
     "TCN": _tcn,
+    "DCGAN": _dcgan,
+    "ConvAutoencoder": _conv_autoencoder,
 }
 
 
@@ -96,8 +139,9 @@ def _leaf_layers(model):
 
 def conv_macs(model):
   """Multiply-accumulates per image of the Conv2D / DepthwiseConv2D /
-  SeparableConv2D / Dense layers, nested models' included (what GOPS
-  counts)."""
+  SeparableConv2D / Conv2DTranspose / Dense layers (and their 1-D forms),
+  nested models' included (what GOPS counts; a transposed convolution
+  multiplies each input pixel by its whole kernel)."""
   import keras  # pylint: disable=g-import-not-at-top
   total = 0
   for layer in _leaf_layers(model):
@@ -110,6 +154,10 @@ def conv_macs(model):
       _, h, w, c = layer.output.shape
       kh, kw = layer.kernel_size
       total += h * w * c * kh * kw
+    elif isinstance(layer, keras.layers.Conv2DTranspose):
+      _, h, w, ci = layer.input.shape
+      kh, kw = layer.kernel_size
+      total += h * w * ci * kh * kw * layer.filters
     elif isinstance(layer, keras.layers.Conv2D):
       _, h, w, co = layer.output.shape
       kh, kw = layer.kernel_size
