@@ -38,13 +38,13 @@ CONFIGS = [
 ]
 
 
-def _fused(config, seed=0, shape=(7, 6, 5)):
-  """(qmodel, fused, x): Conv2D -> Conv2DTranspose(config) -> BN -> ReLU ->
-  Conv2D, quantized on x and fused into one sequence."""
+def _fused(config, seed=0, shape=(7, 6, 5), filters=16):
+  """(qmodel, fused, x): Conv2D -> Conv2DTranspose(config, filters) -> BN ->
+  ReLU -> Conv2D, quantized on x and fused into one sequence."""
   kernel, stride, padding, output_padding = config
   inp = keras.Input(shape, name="image")
   h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
-  t = L.Conv2DTranspose(6, kernel, strides=stride, padding=padding,
+  t = L.Conv2DTranspose(filters, kernel, strides=stride, padding=padding,
                         output_padding=output_padding, name="t")(h)
   out = L.Conv2D(4, 1, name="c2")(L.ReLU(name="r")(L.BatchNormalization(name="bn")(t)))
   model = keras.Model(inp, out)
@@ -260,12 +260,14 @@ def test_bad_transposed_records_are_clear_errors():
 
 
 def test_fusion_leaves_a_kernel_equal_to_the_stride_alone():
-  """Where every phase reads every tap (kernel = stride: 1 x 1, 4 x 4 / 2)
-  fuse_conv_sequences keeps the sub-pixel convolution a plain step and the
-  depth-to-space a node of its own (running the phases apart would multiply
-  as much, in smaller pieces)."""
-  for config in ((2, 2, "same", None), (4, 2, "same", None)):
-    qmodel, fused, x = _fused(config, seed=30)
+  """Where every phase reads every tap (kernel = stride: 1 x 1, 4 x 4 / 2),
+  or a phase has so few channels that its block of them would be mostly
+  zeros (3 x 3 / 2 to 4 channels: 9 taps of one block apart, 4 taps of one
+  block together), fuse_conv_sequences keeps the sub-pixel convolution a
+  plain step and the depth-to-space a node of its own."""
+  for config, filters in (((2, 2, "same", None), 16), ((4, 2, "same", None), 16),
+                          ((3, 2, "same", None), 4)):
+    qmodel, fused, x = _fused(config, seed=30, filters=filters)
     kinds = [type(l).__name__ for l in fused.layers]
     assert "Int8DepthToSpace" in kinds, kinds
     for l in fused.layers:

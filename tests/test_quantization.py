@@ -797,7 +797,7 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(
   rearranged kernel and the crop are Keras's convolution)."""
   inp = keras.Input((7, 6, 3), name="image")
   h = L.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inp)
-  t = L.Conv2DTranspose(5, kernel, strides=stride, padding=padding,
+  t = L.Conv2DTranspose(16, kernel, strides=stride, padding=padding,
                         output_padding=output_padding, name="t")(h)
   out = L.Conv2D(3, 1, name="c2")(L.ReLU(name="relu")(L.BatchNormalization(name="bn")(t)))
   model = keras.Model(inp, out)
@@ -820,7 +820,7 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(
   s_in = qmodel.get_layer("image_quantize").scale
   xq = np.clip(np.rint(x / np.float32(s_in)), -128, 127).astype(np.int8)
   h1 = conv("c1", xq, padding="SAME", activation="Relu")
-  assert qmodel.get_layer("t").get_weights()[0].shape == (th, tw, 8, sh * sw * 5)
+  assert qmodel.get_layer("t").get_weights()[0].shape == (th, tw, 8, sh * sw * 16)
   # The full correlation from row 0, then a step of bias-only rows (zero
   # input) more than any output_padding reaches.
   z = conv("t", np.pad(h1, ((0, 0), (th - 1, th), (tw - 1, tw), (0, 0))),
@@ -843,8 +843,9 @@ def test_overlapping_transposed_conv_runs_as_sub_pixel_conv(
 
   # fuse_conv_sequences: the whole model one sequence; where a phase reads
   # fewer taps than the sub-pixel convolution has (k > s and k % s != 0 on
-  # an axis), the transposed convolution is one step running only those
-  # taps (step_kinds 2), with the depth-to-space and the crop inside; the
+  # an axis; 16 channels a phase, a whole block of them), the transposed
+  # convolution is one step running only those taps (step_kinds 2), with
+  # the depth-to-space and the crop inside; the
   # same bits eagerly, in a graph (twice: the step plan) and after a .keras
   # round trip.
   fused = quantization.fuse_conv_sequences(qmodel)

@@ -2959,8 +2959,9 @@ def _transposed_pattern(graph, node):
   groups 1, explicit padding, no side input) read only by it, and that
   only by an Int8Cropping2D, if any; phases: its block, crop and the
   boxes of its kernel's non-zero taps (_phase_boxes), where they leave out
-  some taps (else running the phases apart would multiply as much, in
-  smaller pieces). Else None."""
+  enough taps to make up for their smaller blocks of channels (below; else
+  running the phases apart would multiply as much or more, in smaller
+  pieces). Else None."""
   op = node.operation
   if type(op) is not Int8DepthToSpace:  # pylint: disable=unidiomatic-typecheck
     return None
@@ -2981,7 +2982,14 @@ def _transposed_pattern(graph, node):
   kernel = layer.get_weights()[0]
   rows, cols = _phase_boxes(kernel, block)
   th, tw = kernel.shape[:2]
-  if all(n == th for _, n in rows) and all(m == tw for _, m in cols):
+  # The kernels compute output channels in blocks of 16 or more lanes: a
+  # phase of few channels fills a block with zeros, so the phases go apart
+  # only where their taps times their blocks are fewer than the sub-pixel
+  # convolution's (TF's DCGAN generator's last layer, 1 channel of 4
+  # phases, ran no faster apart, its 64-channel layer faster).
+  co = layer.filters // (block[0] * block[1])
+  apart = sum(n for _, n in rows) * sum(m for _, m in cols) * -(-co // 16)
+  if apart >= th * tw * -(-layer.filters // 16):
     return None
   last, inner, crop = node, [conv, node], (0, 0, 0, 0)
   y = node.outputs[0]
