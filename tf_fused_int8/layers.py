@@ -1085,30 +1085,24 @@ def _conv_config(config):
   return config["transposed"]["conv"] if _is_transposed(config) else config
 
 
-def _transposed_filter_size(shape, phases):
-  """Elements of a transposed step's phase filters (TransposedConvFilterBytes,
-  cc/core/transposed_conv.h): in phase order, each [row taps, column taps,
-  Ci, Co / phases] from a multiple of 64."""
-  bh, bw = phases["block"]
-  co = shape[3] // (bh * bw)
-  total = 0
-  for _, n in phases["rows"]:
-    for _, m in phases["cols"]:
-      total = -(-total // 64) * 64 + n * m * shape[2] * co
-  return total
-
-
 def _transposed_phase_boxes(shape, phases):
-  """[(phase, rows slice, cols slice, channels slice)] of a sub-pixel
-  kernel of `shape` (phase order)."""
+  """(boxes, size) of a transposed step whose sub-pixel kernel has `shape`:
+  boxes [(phase, rows slice, cols slice, channels slice, offset)] in phase
+  order, offset where its filter [row taps, column taps, Ci, Co / phases]
+  starts in the step's filter slot (each at a multiple of 64), and size
+  the slot's elements (TransposedConvFilterBytes,
+  cc/core/transposed_conv.h)."""
   bh, bw = phases["block"]
   co = shape[3] // (bh * bw)
-  out = []
+  boxes, at = [], 0
   for rh, (a, n) in enumerate(phases["rows"]):
     for rw, (b, m) in enumerate(phases["cols"]):
       p = rh * bw + rw
-      out.append((p, slice(a, a + n), slice(b, b + m), slice(p * co, (p + 1) * co)))
-  return out
+      at = -(-at // 64) * 64
+      boxes.append((p, slice(a, a + n), slice(b, b + m),
+                    slice(p * co, (p + 1) * co), at))
+      at += n * m * shape[2] * co
+  return boxes, at
 
 
 def conv_sequence_layout(filter_shapes, per_channel_scales, side_flags,
@@ -1340,7 +1334,7 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
     self._layout, f_total, e_total = conv_sequence_layout(
         filter_shapes, [t.per_channel_scale for t in templates],
         [side >= 0 for side in self.side_sources],
-        [None if t is None else _transposed_filter_size(shape, t)
+        [None if t is None else _transposed_phase_boxes(shape, t)[1]
          for shape, t in zip(filter_shapes, phases)])
     # Each step's attrs, and the op's (flattened) attrs: once, not per call.
     self._steps = [
@@ -1397,12 +1391,10 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
       # The phase filters, each from a multiple of 64 (zeros between); every
       # tap outside them must be zero (what the phases leave out).
       left = np.array(kernel, copy=True)
-      at = l["filter"]
-      for _, rows, cols, chans in _transposed_phase_boxes(shape, config["transposed"]):
+      boxes, _ = _transposed_phase_boxes(shape, config["transposed"])
+      for _, rows, cols, chans, at in boxes:
         box = kernel[rows, cols, :, chans]
-        at = -(-(at - l["filter"]) // 64) * 64 + l["filter"]
-        f[at:at + box.size] = box.reshape(-1)
-        at += box.size
+        f[l["filter"] + at:l["filter"] + at + box.size] = box.reshape(-1)
         left[rows, cols, :, chans] = 0
       if left.any():
         raise ValueError(
@@ -1439,12 +1431,11 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
     if _is_transposed(config):
       # The sub-pixel kernel: the phase filters in their boxes, zeros around.
       kernel = np.zeros(shape, np.int8)
-      at = l["filter"]
-      for _, rows, cols, chans in _transposed_phase_boxes(shape, config["transposed"]):
+      boxes, _ = _transposed_phase_boxes(shape, config["transposed"])
+      for _, rows, cols, chans, at in boxes:
         box = kernel[rows, cols, :, chans]
-        at = -(-(at - l["filter"]) // 64) * 64 + l["filter"]
-        kernel[rows, cols, :, chans] = f[at:at + box.size].reshape(box.shape)
-        at += box.size
+        kernel[rows, cols, :, chans] = f[l["filter"] + at:
+                                         l["filter"] + at + box.size].reshape(box.shape)
     else:
       kernel = f[l["filter"]:l["filter"] + int(np.prod(shape))].reshape(shape)
     out = [kernel, e[l["bias"]:l["bias"] + co].copy(),
@@ -1535,10 +1526,9 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
     co = shape[3] // (bh * bw)
     pt, pb, pl, pr = step["explicit_pads"]
     scale = e[l["scale"]:l["scale"] + l["scale_size"]]
-    phases, at = [], 0
-    for p, rows, cols, _ in _transposed_phase_boxes(shape, t):
+    phases = []
+    for p, rows, cols, _, at in _transposed_phase_boxes(shape, t)[0]:
       n, m = rows.stop - rows.start, cols.stop - cols.start
-      at = -(-at // 64) * 64
       size = n * m * shape[2] * co
       phases.append(ops_lib.fused_conv2d_bias_activation(
           x, tf.reshape(f[l["filter"] + at:l["filter"] + at + size],
@@ -1552,7 +1542,6 @@ class QuantizedConvSequence(_EagerCall, keras.layers.Layer):
           activation_mode=step["activation_mode"],
           output_min=step["output_min"], output_max=step["output_max"],
           output_lut=step["output_lut"]))
-      at += size
     y = ops_lib.depth_to_space_int8(tf.concat(phases, axis=-1), (bh, bw))
     h, w = tf.shape(y)[1], tf.shape(y)[2]
     return y[:, top:h - bottom, left:w - right, :]
