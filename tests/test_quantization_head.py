@@ -346,3 +346,52 @@ def test_keras_applications_mobilenet_v2_int8_to_the_logits():
   cos = (w * g).sum() / np.linalg.norm(w) / np.linalg.norm(g)
   assert cos > 0.99, cos
   layer_helpers.assert_float_close(qmodel(xt).numpy(), g)  # deterministic
+
+
+def test_dense_batch_norm_and_activations_fold_into_quantized_dense(tmp_path):
+  """A transfer-learning head, GAP -> Dense + BN + ReLU -> Dense + BN +
+  LeakyReLU -> Dense: each BatchNormalization of a Dense's units folds into
+  that QuantizedDense (kernel and bias per unit, as a conv's), the ReLU is
+  its bound and the LeakyReLU its table: one int8 region to the logits, no
+  warning, each layer's scales and bias the fold's, every layer bit for bit
+  against the reference, close to float, a .keras round trip."""
+  inp = keras.Input((5, 4, 3), name="image")
+  h = L.Conv2D(24, 3, padding="same", activation="relu", name="c1")(inp)
+  g = L.GlobalAveragePooling2D(name="gap")(h)
+  f = L.ReLU(name="fc_relu")(L.BatchNormalization(name="fc_bn")(L.Dense(32, name="fc")(g)))
+  f = L.LeakyReLU(0.1, name="fc2_act")(L.BatchNormalization(name="fc2_bn")(
+      L.Dense(16, use_bias=False, name="fc2")(f)))
+  model = keras.Model(inp, L.Dense(5, name="logits")(f))
+  rng = np.random.default_rng(12)
+  randomize(model, rng)
+  for layer in model.layers:
+    if isinstance(layer, L.Dense):
+      layer.set_weights([rng.normal(0, 0.4, w.shape).astype(np.float32)
+                         for w in layer.get_weights()])
+  x = images(24, shape=(5, 4, 3))
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0)
+  kinds = {l.name: type(l).__name__ for l in qmodel.layers}
+  for name in ("fc", "fc2", "logits"):
+    assert kinds[name] == "QuantizedDense", kinds
+  values = list(kinds.values())
+  for cls in ("BatchNormalization", "ReLU", "LeakyReLU"):
+    assert cls not in values, kinds
+  assert values.count("Quantize") == 1 and values.count("Dequantize") == 1, kinds
+  fc, fc2 = qmodel.get_layer("fc"), qmodel.get_layer("fc2")
+  assert fc.activation == "relu" and fc2.output_lut is not None
+  # fc's folded weights: W * f and (b - mean) * f + beta, f = gamma /
+  # sqrt(var + eps) per unit; quantized per unit, s_in * s_w / s_out.
+  scales = quantization.calibrate(model, x, verbose=0)
+  w, b = model.get_layer("fc").get_weights()
+  gamma, beta, mean, var = model.get_layer("fc_bn").get_weights()
+  factor = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-3)
+  w_f, b_f = w * factor, (b - mean) * factor + beta
+  s_w = np.abs(w_f).max(axis=0) / 127
+  s_in, s_out = (np.float64(np.float32(scales[k])) for k in ("gap", "fc_relu"))
+  np.testing.assert_allclose(fc.conv_input_scale.numpy(), s_in * s_w / s_out, rtol=1e-5)
+  np.testing.assert_allclose(fc.bias.numpy(), b_f / s_out, rtol=1e-5, atol=1e-6)
+  xt = images(6, seed=8, shape=(5, 4, 3))
+  assert check_layers_against_reference(qmodel, xt, min_unique=3) == 5
+  w_, g_ = model(xt).numpy(), qmodel(xt).numpy()
+  assert (w_ * g_).sum() > 0.99 * np.linalg.norm(w_) * np.linalg.norm(g_)
+  layer_helpers.assert_keras_round_trip_exact(qmodel, xt, str(tmp_path / "h.keras"))

@@ -2074,7 +2074,9 @@ class _Plan:
         elif _dense_ok(node):
           g = _Group(node, dense=True)
           if g.relu_max is None:
-            self._fuse_channel_multiply(g, member)
+            self._fuse_dense_batch_norm(g, member)
+            if g.bn_node is None:
+              self._fuse_channel_multiply(g, member)
             self._fuse_relu(g, member)
         if g is not None:
           self.groups.append(g)
@@ -2137,6 +2139,24 @@ class _Plan:
     g.channel_scale = w
     g.extend(nxt)
     self._extend_through_identities(g, member)
+
+  def _fuse_dense_batch_norm(self, g, member):
+    """Extends a linear Dense group by the BatchNormalization of its output's
+    last axis (its units) that alone reads its tail: folded into the kernel
+    and bias per unit as a conv's BN is (a classifier head's Dense + BN +
+    ReLU)."""
+    nxt = self.graph.sole_consumer(g.tail)
+    if (nxt is None or id(nxt) in member or
+        type(nxt.operation) is not keras.layers.BatchNormalization or  # pylint: disable=unidiomatic-typecheck
+        _single_tensor_call(nxt) is None or not _float_dtype_ok(nxt.operation)):
+      return
+    axis = nxt.operation.axis
+    axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
+    rank = len(g.tail.shape)
+    if not isinstance(axis, int) or axis not in (-1, rank - 1):
+      return
+    g.bn_node = nxt
+    g.extend(nxt)
 
   def _extend_through_identities(self, g, member=()):
     """Extends g by the layers that are the identity at inference (Dropout,
@@ -2521,6 +2541,12 @@ def _group_weights(group):
     kernel = np.asarray(conv.kernel.numpy(), np.float64)
     b = (np.asarray(conv.bias.numpy(), np.float64) if conv.use_bias else
          np.zeros(kernel.shape[-1]))
+    if group.bn_node is not None:  # per unit, the kernel's last axis
+      bn = group.bn_node.operation
+      kernel, b = fold_batch_norm(
+          kernel, b, bn.gamma.numpy() if bn.scale else None,
+          bn.beta.numpy() if bn.center else None, bn.moving_mean.numpy(),
+          bn.moving_variance.numpy(), bn.epsilon)
     if group.channel_scale is not None:
       kernel = kernel * group.channel_scale
       b = b * group.channel_scale
