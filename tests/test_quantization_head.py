@@ -395,3 +395,41 @@ def test_dense_batch_norm_and_activations_fold_into_quantized_dense(tmp_path):
   w_, g_ = model(xt).numpy(), qmodel(xt).numpy()
   assert (w_ * g_).sum() > 0.99 * np.linalg.norm(w_) * np.linalg.norm(g_)
   layer_helpers.assert_keras_round_trip_exact(qmodel, xt, str(tmp_path / "h.keras"))
+
+
+def test_dense_inputs_quantizes_a_generator_from_its_noise(tmp_path):
+  """dense="inputs": a Dense that reads the model's input runs as a
+  QuantizedDense too (its BN folded, its LeakyReLU a table), so a small
+  generator (noise -> Dense + BN + LeakyReLU -> Reshape -> Conv2DTranspose
+  -> Conv2D + tanh) is int8 from one Quantize of the noise to its output:
+  no warning, the reference's bits layer by layer, close to float, a
+  .keras round trip. The default keeps that Dense (and the BN after it)
+  float, and dense must be True, False or "inputs"."""
+  inp = keras.Input((8,), name="noise")
+  h = L.LeakyReLU(name="fc_act")(L.BatchNormalization(name="fc_bn")(
+      L.Dense(4 * 3 * 16, use_bias=False, name="fc")(inp)))
+  h = L.Reshape((4, 3, 16), name="reshape")(h)
+  h = L.Conv2DTranspose(8, 3, strides=2, padding="same", activation="relu", name="up")(h)
+  model = keras.Model(inp, L.Conv2D(3, 3, padding="same", activation="tanh", name="out")(h))
+  rng = np.random.default_rng(21)
+  randomize(model, rng)
+  x = rng.normal(0, 1, (32, 8)).astype(np.float32)
+  with pytest.warns(quantization.QuantizationWarning, match="'fc_bn'"):
+    default = quantization.quantize_model(model, x, verbose=0)
+  assert type(default.get_layer("fc")).__name__ == "Dense"
+  qmodel = layer_helpers.quantize_strict(model, x, verbose=0, dense="inputs")
+  kinds = {l.name: type(l).__name__ for l in qmodel.layers}
+  assert kinds["fc"] == "QuantizedDense" and kinds["reshape"] == "Int8Reshape", kinds
+  values = list(kinds.values())
+  assert values.count("Quantize") == 1 and values.count("Dequantize") == 1, kinds
+  for cls in ("BatchNormalization", "LeakyReLU", "Dense", "Reshape"):
+    assert cls not in values, kinds
+  assert qmodel.get_layer("fc").output_lut is not None
+  assert "noise" in quantization.calibrate(model, x, verbose=0, dense="inputs")
+  assert check_layers_against_reference(qmodel, x[:4], min_unique=3) == 3
+  w_, g_ = model(x).numpy().ravel(), qmodel(x).numpy().ravel()
+  assert w_ @ g_ > 0.99 * np.linalg.norm(w_) * np.linalg.norm(g_)
+  layer_helpers.assert_keras_round_trip_exact(qmodel, x[:4], str(tmp_path / "g.keras"))
+  for bad in ("input", 1, None):
+    with pytest.raises(ValueError, match="dense must be True, False or 'inputs'"):
+      quantization.quantize_model(model, x, verbose=0, dense=bad)

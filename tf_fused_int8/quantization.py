@@ -2066,7 +2066,9 @@ class _Plan:
         int8_able.add(id(g.tail))
         continue
       if (self.dense and node.input_tensors and
-          id(node.input_tensors[0]) in int8_able):
+          (id(node.input_tensors[0]) in int8_able or
+           (self.dense == "inputs" and self._model_input(node.input_tensors[0]) and
+            _dense_ok(node)))):
         g = None
         pool = _global_pool_window(node)
         if pool is not None:
@@ -2139,6 +2141,11 @@ class _Plan:
     g.channel_scale = w
     g.extend(nxt)
     self._extend_through_identities(g, member)
+
+  def _model_input(self, t):
+    """Whether t is one of the model's inputs."""
+    producer = self.graph.producer.get(id(t))
+    return producer is not None and producer.is_input
 
   def _fuse_dense_batch_norm(self, g, member):
     """Extends a linear Dense group by the BatchNormalization of its output's
@@ -2487,6 +2494,11 @@ def _calibrate_tensors(model, tensors, data, method, percentile, batch_size,
   return scales
 
 
+def _check_dense(dense):
+  if not (dense is True or dense is False or dense == "inputs"):
+    raise ValueError(f"dense must be True, False or 'inputs', got {dense!r}")
+
+
 def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
               batch_size=32, steps=None, verbose=1, dense=True):
   """Activation scales for `quantize_model`, from the float model.
@@ -2505,8 +2517,10 @@ def calibrate(model, calibration_data, *, method="minmax", percentile=99.99,
   ``keras.utils.PyDataset``, or a generator / iterable of batches. Elements
   may be ``x``, ``(x, y)`` or ``(x, y, sample_weight)`` like in
   ``model.fit``; only ``x`` is used. `steps` limits the number of batches.
-  `dense` as in ``quantize_model`` (the scales of dense=True serve both).
+  `dense` as in ``quantize_model`` (the scales of dense="inputs" serve all
+  three values, those of dense=True serve True and False).
   """
+  _check_dense(dense)
   graph = _Graph(_split_layers(_lift_1d(_functional(model))))
   plan = _Plan(graph, dense=dense)
   return _calibrate_tensors(graph.model, plan.calibration_tensors(),
@@ -2659,6 +2673,11 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
       TFLite's full-integer conversion: a classifier head's logits are then
       int8 at their calibrated scale (dequantized at the model output).
       False keeps them float (float logits, more time in the head).
+      "inputs": as True, and a Dense that reads a model input runs as a
+      QuantizedDense too, its input quantized per tensor as an image input
+      is (a GAN generator's noise, a VAE decoder's latent: the whole
+      generator int8). Not the default: one scale for raw features of
+      different ranges (a tabular model's) rounds the small ones away.
 
   Returns:
     A new ``QuantizedModel`` (a functional ``keras.Model`` whose eager calls
@@ -2688,6 +2707,7 @@ def quantize_model(model, calibration_data=None, *, method="minmax",
     not a plain float head/glue layer (e.g. a Conv2D with a sigmoid, a
     BatchNormalization that could not be folded, an unknown layer).
   """
+  _check_dense(dense)
   graph = _Graph(_split_layers(_lift_1d(_functional(model))))
   src = graph.model
   plan = _Plan(graph, dense=dense)
