@@ -3344,14 +3344,17 @@ def fuse_conv_sequences(model, name=None):
 
   A ``Conv2DTranspose`` that quantize_model made a sub-pixel convolution,
   an ``Int8DepthToSpace`` and an ``Int8Cropping2D`` is one step (a
-  transposed step, even alone) where some phase reads fewer taps than the
+  transposed step, even alone) where its phases read fewer taps than the
   sub-pixel kernel has (kernel > stride and not a multiple of it on an
-  axis): each phase multiplies only its own taps (a 3x3 stride-2 kernel 9
-  of 16), the same bits (cc/core/transposed_conv.h). Measured on the Zen 4
-  VM, two threads, batch 1, in a ``tf.function``, the fused model without
-  and with these steps in one process: a convolutional autoencoder (two 3x3
-  stride-2 decoders at 32 -> 128 pixels) 0.74x the time, a U-Net with three
-  0.92x, the DCGAN tutorial's generator (5x5 stride 2) 0.93x.
+  axis) and have channels enough (_transposed_pattern): each phase
+  multiplies only its own taps (a 3x3 stride-2 kernel 9 of 16), the same
+  bits (cc/core/transposed_conv.h). Measured on the Zen 4 VM, two threads,
+  the fused model without and with these steps in one process, alternated,
+  ``tf.function`` / ``InferenceRunner`` at batch 1: a convolutional
+  autoencoder (two 3x3 stride-2 decoders, 32 -> 128 pixels) 0.77x / 0.77x
+  the time, a U-Net with three 0.87x / 0.91x, TF's DCGAN generator (5x5
+  stride 2) 0.96x / 0.98x; at batch 8 0.73x / 0.72x, 0.95x / 0.91x and
+  0.81x / 0.90x.
   """
   graph = _Graph(_functional(model))
   steps = _Steps(graph)
