@@ -11,7 +11,10 @@ namespace {
 
 int64_t RoundUp64(int64_t x) { return (x + 63) / 64 * 64; }
 
-constexpr int64_t kMaxBlock = 1 << 16;
+// The phase blocks in depth-to-space's block range (the interleave is one).
+bool BlocksInRange(const TransposedConvPhases& p) {
+  return DepthToSpaceBlockInRange(p.block_h) && DepthToSpaceBlockInRange(p.block_w);
+}
 
 // One axis of the check: `n` boxes (start, taps) inside a filter of `k`
 // taps padded by `before` and `after`.
@@ -37,7 +40,7 @@ std::string CheckAxis(const char* axis, int64_t k, int64_t before, int64_t after
 }  // namespace
 
 std::string CheckTransposedConvPhases(const ConvGeometry& g, const TransposedConvPhases& p) {
-  if (p.block_h < 1 || p.block_h > kMaxBlock || p.block_w < 1 || p.block_w > kMaxBlock) {
+  if (!BlocksInRange(p)) {
     return "the phase blocks must be in [1, 65536], got " + std::to_string(p.block_h) + " x " +
            std::to_string(p.block_w);
   }
@@ -95,7 +98,7 @@ std::string ParseTransposedConvRecords(const std::vector<int64_t>& records, int6
     TransposedConvPhases p;
     p.block_h = records[at + 1];
     p.block_w = records[at + 2];
-    if (p.block_h < 1 || p.block_h > kMaxBlock || p.block_w < 1 || p.block_w > kMaxBlock) {
+    if (!BlocksInRange(p)) {
       return record + ": block_h and block_w must be in [1, 65536], got " +
              std::to_string(p.block_h) + " and " + std::to_string(p.block_w);
     }
@@ -128,8 +131,7 @@ std::string ParseTransposedConvRecords(const std::vector<int64_t>& records, int6
 }
 
 int64_t TransposedConvFilterBytes(int64_t in_c, int64_t out_c, const TransposedConvPhases& p) {
-  if (p.block_h < 1 || p.block_h > kMaxBlock || p.block_w < 1 || p.block_w > kMaxBlock ||
-      static_cast<int64_t>(p.row_taps.size()) != p.block_h ||
+  if (!BlocksInRange(p) || static_cast<int64_t>(p.row_taps.size()) != p.block_h ||
       static_cast<int64_t>(p.col_taps.size()) != p.block_w || in_c < 1 || out_c < 1 ||
       out_c % p.Phases() != 0) {
     return -1;

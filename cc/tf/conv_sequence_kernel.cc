@@ -819,21 +819,15 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
         reinterpret_cast<int8_t*>(const_cast<char*>(temp->tensor_data().data())));
   }
 
-  // The core call of transposed convolution step i (its sub-pixel geometry
-  // g checked), with a scratch tensor for the phases.
-  absl::Status RunTransposeStep(OpKernelContext* ctx, const ConvGeometry& g, int64_t i,
-                                const int8_t* input, const int8_t* filter_data,
-                                const float* epilogue_data, const WeightPins& pin,
-                                const CpuConvOptions& options, int8_t* output) const {
-    if (g.OutputElements() == 0) return absl::OkStatus();
-    Tensor scratch;
-    TF_RETURN_IF_ERROR(AllocateTemp(ctx, options, tensorflow::DT_INT8,
-                                    TensorShape({TransposedConvScratchBytes(g)}),
-                                    "buffer of the phases", &scratch));
+  // Conv or transposed step i's core arguments from a validated geometry,
+  // its weights read from the two vectors' data, without a side input.
+  FusedConvArgs StepArgs(int64_t i, const ConvGeometry& geo, const int8_t* input,
+                         const int8_t* filter_data, const float* epilogue_data,
+                         const WeightPins& pin, int8_t* output) const {
     const StepLayout& l = layout_[i];
     const ConvAttrs& attrs = attrs_[i];
     FusedConvArgs args;
-    args.geo = g;
+    args.geo = geo;
     args.input = input;
     args.filter = filter_data + l.filter;
     args.bias = epilogue_data + l.bias;
@@ -847,6 +841,22 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     args.filter_pin = pin.filter;
     args.epilogue_pin = pin.epilogue;
     args.output = output;
+    return args;
+  }
+
+  // The core call of transposed convolution step i (its sub-pixel geometry
+  // g checked), with a scratch tensor for the phases.
+  absl::Status RunTransposeStep(OpKernelContext* ctx, const ConvGeometry& g, int64_t i,
+                                const int8_t* input, const int8_t* filter_data,
+                                const float* epilogue_data, const WeightPins& pin,
+                                const CpuConvOptions& options, int8_t* output) const {
+    if (g.OutputElements() == 0) return absl::OkStatus();
+    Tensor scratch;
+    TF_RETURN_IF_ERROR(AllocateTemp(ctx, options, tensorflow::DT_INT8,
+                                    TensorShape({TransposedConvScratchBytes(g)}),
+                                    "buffer of the phases", &scratch));
+    const FusedConvArgs args =
+        StepArgs(i, g, input, filter_data, epilogue_data, pin, output);
     const std::string err = RunTransposedConv(
         args, phases_[i], reinterpret_cast<int8_t*>(const_cast<char*>(scratch.tensor_data().data())),
         KernelPath::kAuto, StepsParallelFor(ctx, options));
@@ -1056,7 +1066,6 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
     for (int64_t i = plan.begin; i < plan.end; ++i) {
       const PlannedStep& p = plan.steps[i - plan.begin];
       const StepLayout& l = layout_[i];
-      const ConvAttrs& attrs = attrs_[i];
       const bool last = i == steps_ - 1;
       int8_t* output;
       if (last) {
@@ -1085,25 +1094,12 @@ class FusedInt8ConvSequenceCpuOp : public OpKernel {
                                                       filter_data, epilogue_data, pin,
                                                       options, output)));
       } else {
-        FusedConvArgs args;
-        args.geo = p.geo;
-        args.bias = epilogue_data + l.bias;
-        args.conv_input_scale = epilogue_data + l.scale;
-        args.per_channel_scale = l.scale_size != 1;
+        FusedConvArgs args = StepArgs(i, p.geo, data[input_sources_[i]], filter_data,
+                                      epilogue_data, pin, output);
         if (l.side_scale >= 0) {
           args.side_input = data[side_sources_[i]];
           args.side_input_scale = epilogue_data[l.side_scale];
         }
-        args.activation = attrs.activation;
-        args.output_min = attrs.output_min;
-        args.output_max = attrs.output_max;
-        args.output_lut = attrs.output_lut.empty() ? nullptr : attrs.output_lut.data();
-        args.input_non_negative = input_non_negative_[i];
-        args.input = data[input_sources_[i]];
-        args.filter = filter_data + l.filter;
-        args.filter_pin = pin.filter;
-        args.epilogue_pin = pin.epilogue;
-        args.output = output;
         const std::string err = RunFusedConv(args, KernelPath::kAuto, parallel_for);
         if (!err.empty()) return InStep(i, absl::InvalidArgumentError(err));
       }
